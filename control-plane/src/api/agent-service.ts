@@ -1,0 +1,30 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { AgentService } from "../../../gen/keel/v1/agent_service_pb.js";
+import { NotFoundError } from "../domain/errors.js";
+import { requireSlug } from "../domain/ids.js";
+import type { AgentRepository } from "../ledger/agent.repository.js";
+import { agentSpecFromProto, agentSpecToProto } from "./agent-spec-convert.js";
+import { pageSizeOf } from "./validate.js";
+
+export interface AgentServiceDeps {
+  readonly agents: AgentRepository;
+}
+
+export function createAgentService(deps: AgentServiceDeps): ServiceImpl<typeof AgentService> {
+  return {
+    async putAgent(request) {
+      const stored = await deps.agents.put(agentSpecFromProto(request.agent));
+      return { agent: agentSpecToProto(stored) };
+    },
+    async getAgent(request) {
+      const agentId = requireSlug("agent_id", request.agentId);
+      const agent = await deps.agents.get(agentId);
+      if (agent === undefined) throw new NotFoundError("agent", agentId);
+      return { agent: agentSpecToProto(agent) };
+    },
+    async listAgents(request) {
+      const page = await deps.agents.list(pageSizeOf(request.pageSize), request.pageToken);
+      return { agents: page.items.map(agentSpecToProto), nextPageToken: page.nextPageToken };
+    },
+  };
+}

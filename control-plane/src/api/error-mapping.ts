@@ -1,0 +1,52 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { DomainError } from "../domain/errors.js";
+
+const CODES: Record<DomainError["code"], Code> = {
+  invalid_argument: Code.InvalidArgument,
+  not_found: Code.NotFound,
+  already_exists: Code.AlreadyExists,
+  failed_precondition: Code.FailedPrecondition,
+  permission_denied: Code.PermissionDenied,
+  unauthenticated: Code.Unauthenticated,
+  resource_exhausted: Code.ResourceExhausted,
+  unimplemented: Code.Unimplemented,
+  unavailable: Code.Unavailable,
+  aborted: Code.Aborted,
+};
+
+/**
+ * The one place errors become codes. Domain errors keep their message; a ConnectError
+ * raised by the framework (size limits, deadlines) passes through; anything else is a
+ * bug, logged with its cause and answered as Internal without detail.
+ */
+export function toConnectError(error: unknown, log: Logger, procedure: string): ConnectError {
+  if (error instanceof DomainError) return new ConnectError(error.message, CODES[error.code]);
+  if (error instanceof ConnectError) return error;
+  const id = Math.random().toString(36).slice(2, 10);
+  log.error({ err: error, procedure, errorId: id }, "internal error");
+  return new ConnectError(`internal error (reference ${id})`, Code.Internal);
+}
+
+export function errorMappingInterceptor(log: Logger): Interceptor {
+  return (next) => async (request) => {
+    const procedure = request.method.parent.typeName + "/" + request.method.name;
+    try {
+      const response = await next(request);
+      if (!response.stream) return response;
+      const messages = response.message;
+      return {
+        ...response,
+        message: (async function* () {
+          try {
+            yield* messages;
+          } catch (error) {
+            throw toConnectError(error, log, procedure);
+          }
+        })(),
+      };
+    } catch (error) {
+      throw toConnectError(error, log, procedure);
+    }
+  };
+}

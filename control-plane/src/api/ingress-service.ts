@@ -1,0 +1,70 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { IngressService } from "../../../gen/keel/v1/ingress_service_pb.js";
+import { UnimplementedError } from "../domain/errors.js";
+import { optionalExternalId, requireExternalId, requireSlug, requireText, requireUuid } from "../domain/ids.js";
+import type { IngressStore } from "../conversation/ingress.js";
+import { toEnum } from "./convert.js";
+import { RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
+import { requireActor, requireEnum, requireReason } from "./validate.js";
+
+export interface IngressServiceDeps {
+  readonly ingress: IngressStore;
+  readonly maxMessageTextBytes: number;
+}
+
+const later = (rpc: string): never => {
+  throw new UnimplementedError(`IngressService.${rpc} is not implemented yet; it arrives with the conversations and durable-loop work`);
+};
+
+export function createIngressService(deps: IngressServiceDeps): ServiceImpl<typeof IngressService> {
+  return {
+    async submitMessage(request) {
+      const admission = await deps.ingress.submitMessage({
+        agentId: requireSlug("agent_id", request.agentId),
+        conversationId: requireExternalId("conversation_id", request.conversationId),
+        ...(() => {
+          const actor = requireActor("actor", request.actor);
+          return { actorId: actor.id, actorDisplayName: actor.displayName };
+        })(),
+        messageId: requireExternalId("message_id", request.messageId),
+        text: requireText("text", request.text, deps.maxMessageTextBytes),
+        replyToMessageId: optionalExternalId("reply_to_message_id", request.replyToMessageId),
+        connector: request.connector === "" ? "default" : requireSlug("connector", request.connector),
+      });
+      return { runId: admission.runId, status: toEnum(RunStatusSchema, admission.status), duplicate: admission.duplicate };
+    },
+    editMessage(request) {
+      requireSlug("agent_id", request.agentId);
+      requireExternalId("conversation_id", request.conversationId);
+      requireExternalId("message_id", request.messageId);
+      requireActor("actor", request.actor);
+      requireText("text", request.text, deps.maxMessageTextBytes);
+      return later("EditMessage");
+    },
+    answerInput(request) {
+      requireUuid("run_id", request.runId);
+      requireActor("actor", request.actor);
+      requireText("text", request.text, deps.maxMessageTextBytes);
+      return later("AnswerInput");
+    },
+    decideGate(request) {
+      requireUuid("run_id", request.runId);
+      requireExternalId("gate_id", request.gateId);
+      requireActor("actor", request.actor);
+      requireEnum("decision", request.decision);
+      requireReason("reason", request.reason);
+      return later("DecideGate");
+    },
+    cancelRun(request) {
+      requireUuid("run_id", request.runId);
+      requireActor("actor", request.actor);
+      requireReason("reason", request.reason);
+      return later("CancelRun");
+    },
+    continueRun(request) {
+      requireUuid("run_id", request.runId);
+      requireActor("actor", request.actor);
+      return later("ContinueRun");
+    },
+  };
+}

@@ -1,0 +1,114 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
+import { RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
+import { NotFoundError, UnimplementedError } from "../domain/errors.js";
+import { optionalExternalId, requireSlug, requireUuid } from "../domain/ids.js";
+import type { RunRecord } from "../domain/records.js";
+import { isTerminal, type RunStatus } from "../domain/run.js";
+import type { RunQueries } from "../ledger/run-query.repository.js";
+import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
+import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto } from "./convert.js";
+import { pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
+
+export interface RunServiceDeps {
+  readonly runs: RunQueries;
+  readonly hub: NotificationHub;
+  readonly pollMs: number;
+}
+
+const later = (rpc: string): never => {
+  throw new UnimplementedError(`RunService.${rpc} is not implemented yet; it arrives with the durable-loop work`);
+};
+
+export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunService> {
+  const mustGetRun = async (runId: string): Promise<RunRecord> => {
+    const run = await deps.runs.getRun(runId);
+    if (run === undefined) throw new NotFoundError("run", runId);
+    return run;
+  };
+  const operatorAction = (rpc: string) => (request: { runId: string; actor?: { id: string; displayName: string } | undefined; reason: string }) => {
+    requireUuid("run_id", request.runId);
+    requireActor("actor", request.actor);
+    requireReason("reason", request.reason);
+    return later(rpc);
+  };
+
+  return {
+    async getRun(request) {
+      return { run: runToProto(await mustGetRun(requireUuid("run_id", request.runId))) };
+    },
+    async listRuns(request) {
+      const agentId = request.agentId === "" ? undefined : requireSlug("agent_id", request.agentId);
+      const conversationId = optionalExternalId("conversation_id", request.conversationId);
+      const status = fromEnum<RunStatus>(RunStatusSchema, request.status);
+      const page = await deps.runs.listRuns(
+        {
+          ...(agentId === undefined ? {} : { agentId }),
+          ...(conversationId === undefined ? {} : { conversationId }),
+          ...(status === undefined ? {} : { status }),
+        },
+        pageSizeOf(request.pageSize),
+        request.pageToken,
+      );
+      return { runs: page.items.map(runToProto), nextPageToken: page.nextPageToken };
+    },
+    async listRunSteps(request) {
+      const runId = requireUuid("run_id", request.runId);
+      await mustGetRun(runId);
+      const page = await deps.runs.listSteps(runId, pageSizeOf(request.pageSize), request.pageToken);
+      return { steps: page.items.map(runStepToProto), nextPageToken: page.nextPageToken };
+    },
+    async getRunStep(request) {
+      const runId = requireUuid("run_id", request.runId);
+      const stepId = requireUuid("step_id", request.stepId);
+      const step = await deps.runs.getStep(runId, stepId);
+      if (step === undefined) throw new NotFoundError("step", stepId);
+      return { step: runStepToProto(step) };
+    },
+    async listArtifacts(request) {
+      const runId = requireUuid("run_id", request.runId);
+      await mustGetRun(runId);
+      return { artifacts: (await deps.runs.listArtifacts(runId)).map(artifactToProto) };
+    },
+    async *watchRun(request, context) {
+      const runId = requireUuid("run_id", request.runId);
+      await mustGetRun(runId);
+      let cursor = Number(request.afterSeq);
+      while (!context.signal.aborted) {
+        const wake = armNotification(deps.hub, "keel_run_events", (payload) => payload === runId);
+        const events = await deps.runs.eventsAfter(runId, cursor, 200);
+        for (const event of events) {
+          yield { event: runEventToProto(event) };
+          cursor = event.seq;
+        }
+        if (events.length === 200) {
+          wake.cancel();
+          continue;
+        }
+        // Events are written in the same transaction as the status, so a settled run has nothing left to say.
+        const run = await mustGetRun(runId);
+        if (isTerminal(run.status) && (await deps.runs.eventsAfter(runId, cursor, 1)).length === 0) {
+          wake.cancel();
+          return;
+        }
+        await wake.wait(deps.pollMs, context.signal);
+      }
+    },
+    async getWorkGraph(request) {
+      const runId = requireUuid("run_id", request.runId);
+      const run = await mustGetRun(runId);
+      throw new NotFoundError("work graph of run", `${run.id} (execution shape ${run.shape})`);
+    },
+    async resolveUnknownOutcome(request) {
+      requireUuid("run_id", request.runId);
+      requireUuid("tool_invocation_id", request.toolInvocationId);
+      requireEnum("outcome", request.outcome);
+      requireActor("actor", request.actor);
+      requireReason("reason", request.reason);
+      return later("ResolveUnknownOutcome");
+    },
+    pauseRun: operatorAction("PauseRun"),
+    resumeRun: operatorAction("ResumeRun"),
+    requeueRun: operatorAction("RequeueRun"),
+  };
+}

@@ -1,0 +1,29 @@
+// Request checks shared by the service files; each error names the proto field.
+import type { Actor } from "../../../gen/keel/v1/run_pb.js";
+import { InvalidArgumentError } from "../domain/errors.js";
+import { requireExternalId } from "../domain/ids.js";
+
+export const MAX_PAGE_SIZE = 500;
+export const DEFAULT_PAGE_SIZE = 50;
+
+export function requireActor(field: string, actor: Pick<Actor, "id" | "displayName"> | undefined): { id: string; displayName: string } {
+  if (actor === undefined) throw new InvalidArgumentError(field, "is required");
+  const id = requireExternalId(`${field}.id`, actor.id);
+  if (actor.displayName.length > 256) throw new InvalidArgumentError(`${field}.display_name`, "must be at most 256 characters");
+  return { id, displayName: actor.displayName };
+}
+
+export function pageSizeOf(requested: number): number {
+  if (requested === 0) return DEFAULT_PAGE_SIZE;
+  return Math.min(requested, MAX_PAGE_SIZE);
+}
+
+export function requireEnum(field: string, value: number): number {
+  if (value === 0) throw new InvalidArgumentError(field, "must be set");
+  return value;
+}
+
+export function requireReason(field: string, reason: string): string {
+  if (reason.length > 4096) throw new InvalidArgumentError(field, "must be at most 4096 characters");
+  return reason;
+}

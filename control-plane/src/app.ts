@@ -1,0 +1,127 @@
+// Builds Keel from a validated config. main.ts (and tests) start what this returns.
+import path from "node:path";
+import { pino, type Logger } from "pino";
+import { createAgentService } from "./api/agent-service.js";
+import { createEmissionService } from "./api/emission-service.js";
+import { createIngressService } from "./api/ingress-service.js";
+import { createRunService } from "./api/run-service.js";
+import { createSandboxService } from "./api/sandbox-service.js";
+import { createKeelServer, type KeelServer } from "./api/server.js";
+import type { KeelConfig } from "./config.js";
+import { createAgentRepository, type AgentRepository } from "./ledger/agent.repository.js";
+import { createApiTokenRepository, type ApiTokenRepository } from "./ledger/api-token.repository.js";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./ledger/embedded-postgres.js";
+import { createEmissionRepository } from "./ledger/emission.repository.js";
+import { createIngressRepository } from "./ledger/ingress.repository.js";
+import { armNotification, startNotificationHub } from "./ledger/notification-hub.js";
+import { openLedger, type LedgerOrm } from "./ledger/orm.js";
+import { createRunQueryRepository } from "./ledger/run-query.repository.js";
+import { createRunRepository } from "./ledger/run.repository.js";
+import { sqlOf, type Sql } from "./ledger/sql.js";
+import { createOpenAiModelProvider } from "./models/openai-model-provider.js";
+import { createScriptedModelProvider } from "./models/scripted-model-provider.js";
+import { startWorkerPool, type WorkerPool } from "./runner/worker-pool.js";
+
+export interface Ledger {
+  readonly orm: LedgerOrm;
+  readonly sql: Sql;
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/** Opens the ledger: DATABASE_URL if set, else the embedded PostgreSQL in the data folder. */
+export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<Ledger> {
+  let embedded: EmbeddedPostgresHandle | undefined;
+  let url = config.databaseUrl;
+  if (url === undefined) {
+    embedded = await startEmbeddedPostgres({
+      dataDir: path.join(config.dataDir, "postgres"),
+      port: config.embeddedPgPort,
+      log: (line) => log.debug({ component: "postgres" }, line),
+    });
+    url = embedded.url;
+  }
+  const orm = await openLedger({ url, poolMax: config.dbPoolMax });
+  return {
+    orm,
+    sql: sqlOf(orm),
+    url,
+    async close() {
+      await orm.close();
+      await embedded?.stop();
+    },
+  };
+}
+
+export interface KeelApp {
+  readonly config: KeelConfig;
+  readonly log: Logger;
+  readonly ledger: Ledger;
+  readonly agents: AgentRepository;
+  readonly tokens: ApiTokenRepository;
+  readonly server: KeelServer;
+  /** Starts the claim loops; separate so a test can run a server that never works. */
+  startWorkers(): WorkerPool;
+  stop(): Promise<void>;
+}
+
+export async function buildApp(config: KeelConfig, env: Readonly<Record<string, string | undefined>>, log?: Logger): Promise<KeelApp> {
+  const logger = log ?? pino({ level: config.logLevel, base: { service: "keel" } });
+  const ledger = await openKeelLedger(config, logger);
+  const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
+  const agents = createAgentRepository(ledger.orm);
+  const tokens = createApiTokenRepository(ledger.orm);
+  const runStore = createRunRepository(ledger.sql);
+
+  const server = createKeelServer(
+    {
+      ingress: createIngressService({ ingress: createIngressRepository(ledger.sql), maxMessageTextBytes: config.maxTextBytes }),
+      emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
+      runs: createRunService({ runs: createRunQueryRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
+      agents: createAgentService({ agents }),
+      sandbox: createSandboxService(),
+    },
+    tokens,
+    { maxMessageBytes: config.maxMessageBytes, defaultDeadlineMs: config.defaultDeadlineMs, maxDeadlineMs: config.maxDeadlineMs },
+    logger,
+    (request, response) => {
+      if (request.url === "/healthz") {
+        response.writeHead(200, { "content-type": "text/plain" });
+        response.end("ok\n");
+        return;
+      }
+      response.writeHead(404, { "content-type": "text/plain" });
+      response.end("not found\n");
+    },
+  );
+
+  const pools: WorkerPool[] = [];
+  return {
+    config,
+    log: logger,
+    ledger,
+    agents,
+    tokens,
+    server,
+    startWorkers() {
+      const pool = startWorkerPool(
+        {
+          store: runStore,
+          providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
+          now: () => new Date(),
+        },
+        { workers: config.workers, leaseMs: config.leaseMs, idlePollMs: config.idlePollMs },
+        () => armNotification(hub, "keel_runs", () => true),
+        logger.child({ component: "runner" }),
+      );
+      pools.push(pool);
+      return pool;
+    },
+    async stop() {
+      await server.close();
+      await Promise.all(pools.map((pool) => pool.stop()));
+      await hub.close();
+      await ledger.close();
+    },
+  };
+}

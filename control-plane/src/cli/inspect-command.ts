@@ -1,0 +1,46 @@
+import { ModelRoleSchema, RunStatusSchema, ToolInvocationStatusSchema } from "../../../gen/keel/v1/run_pb.js";
+import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
+import { fromEnum } from "../api/convert.js";
+import { connect, type ClientOptions } from "./client.js";
+
+const clip = (text: string, max = 200) => (text.length > max ? `${text.slice(0, max)}… (${text.length} chars)` : text);
+
+/** A run, its steps, model calls, tokens and statuses, for a human. */
+export async function inspectCommand(client: ClientOptions, runId: string, out: (line: string) => void): Promise<number> {
+  const runs = connect(RunService, client);
+  const { run } = await runs.getRun({ runId });
+  if (run === undefined) return 1;
+  const usage = run.usage;
+  out(`run          ${run.id}`);
+  out(`agent        ${run.agentId}   conversation ${run.conversationId}   connector ${run.connector}`);
+  out(`status       ${fromEnum(RunStatusSchema, run.status) ?? "?"}${run.error === "" ? "" : `   error: ${run.error}`}`);
+  out(`requested by ${run.requestedBy?.id ?? ""}   triggers: ${run.triggers.map((t) => `${t.messageId} (${t.actorId})`).join(", ")}`);
+  out(
+    `usage        ${usage?.iterations ?? 0} iterations, ${usage?.modelCalls ?? 0} model calls, ${usage?.toolCalls ?? 0} tool calls, ` +
+      `${usage?.inputTokens ?? 0n} in / ${usage?.outputTokens ?? 0n} out tokens, ${usage?.costMicroUsd ?? 0n} µUSD, ${usage?.wallClockMs ?? 0n} ms`,
+  );
+  if (run.finalReply !== "") out(`reply        ${clip(run.finalReply)}`);
+  let pageToken = "";
+  do {
+    const page = await runs.listRunSteps({ runId, pageToken });
+    for (const step of page.steps) {
+      out("");
+      out(`step ${step.index}  ${step.id}  → ${fromEnum(RunStatusSchema, step.runStatusAfter) ?? "?"}  (epoch ${step.leaseEpoch})`);
+      const call = step.modelCall;
+      if (call !== undefined) {
+        out(
+          `  model ${fromEnum(ModelRoleSchema, call.role) ?? "?"} ${call.provider}/${call.model}: ` +
+            `${call.usage?.inputTokens ?? 0n} in, ${call.usage?.outputTokens ?? 0n} out, ${call.latencyMs} ms, finish ${call.finishReason}`,
+        );
+        if (call.responseText !== "") out(`  says  ${clip(call.responseText)}`);
+      }
+      for (const tool of step.toolInvocations) {
+        out(`  tool  #${tool.ordinal} ${tool.toolName} ${clip(tool.argumentsJson, 120)} → ${fromEnum(ToolInvocationStatusSchema, tool.status) ?? "?"}`);
+        if (tool.refusalReason !== "") out(`        refused: ${tool.refusalReason}`);
+        for (const observation of tool.observations) out(`        [${observation.stream}] ${clip(observation.text)}`);
+      }
+    }
+    pageToken = page.nextPageToken;
+  } while (pageToken !== "");
+  return 0;
+}

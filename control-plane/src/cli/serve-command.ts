@@ -1,0 +1,65 @@
+import { existsSync } from "node:fs";
+import { mkdir, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { buildApp } from "../app.js";
+import type { KeelConfig } from "../config.js";
+import { withBudgetDefaults, DEFAULT_GRAPH_CEILINGS, DEFAULT_MAX_CONCURRENT_ROOT_RUNS, DEFAULT_MODEL_TIMEOUT_MS, type AgentSpec, type ModelSpec } from "../domain/agent.js";
+import { DEFAULT_SANDBOX_IMAGE } from "../api/agent-spec-convert.js";
+import { DEV_TOKEN_FILE } from "./client.js";
+
+const DEMO_MODEL: ModelSpec = {
+  provider: "scripted",
+  model: "scripted-demo",
+  endpoint: "",
+  apiKeyEnv: "",
+  prices: { inputMicroUsdPerMtok: 0, outputMicroUsdPerMtok: 0 },
+  scriptedTurns: [{ replyText: "Hello from Keel. You said: {{message}}", toolCalls: [], delayMs: 0, inputTokens: 0, outputTokens: 0 }],
+  timeoutMs: DEFAULT_MODEL_TIMEOUT_MS,
+};
+
+/** The agent `keel serve --dev` provides: the offline scripted model, no tools. */
+export const DEMO_AGENT: AgentSpec = {
+  id: "demo",
+  displayName: "Keel demo agent (scripted model)",
+  systemPrompt: "You are Keel's demo agent.",
+  models: { primary: DEMO_MODEL, fast: DEMO_MODEL, decision: DEMO_MODEL },
+  tools: [],
+  policy: { kind: "allow_all", networkAccess: false },
+  budget: withBudgetDefaults({}),
+  interrupt: { coalesceWindowMs: 0, scope: "thread_scoped", maxSupersessions: 3, supersessionCeilingMs: 120_000 },
+  graph: DEFAULT_GRAPH_CEILINGS,
+  profile: { name: "solution_delivered", version: 1 },
+  sandbox: { image: DEFAULT_SANDBOX_IMAGE, labels: [], secrets: [] },
+  maxConcurrentRootRuns: DEFAULT_MAX_CONCURRENT_ROOT_RUNS,
+  revision: 0,
+};
+
+/** Serves until SIGINT/SIGTERM. With `dev`, also provides the demo agent and an admin token file for the CLI. */
+export async function serveCommand(config: KeelConfig, env: Readonly<Record<string, string | undefined>>, dev: boolean): Promise<number> {
+  const app = await buildApp(config, env);
+  const log = app.log;
+  if (dev) {
+    if ((await app.agents.get(DEMO_AGENT.id)) === undefined) await app.agents.put(DEMO_AGENT);
+    const tokenFile = path.join(config.dataDir, DEV_TOKEN_FILE);
+    if (!existsSync(tokenFile)) {
+      const { secret } = await app.tokens.create("admin", "dev");
+      await mkdir(config.dataDir, { recursive: true });
+      await writeFile(tokenFile, `${secret}\n`, { mode: 0o600 });
+    }
+    log.info({ tokenFile, agent: DEMO_AGENT.id }, "dev mode: demo agent ready; the CLI reads the admin token from the token file");
+  }
+  const { url, http1Url } = await app.server.listen({ host: config.host, port: config.port, http1Port: config.http1Port });
+  app.startWorkers();
+  log.info({ url, http1Url, workers: config.workers, database: config.databaseUrl === undefined ? "embedded" : "external" }, "keel is serving (gRPC, gRPC-Web and Connect on url; Connect JSON over HTTP/1.1 on http1Url)");
+
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      log.info({ signal }, "stopping");
+      resolve();
+    };
+    process.once("SIGINT", () => stop("SIGINT"));
+    process.once("SIGTERM", () => stop("SIGTERM"));
+  });
+  await app.stop();
+  return 0;
+}

@@ -1,0 +1,169 @@
+// The agent specification in domain terms, with the defaults that keep every run bounded.
+
+export type ToolEffect = "read" | "write";
+
+export interface ModelPrices {
+  readonly inputMicroUsdPerMtok: number;
+  readonly outputMicroUsdPerMtok: number;
+}
+
+export interface ScriptedToolCall {
+  readonly toolName: string;
+  readonly argumentsJson: string;
+}
+
+export interface ScriptedTurn {
+  readonly replyText: string;
+  readonly toolCalls: readonly ScriptedToolCall[];
+  readonly delayMs: number;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+}
+
+export type ModelProviderName = "scripted" | "openai";
+
+export interface ModelSpec {
+  readonly provider: ModelProviderName;
+  readonly model: string;
+  readonly endpoint: string;
+  readonly apiKeyEnv: string;
+  readonly prices: ModelPrices;
+  readonly scriptedTurns: readonly ScriptedTurn[];
+  readonly timeoutMs: number;
+}
+
+export interface ModelRoles {
+  readonly primary: ModelSpec;
+  readonly fast: ModelSpec;
+  readonly decision: ModelSpec;
+}
+
+export interface ToolGrant {
+  readonly toolName: string;
+  /** Empty means every connector may reach the tool. */
+  readonly connectors: readonly string[];
+  readonly readOnlyCommands: readonly string[];
+}
+
+export interface PathRule {
+  readonly field: string;
+  readonly prefixes: readonly string[];
+}
+
+export type Policy =
+  | { readonly kind: "allow_all"; readonly networkAccess: boolean }
+  | {
+      readonly kind: "restriction";
+      readonly allowedTools: readonly string[];
+      readonly allowedEffects: readonly ToolEffect[];
+      readonly pathRules: readonly PathRule[];
+      readonly networkAccess: boolean;
+    };
+
+export interface RunBudget {
+  readonly maxWallClockMs: number;
+  readonly maxIterations: number;
+  readonly maxModelCalls: number;
+  readonly maxToolCalls: number;
+  readonly maxInputTokens: number;
+  readonly maxOutputTokens: number;
+  readonly maxOutputBytes: number;
+  readonly maxCostMicroUsd: number;
+}
+
+export type InterruptScope = "same_actor_only" | "thread_scoped" | "addressed_actor_only";
+
+export interface InterruptSettings {
+  readonly coalesceWindowMs: number;
+  readonly scope: InterruptScope;
+  readonly maxSupersessions: number;
+  readonly supersessionCeilingMs: number;
+}
+
+export interface GraphCeilings {
+  readonly maxNodes: number;
+  readonly maxDepth: number;
+  readonly maxParallelism: number;
+  readonly maxRevisions: number;
+  readonly maxReplans: number;
+}
+
+export interface ProfileRef {
+  readonly name: string;
+  readonly version: number;
+}
+
+export interface SecretGrant {
+  readonly envVar: string;
+  readonly sourceEnv: string;
+}
+
+export interface SandboxSettings {
+  readonly image: string;
+  readonly labels: readonly string[];
+  readonly secrets: readonly SecretGrant[];
+}
+
+export interface AgentSpec {
+  readonly id: string;
+  readonly displayName: string;
+  readonly systemPrompt: string;
+  readonly models: ModelRoles;
+  readonly tools: readonly ToolGrant[];
+  readonly policy: Policy;
+  readonly budget: RunBudget;
+  readonly interrupt: InterruptSettings;
+  readonly graph: GraphCeilings;
+  readonly profile: ProfileRef;
+  readonly sandbox: SandboxSettings;
+  readonly maxConcurrentRootRuns: number;
+  readonly revision: number;
+}
+
+/** Server defaults. A zero in a submitted spec means "use this", never "unbounded". */
+export const DEFAULT_RUN_BUDGET: RunBudget = {
+  maxWallClockMs: 15 * 60_000,
+  maxIterations: 50,
+  maxModelCalls: 60,
+  maxToolCalls: 200,
+  maxInputTokens: 2_000_000,
+  maxOutputTokens: 200_000,
+  maxOutputBytes: 16 * 1024 * 1024,
+  maxCostMicroUsd: 5_000_000,
+};
+
+export const DEFAULT_INTERRUPT_SETTINGS: InterruptSettings = {
+  coalesceWindowMs: 2_000,
+  scope: "thread_scoped",
+  maxSupersessions: 3,
+  supersessionCeilingMs: 120_000,
+};
+
+export const DEFAULT_GRAPH_CEILINGS: GraphCeilings = {
+  maxNodes: 16,
+  maxDepth: 4,
+  maxParallelism: 4,
+  maxRevisions: 3,
+  maxReplans: 2,
+};
+
+export const DEFAULT_MAX_CONCURRENT_ROOT_RUNS = 16;
+
+export const DEFAULT_MODEL_TIMEOUT_MS = 60_000;
+
+export function withBudgetDefaults(budget: Partial<RunBudget>): RunBudget {
+  const pick = (key: keyof RunBudget): number => {
+    const value = budget[key];
+    return value === undefined || value <= 0 ? DEFAULT_RUN_BUDGET[key] : value;
+  };
+  return {
+    maxWallClockMs: pick("maxWallClockMs"),
+    maxIterations: pick("maxIterations"),
+    maxModelCalls: pick("maxModelCalls"),
+    maxToolCalls: pick("maxToolCalls"),
+    maxInputTokens: pick("maxInputTokens"),
+    maxOutputTokens: pick("maxOutputTokens"),
+    maxOutputBytes: pick("maxOutputBytes"),
+    maxCostMicroUsd: pick("maxCostMicroUsd"),
+  };
+}

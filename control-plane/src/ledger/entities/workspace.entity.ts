@@ -1,0 +1,20 @@
+import { defineEntity } from "@mikro-orm/core";
+
+const p = defineEntity.properties;
+
+/** A workspace leased to one run (later, one graph node) on one host. */
+export const WorkspaceEntity = defineEntity({
+  name: "Workspace",
+  tableName: "workspaces",
+  indexes: [{ properties: ["hostId", "status"] }],
+  properties: {
+    id: p.uuid().primary(),
+    hostId: p.text(),
+    runId: p.uuid(),
+    image: p.text(),
+    status: p.text(),
+    acquiredAt: p.datetime().defaultRaw("now()"),
+    releasedAt: p.datetime().nullable(),
+    keepUntil: p.datetime().nullable(),
+  },
+});

@@ -1,0 +1,90 @@
+// Writes that several transactions share: the run's event sequence and emission reservations.
+import { randomUUID } from "node:crypto";
+import type { EmissionDraft } from "../domain/records.js";
+import type { RunEventKind, RunStatus } from "../domain/run.js";
+import { rows, type SqlTransaction } from "./sql.js";
+
+export interface RunEventDraft {
+  readonly kind: RunEventKind;
+  readonly status?: RunStatus;
+  readonly stepId?: string;
+  readonly toolInvocationId?: string;
+  readonly summary: string;
+}
+
+/** Appends events with dense per-run sequence numbers, inside the caller's transaction. */
+export async function appendRunEvents(trx: SqlTransaction, runId: string, events: readonly RunEventDraft[]): Promise<void> {
+  if (events.length === 0) return;
+  const [row] = await rows<{ event_seq: number }>(
+    trx,
+    "UPDATE runs SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq",
+    [events.length, runId],
+  );
+  if (row === undefined) throw new Error(`run ${runId} vanished while appending events`);
+  const first = Number(row.event_seq) - events.length + 1;
+  await trx("run_events").insert(
+    events.map((event, i) => ({
+      run_id: runId,
+      seq: first + i,
+      kind: event.kind,
+      status: event.status ?? null,
+      step_id: event.stepId ?? null,
+      tool_invocation_id: event.toolInvocationId ?? null,
+      summary: event.summary,
+    })),
+  );
+  await trx.raw("SELECT pg_notify('keel_run_events', ?)", [runId]);
+}
+
+export interface EmissionTarget {
+  readonly runId: string;
+  readonly agentId: string;
+  readonly conversationId: string;
+  readonly externalConversationId: string;
+  readonly connector: string;
+}
+
+/**
+ * Reserves emissions by idempotency key: a key already reserved is skipped, so a retried
+ * worker can never emit twice. The advisory lock makes `seq` order equal commit order,
+ * which is what lets a Subscribe cursor (`seq > n`) never skip a row committed late.
+ * Returns how many were new.
+ */
+export async function reserveEmissions(
+  trx: SqlTransaction,
+  target: EmissionTarget,
+  drafts: readonly EmissionDraft[],
+): Promise<number> {
+  if (drafts.length === 0) return 0;
+  await trx.raw("SELECT pg_advisory_xact_lock(7234001)");
+  const inserted = await rows<{ id: string }>(
+    trx,
+    `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
+       external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
+     SELECT * FROM jsonb_to_recordset(?::jsonb) AS e(id uuid, idempotency_key text, connector text, kind text,
+       run_id uuid, agent_id text, conversation_id uuid, external_conversation_id text, reply_to_message_id text,
+       text text, ack_state text, addressed_actor_ids jsonb)
+     ON CONFLICT (idempotency_key) DO NOTHING
+     RETURNING id`,
+    [
+      JSON.stringify(
+        drafts.map((draft) => ({
+          id: randomUUID(),
+          idempotency_key: draft.idempotencyKey,
+          connector: target.connector,
+          kind: draft.kind,
+          run_id: target.runId,
+          agent_id: target.agentId,
+          conversation_id: target.conversationId,
+          external_conversation_id: target.externalConversationId,
+          reply_to_message_id: draft.replyToMessageId ?? null,
+          text: draft.text,
+          ack_state: draft.ackState ?? null,
+          addressed_actor_ids: draft.addressedActorIds,
+        })),
+      ),
+    ],
+  );
+  if (inserted.length > 0) await trx.raw("SELECT pg_notify('keel_emissions', ?)", [target.connector]);
+  return inserted.length;
+}

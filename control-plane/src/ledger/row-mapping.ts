@@ -1,0 +1,155 @@
+// Ledger rows (snake_case, int8 as strings) to domain records.
+import type {
+  ArtifactRecord,
+  EmissionRecord,
+  ModelCallRecord,
+  ObservationRecord,
+  RunEventRecord,
+  RunRecord,
+  ToolInvocationRecord,
+  TriggerRecord,
+} from "../domain/records.js";
+import { ZERO_USAGE, type RunUsage } from "../domain/run.js";
+import { asDate, optional, optionalDate } from "./sql.js";
+
+/* eslint-disable @typescript-eslint/no-explicit-any -- rows are untyped SQL results, narrowed here and only here */
+type Row = Record<string, any>;
+
+export function toRunRecord(row: Row, triggers: readonly TriggerRecord[]): RunRecord {
+  return {
+    id: row.id,
+    agentId: row.agent_id,
+    conversationId: row.conversation_id,
+    externalConversationId: row.external_conversation_id ?? "",
+    connector: row.connector,
+    status: row.status,
+    waitReason: optional(row.wait_reason),
+    shape: row.shape,
+    commitBoundary: row.commit_boundary,
+    parentRunId: optional(row.parent_run_id),
+    rootRunId: optional(row.root_run_id),
+    supersededByRunId: optional(row.superseded_by_run_id),
+    continuationOfRunId: optional(row.continuation_of_run_id),
+    requestedByActorId: row.requested_by_actor_id,
+    replyToMessageId: optional(row.reply_to_message_id),
+    triggers,
+    usage: { ...ZERO_USAGE, ...(row.usage as Partial<RunUsage>) },
+    finalReply: optional(row.final_reply),
+    error: optional(row.error),
+    exhaustedDimension: optional(row.exhausted_dimension),
+    stepCount: Number(row.step_count),
+    leaseEpoch: Number(row.lease_epoch),
+    paused: Boolean(row.paused),
+    cancelledByActorId: optional(row.cancel_requested_by_actor_id),
+    createdAt: asDate(row.created_at),
+    updatedAt: asDate(row.updated_at),
+    finishedAt: optionalDate(row.finished_at),
+  };
+}
+
+export function toTriggerRecord(row: Row): TriggerRecord {
+  return { messageId: row.external_message_id, actorId: row.actor_id, receivedAt: asDate(row.received_at) };
+}
+
+export function toModelCallRecord(row: Row): ModelCallRecord {
+  return {
+    id: row.id,
+    role: row.role,
+    provider: row.provider,
+    model: row.model,
+    requestJson: JSON.stringify(row.request),
+    responseText: row.response_text,
+    toolCallsJson: JSON.stringify(row.tool_calls),
+    inputTokens: Number(row.input_tokens),
+    outputTokens: Number(row.output_tokens),
+    latencyMs: Number(row.latency_ms),
+    finishReason: row.finish_reason,
+    costMicroUsd: Number(row.cost_micro_usd),
+  };
+}
+
+export function toObservationRecord(row: Row): ObservationRecord {
+  return {
+    id: row.id,
+    seq: Number(row.seq),
+    stream: row.stream,
+    text: row.text,
+    truncated: Boolean(row.truncated),
+    observedAt: asDate(row.observed_at),
+  };
+}
+
+export function toToolInvocationRecord(row: Row, observations: readonly ObservationRecord[]): ToolInvocationRecord {
+  return {
+    id: row.id,
+    runId: row.run_id,
+    stepId: optional(row.step_id),
+    modelCallId: optional(row.model_call_id),
+    ordinal: Number(row.ordinal),
+    toolName: row.tool_name,
+    toolVersion: row.tool_version,
+    effect: row.effect,
+    argumentsJson: JSON.stringify(row.arguments),
+    status: row.status,
+    refusalReason: optional(row.refusal_reason),
+    resultText: optional(row.result_text),
+    observations,
+    exitCode: row.exit_code === null ? undefined : Number(row.exit_code),
+    durationMs: row.duration_ms === null ? undefined : Number(row.duration_ms),
+    outputTruncated: Boolean(row.output_truncated),
+    resolvedOutcome: optional(row.resolved_outcome),
+    resolvedByActorId: optional(row.resolved_by_actor_id),
+    resolutionReason: optional(row.resolution_reason),
+    createdAt: asDate(row.created_at),
+    finishedAt: optionalDate(row.finished_at),
+  };
+}
+
+export function toArtifactRecord(row: Row): ArtifactRecord {
+  return {
+    id: row.id,
+    runId: row.run_id,
+    toolInvocationId: optional(row.tool_invocation_id),
+    type: row.type,
+    schemaVersion: row.schema_version,
+    provenance: row.provenance,
+    inlineData: optional(row.inline_data),
+    reference: optional(row.reference),
+    subjectArtifactId: optional(row.subject_artifact_id),
+    conclusion: optional(row.conclusion),
+    createdAt: asDate(row.created_at),
+  };
+}
+
+export function toRunEventRecord(row: Row): RunEventRecord {
+  return {
+    runId: row.run_id,
+    seq: Number(row.seq),
+    kind: row.kind,
+    status: optional(row.status),
+    stepId: optional(row.step_id),
+    toolInvocationId: optional(row.tool_invocation_id),
+    summary: row.summary,
+    at: asDate(row.at),
+  };
+}
+
+export function toEmissionRecord(row: Row): EmissionRecord {
+  return {
+    id: row.id,
+    seq: Number(row.seq),
+    connector: row.connector,
+    kind: row.kind,
+    runId: optional(row.run_id),
+    agentId: row.agent_id,
+    externalConversationId: row.external_conversation_id,
+    replyToMessageId: optional(row.reply_to_message_id),
+    text: row.text,
+    ackState: optional(row.ack_state),
+    idempotencyKey: row.idempotency_key,
+    addressedActorIds: row.addressed_actor_ids,
+    deliveryStatus: row.delivery_status,
+    remoteRef: optional(row.remote_ref),
+    createdAt: asDate(row.created_at),
+  };
+}

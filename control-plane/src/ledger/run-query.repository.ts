@@ -1,0 +1,178 @@
+import type {
+  ArtifactRecord,
+  Page,
+  RunEventRecord,
+  RunRecord,
+  RunStepRecord,
+  ToolInvocationRecord,
+  TriggerRecord,
+} from "../domain/records.js";
+import type { RunStatus } from "../domain/run.js";
+import {
+  toArtifactRecord,
+  toModelCallRecord,
+  toObservationRecord,
+  toRunEventRecord,
+  toRunRecord,
+  toToolInvocationRecord,
+  toTriggerRecord,
+} from "./row-mapping.js";
+import { asDate, decodePageToken, encodePageToken, rows, type Sql } from "./sql.js";
+
+export interface RunFilter {
+  readonly agentId?: string;
+  readonly conversationId?: string;
+  readonly status?: RunStatus;
+}
+
+/** Operator reads of the ledger. */
+export interface RunQueries {
+  getRun(runId: string): Promise<RunRecord | undefined>;
+  listRuns(filter: RunFilter, pageSize: number, pageToken: string): Promise<Page<RunRecord>>;
+  listSteps(runId: string, pageSize: number, pageToken: string): Promise<Page<RunStepRecord>>;
+  getStep(runId: string, stepId: string): Promise<RunStepRecord | undefined>;
+  listArtifacts(runId: string): Promise<readonly ArtifactRecord[]>;
+  eventsAfter(runId: string, afterSeq: number, limit: number): Promise<readonly RunEventRecord[]>;
+}
+
+const RUN_COLUMNS = `r.*, c.external_id AS external_conversation_id`;
+
+export function createRunQueryRepository(sql: Sql): RunQueries {
+  const triggersOf = async (runIds: readonly string[]): Promise<Map<string, TriggerRecord[]>> => {
+    const byRun = new Map<string, TriggerRecord[]>(runIds.map((id) => [id, []]));
+    if (runIds.length === 0) return byRun;
+    const found = await rows<Record<string, unknown>>(
+      sql,
+      "SELECT * FROM run_triggers WHERE run_id = ANY(?::uuid[]) ORDER BY received_at",
+      [runIds],
+    );
+    for (const row of found) byRun.get(row["run_id"] as string)?.push(toTriggerRecord(row));
+    return byRun;
+  };
+
+  const stepsWithDetail = async (stepRows: Record<string, unknown>[]): Promise<RunStepRecord[]> => {
+    const stepIds = stepRows.map((s) => s["id"] as string);
+    if (stepIds.length === 0) return [];
+    const [calls, invocations] = await Promise.all([
+      rows<Record<string, unknown>>(sql, "SELECT * FROM model_calls WHERE step_id = ANY(?::uuid[])", [stepIds]),
+      rows<Record<string, unknown>>(sql, "SELECT * FROM tool_invocations WHERE step_id = ANY(?::uuid[]) ORDER BY ordinal", [stepIds]),
+    ]);
+    const observations = await rows<Record<string, unknown>>(
+      sql,
+      "SELECT * FROM observations WHERE tool_invocation_id = ANY(?::uuid[]) ORDER BY seq",
+      [invocations.map((i) => i["id"] as string)],
+    );
+    const invocationsByStep = new Map<string, ToolInvocationRecord[]>();
+    for (const row of invocations) {
+      const mine = observations.filter((o) => o["tool_invocation_id"] === row["id"]).map(toObservationRecord);
+      const list = invocationsByStep.get(row["step_id"] as string) ?? [];
+      list.push(toToolInvocationRecord(row, mine));
+      invocationsByStep.set(row["step_id"] as string, list);
+    }
+    return stepRows.map((row) => {
+      const call = calls.find((c) => c["step_id"] === row["id"]);
+      return {
+        id: row["id"] as string,
+        runId: row["run_id"] as string,
+        index: Number(row["index"]),
+        replayability: row["replayability"] as RunStepRecord["replayability"],
+        runStatusAfter: row["run_status_after"] as RunStatus,
+        actorId: (row["actor_id"] as string | null) ?? undefined,
+        leaseEpoch: Number(row["lease_epoch"]),
+        startedAt: asDate(row["started_at"]),
+        committedAt: asDate(row["committed_at"]),
+        modelCall: call === undefined ? undefined : toModelCallRecord(call),
+        toolInvocations: invocationsByStep.get(row["id"] as string) ?? [],
+      };
+    });
+  };
+
+  return {
+    async getRun(runId) {
+      const [row] = await rows<Record<string, unknown>>(
+        sql,
+        `SELECT ${RUN_COLUMNS} FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ?`,
+        [runId],
+      );
+      if (row === undefined) return undefined;
+      return toRunRecord(row, (await triggersOf([runId])).get(runId) ?? []);
+    },
+
+    async listRuns(filter, pageSize, pageToken) {
+      // Newest first; the token is the last row's (created_at, id).
+      const after = decodePageToken(pageToken);
+      const where: string[] = [];
+      const bindings: unknown[] = [];
+      if (filter.agentId !== undefined) {
+        where.push("r.agent_id = ?");
+        bindings.push(filter.agentId);
+      }
+      if (filter.conversationId !== undefined) {
+        where.push("c.external_id = ?");
+        bindings.push(filter.conversationId);
+      }
+      if (filter.status !== undefined) {
+        where.push("r.status = ?");
+        bindings.push(filter.status);
+      }
+      if (after !== undefined) {
+        const [createdAt, id] = after.split("|");
+        where.push("(r.created_at, r.id) < (?::timestamptz, ?::uuid)");
+        bindings.push(createdAt, id);
+      }
+      const found = await rows<Record<string, unknown>>(
+        sql,
+        `SELECT ${RUN_COLUMNS} FROM runs r JOIN conversations c ON c.id = r.conversation_id
+         ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""}
+         ORDER BY r.created_at DESC, r.id DESC LIMIT ?`,
+        [...bindings, pageSize + 1],
+      );
+      const page = found.slice(0, pageSize);
+      const triggers = await triggersOf(page.map((r) => r["id"] as string));
+      const items = page.map((row) => toRunRecord(row, triggers.get(row["id"] as string) ?? []));
+      const last = page.at(-1);
+      return {
+        items,
+        nextPageToken:
+          found.length > pageSize && last !== undefined
+            ? encodePageToken(`${asDate(last["created_at"]).toISOString()}|${String(last["id"])}`)
+            : "",
+      };
+    },
+
+    async listSteps(runId, pageSize, pageToken) {
+      const afterIndex = Number(decodePageToken(pageToken) ?? -1);
+      const found = await rows<Record<string, unknown>>(
+        sql,
+        `SELECT * FROM run_steps WHERE run_id = ? AND index > ? ORDER BY index LIMIT ?`,
+        [runId, Number.isFinite(afterIndex) ? afterIndex : -1, pageSize + 1],
+      );
+      const page = found.slice(0, pageSize);
+      const last = page.at(-1);
+      return {
+        items: await stepsWithDetail(page),
+        nextPageToken: found.length > pageSize && last !== undefined ? encodePageToken(String(last["index"])) : "",
+      };
+    },
+
+    async getStep(runId, stepId) {
+      const found = await rows<Record<string, unknown>>(sql, "SELECT * FROM run_steps WHERE run_id = ? AND id = ?", [runId, stepId]);
+      const [step] = await stepsWithDetail(found);
+      return step;
+    },
+
+    async listArtifacts(runId) {
+      const found = await rows<Record<string, unknown>>(sql, "SELECT * FROM artifacts WHERE run_id = ? ORDER BY created_at", [runId]);
+      return found.map(toArtifactRecord);
+    },
+
+    async eventsAfter(runId, afterSeq, limit) {
+      const found = await rows<Record<string, unknown>>(
+        sql,
+        "SELECT * FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        [runId, afterSeq, limit],
+      );
+      return found.map(toRunEventRecord);
+    },
+  };
+}

@@ -1,0 +1,131 @@
+// The composition root and command line: reads the environment, parses flags, runs one command.
+import { parseArgs } from "node:util";
+import { ConnectError } from "@connectrpc/connect";
+import { resolveToken, resolveUrl } from "./cli/client.js";
+import { inspectCommand } from "./cli/inspect-command.js";
+import { runsCommand } from "./cli/runs-command.js";
+import { sendCommand } from "./cli/send-command.js";
+import { serveCommand } from "./cli/serve-command.js";
+import { tokenCreateCommand } from "./cli/token-command.js";
+import { ConfigError, loadConfig } from "./config.js";
+
+const USAGE = `keel: a durable control plane for AI agent runs
+
+  keel serve [--dev] [--port N] [--http1-port N] [--workers N]
+  keel send --agent A --conversation C [--actor U] [--timeout-ms N] "text"
+  keel runs [--agent A] [--conversation C] [--status S] [--limit N]
+  keel inspect RUN_ID
+  keel token create --role connector|sandbox-host|operator|admin [--label L]
+
+Client commands take --url (KEEL_URL, default http://127.0.0.1:7070) and --token
+(KEEL_TOKEN, or the file .keel/dev-token that \`keel serve --dev\` writes).
+Settings are environment variables (KEEL_PORT, DATABASE_URL, ...): see README.md.`;
+
+export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<number> {
+  const out = (line: string) => process.stdout.write(`${line}\n`);
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case "serve": {
+        const { values } = parseArgs({
+          args: rest,
+          options: { dev: { type: "boolean" }, port: { type: "string" }, "http1-port": { type: "string" }, workers: { type: "string" } },
+        });
+        const config = loadConfig({
+          ...env,
+          ...(values.port === undefined ? {} : { KEEL_PORT: values.port }),
+          ...(values["http1-port"] === undefined ? {} : { KEEL_HTTP1_PORT: values["http1-port"] }),
+          ...(values.workers === undefined ? {} : { KEEL_WORKERS: values.workers }),
+        });
+        return await serveCommand(config, env, values.dev ?? false);
+      }
+      case "send": {
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: {
+            agent: { type: "string", default: "demo" },
+            conversation: { type: "string", default: "cli" },
+            actor: { type: "string", default: env["USER"] ?? "cli-user" },
+            "timeout-ms": { type: "string", default: "120000" },
+            url: { type: "string" },
+            token: { type: "string" },
+          },
+        });
+        const text = positionals.join(" ");
+        if (text === "") return usage("send needs the message text");
+        return await sendCommand(
+          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) },
+          { agent: values.agent, conversation: values.conversation, actor: values.actor, text, timeoutMs: Number(values["timeout-ms"]) },
+          out,
+        );
+      }
+      case "runs": {
+        const { values } = parseArgs({
+          args: rest,
+          options: {
+            agent: { type: "string" },
+            conversation: { type: "string" },
+            status: { type: "string" },
+            limit: { type: "string", default: "20" },
+            url: { type: "string" },
+            token: { type: "string" },
+          },
+        });
+        return await runsCommand(
+          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) },
+          {
+            ...(values.agent === undefined ? {} : { agent: values.agent }),
+            ...(values.conversation === undefined ? {} : { conversation: values.conversation }),
+            ...(values.status === undefined ? {} : { status: values.status }),
+            limit: Number(values.limit),
+          },
+          out,
+        );
+      }
+      case "inspect": {
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: { url: { type: "string" }, token: { type: "string" } },
+        });
+        const [runId] = positionals;
+        if (runId === undefined) return usage("inspect needs a run id");
+        return await inspectCommand({ url: resolveUrl(values.url, env), token: resolveToken(values.token, env) }, runId, out);
+      }
+      case "token": {
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: { role: { type: "string" }, label: { type: "string", default: "" } },
+        });
+        if (positionals[0] !== "create" || values.role === undefined) return usage("usage: keel token create --role R");
+        return await tokenCreateCommand(loadConfig(env), values.role, values.label, out);
+      }
+      case undefined:
+      case "help":
+      case "--help":
+        out(USAGE);
+        return command === undefined ? 2 : 0;
+      default:
+        return usage(`unknown command ${command}`);
+    }
+  } catch (error) {
+    if (error instanceof ConfigError) process.stderr.write(`keel: ${error.message}\n`);
+    else if (error instanceof ConnectError) process.stderr.write(`keel: ${error.rawMessage} (${codeName(error.code)})\n`);
+    else if (error instanceof TypeError && "code" in error && String(error.code).startsWith("ERR_PARSE_ARGS")) return usage(error.message);
+    else process.stderr.write(`keel: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 1;
+  }
+}
+
+function usage(problem: string): number {
+  process.stderr.write(`keel: ${problem}\n\n${USAGE}\n`);
+  return 2;
+}
+
+function codeName(code: number): string {
+  return ["ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists", "permission_denied",
+    "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
+    "unauthenticated"][code] ?? String(code);
+}
