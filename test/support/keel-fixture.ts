@@ -1,0 +1,66 @@
+// A real Keel for integration tests: its own database on the shared PostgreSQL, a real
+// HTTP/2 server on loopback, and a token per role.
+import { randomBytes } from "node:crypto";
+import pg from "pg";
+import { pino } from "pino";
+import { inject } from "vitest";
+import { buildApp, type KeelApp } from "../../control-plane/src/app.js";
+import { loadConfig } from "../../control-plane/src/config.js";
+import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
+import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
+import { DEMO_AGENT } from "../../control-plane/src/cli/serve-command.js";
+
+export { DEMO_AGENT };
+
+/** A fresh, empty database on the shared test PostgreSQL; returns its URL. */
+export async function createTestDatabase(): Promise<string> {
+  const base = inject("postgresUrl");
+  const name = `keel_test_${randomBytes(6).toString("hex")}`;
+  const client = new pg.Client({ connectionString: base });
+  await client.connect();
+  try {
+    await client.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await client.end();
+  }
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+export interface TestKeel {
+  readonly app: KeelApp;
+  readonly url: string;
+  readonly http1Url: string;
+  readonly databaseUrl: string;
+  readonly tokens: Readonly<Record<TokenRole, string>>;
+  stop(): Promise<void>;
+}
+
+export interface TestKeelOptions {
+  readonly databaseUrl?: string;
+  readonly workers?: number;
+  readonly env?: Readonly<Record<string, string>>;
+  readonly agents?: readonly AgentSpec[];
+}
+
+export async function startTestKeel(options: TestKeelOptions = {}): Promise<TestKeel> {
+  const databaseUrl = options.databaseUrl ?? (await createTestDatabase());
+  const env = {
+    DATABASE_URL: databaseUrl,
+    KEEL_WORKERS: String(options.workers ?? 2),
+    KEEL_IDLE_POLL_MS: "500",
+    KEEL_LEASE_MS: "3000",
+    KEEL_DB_POOL_MAX: "10",
+    ...options.env,
+  };
+  const app = await buildApp(loadConfig(env), env, pino({ level: process.env["KEEL_TEST_LOG"] ?? "silent" }));
+  for (const agent of options.agents ?? [DEMO_AGENT]) await app.agents.put(agent);
+  const roles: TokenRole[] = ["connector", "sandbox-host", "operator", "admin"];
+  const tokens = Object.fromEntries(
+    await Promise.all(roles.map(async (role) => [role, (await app.tokens.create(role, "test")).secret] as const)),
+  ) as Record<TokenRole, string>;
+  const { url, http1Url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
+  if ((options.workers ?? 2) > 0) app.startWorkers();
+  return { app, url, http1Url, databaseUrl, tokens, stop: () => app.stop() };
+}
