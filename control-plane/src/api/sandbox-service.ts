@@ -5,7 +5,6 @@ import { requireSlug } from "../domain/ids.js";
 
 export function createSandboxService(): ServiceImpl<typeof SandboxService> {
   return {
-    // eslint-disable-next-line require-yield -- the stream is validated, then refused until sandbox hosts land
     async *attach(requests) {
       for await (const request of requests) {
         if (request.message.case !== "register") {

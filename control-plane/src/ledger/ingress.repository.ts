@@ -3,7 +3,7 @@ import type { AgentSpec } from "../domain/agent.js";
 import { NotFoundError } from "../domain/errors.js";
 import type { RunStatus } from "../domain/run.js";
 import { ZERO_USAGE } from "../domain/run.js";
-import { ACK_WORKING_TEXT, type Admission, type IngressStore, type SubmittedMessage } from "../conversation/ingress.js";
+import { ACK_WORKING_TEXT, type Admission, type IngressStore } from "../conversation/ingress.js";
 import { appendRunEvents, reserveEmissions } from "./ledger-writes.js";
 import { rows, type Sql } from "./sql.js";
 
