@@ -16,11 +16,15 @@ import { createIngressRepository } from "./ledger/ingress.repository.js";
 import { armNotification, startNotificationHub } from "./ledger/notification-hub.js";
 import { openLedger, type LedgerOrm } from "./ledger/orm.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
+import { createRunControlRepository } from "./ledger/run-control.repository.js";
 import { createRunRepository } from "./ledger/run.repository.js";
 import { sqlOf, type Sql } from "./ledger/sql.js";
 import { createOpenAiModelProvider } from "./models/openai-model-provider.js";
 import { createScriptedModelProvider } from "./models/scripted-model-provider.js";
+import type { RunnerDeps } from "./runner/runner.js";
 import { startWorkerPool, type WorkerPool } from "./runner/worker-pool.js";
+import { askUserTool } from "./tools/ask-user-tool.js";
+import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.js";
 
 export interface Ledger {
   readonly orm: LedgerOrm;
@@ -65,19 +69,39 @@ export interface KeelApp {
   stop(): Promise<void>;
 }
 
-export async function buildApp(config: KeelConfig, env: Readonly<Record<string, string | undefined>>, log?: Logger): Promise<KeelApp> {
-  const logger = log ?? pino({ level: config.logLevel, base: { service: "keel" } });
+export interface BuildOptions {
+  readonly log?: Logger;
+  /** Tools beyond the built-in ones (sandbox tools, a deployment's own, tests'). */
+  readonly tools?: readonly ToolDefinition[];
+  /** Wraps the run store or providers, e.g. with fault injection in crash tests. */
+  readonly wrapRunnerDeps?: (deps: RunnerDeps) => RunnerDeps;
+}
+
+export async function buildApp(
+  config: KeelConfig,
+  env: Readonly<Record<string, string | undefined>>,
+  options: BuildOptions = {},
+): Promise<KeelApp> {
+  const logger = options.log ?? pino({ level: config.logLevel, base: { service: "keel" } });
+  const tools = createToolRegistry([askUserTool, ...(options.tools ?? [])]);
   const ledger = await openKeelLedger(config, logger);
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
   const agents = createAgentRepository(ledger.orm);
   const tokens = createApiTokenRepository(ledger.orm);
   const runStore = createRunRepository(ledger.sql);
+  const runQueries = createRunQueryRepository(ledger.sql);
+  const control = createRunControlRepository(ledger.sql);
 
   const server = createKeelServer(
     {
-      ingress: createIngressService({ ingress: createIngressRepository(ledger.sql), maxMessageTextBytes: config.maxTextBytes }),
+      ingress: createIngressService({
+        ingress: createIngressRepository(ledger.sql),
+        control,
+        runs: runQueries,
+        maxMessageTextBytes: config.maxTextBytes,
+      }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
-      runs: createRunService({ runs: createRunQueryRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
+      runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs }),
       agents: createAgentService({ agents }),
       sandbox: createSandboxService(),
     },
@@ -104,12 +128,16 @@ export async function buildApp(config: KeelConfig, env: Readonly<Record<string, 
     tokens,
     server,
     startWorkers() {
+      const deps: RunnerDeps = {
+        store: runStore,
+        providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
+        tools,
+        now: () => new Date(),
+        log: logger.child({ component: "runner" }),
+        maxInvalidTurns: 3,
+      };
       const pool = startWorkerPool(
-        {
-          store: runStore,
-          providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
-          now: () => new Date(),
-        },
+        options.wrapRunnerDeps?.(deps) ?? deps,
         { workers: config.workers, leaseMs: config.leaseMs, idlePollMs: config.idlePollMs },
         () => armNotification(hub, "keel_runs", () => true),
         logger.child({ component: "runner" }),

@@ -7,6 +7,7 @@ import { inject } from "vitest";
 import { buildApp, type KeelApp } from "../../control-plane/src/app.js";
 import { loadConfig } from "../../control-plane/src/config.js";
 import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
+import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
 import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
 import { DEMO_AGENT } from "../../control-plane/src/cli/serve-command.js";
 
@@ -42,6 +43,7 @@ export interface TestKeelOptions {
   readonly workers?: number;
   readonly env?: Readonly<Record<string, string>>;
   readonly agents?: readonly AgentSpec[];
+  readonly tools?: readonly ToolDefinition[];
 }
 
 export async function startTestKeel(options: TestKeelOptions = {}): Promise<TestKeel> {
@@ -54,7 +56,10 @@ export async function startTestKeel(options: TestKeelOptions = {}): Promise<Test
     KEEL_DB_POOL_MAX: "10",
     ...options.env,
   };
-  const app = await buildApp(loadConfig(env), env, pino({ level: process.env["KEEL_TEST_LOG"] ?? "silent" }));
+  const app = await buildApp(loadConfig(env), env, {
+    log: pino({ level: process.env["KEEL_TEST_LOG"] ?? "silent" }),
+    ...(options.tools === undefined ? {} : { tools: options.tools }),
+  });
   for (const agent of options.agents ?? [DEMO_AGENT]) await app.agents.put(agent);
   const roles: TokenRole[] = ["connector", "sandbox-host", "operator", "admin"];
   const tokens = Object.fromEntries(

@@ -1,14 +1,18 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { IngressService } from "../../../gen/keel/v1/ingress_service_pb.js";
-import { UnimplementedError } from "../domain/errors.js";
+import { NotFoundError, UnimplementedError } from "../domain/errors.js";
+import type { RunQueries } from "../ledger/run-query.repository.js";
+import type { RunControl } from "../runner/run-control.js";
 import { optionalExternalId, requireExternalId, requireSlug, requireText, requireUuid } from "../domain/ids.js";
 import type { IngressStore } from "../conversation/ingress.js";
-import { toEnum } from "./convert.js";
+import { runToProto, toEnum } from "./convert.js";
 import { RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
 import { requireActor, requireEnum, requireReason } from "./validate.js";
 
 export interface IngressServiceDeps {
   readonly ingress: IngressStore;
+  readonly control: RunControl;
+  readonly runs: RunQueries;
   readonly maxMessageTextBytes: number;
 }
 
@@ -41,11 +45,11 @@ export function createIngressService(deps: IngressServiceDeps): ServiceImpl<type
       requireText("text", request.text, deps.maxMessageTextBytes);
       return later("EditMessage");
     },
-    answerInput(request) {
-      requireUuid("run_id", request.runId);
-      requireActor("actor", request.actor);
-      requireText("text", request.text, deps.maxMessageTextBytes);
-      return later("AnswerInput");
+    async answerInput(request) {
+      const runId = requireUuid("run_id", request.runId);
+      const actor = requireActor("actor", request.actor);
+      const status = await deps.control.answer(runId, actor.id, requireText("text", request.text, deps.maxMessageTextBytes));
+      return { runId, status: toEnum(RunStatusSchema, status) };
     },
     decideGate(request) {
       requireUuid("run_id", request.runId);
@@ -55,11 +59,13 @@ export function createIngressService(deps: IngressServiceDeps): ServiceImpl<type
       requireReason("reason", request.reason);
       return later("DecideGate");
     },
-    cancelRun(request) {
-      requireUuid("run_id", request.runId);
-      requireActor("actor", request.actor);
-      requireReason("reason", request.reason);
-      return later("CancelRun");
+    async cancelRun(request) {
+      const runId = requireUuid("run_id", request.runId);
+      const actor = requireActor("actor", request.actor);
+      await deps.control.cancel(runId, actor.id, requireReason("reason", request.reason));
+      const run = await deps.runs.getRun(runId);
+      if (run === undefined) throw new NotFoundError("run", runId);
+      return { run: runToProto(run) };
     },
     continueRun(request) {
       requireUuid("run_id", request.runId);

@@ -1,24 +1,22 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
-import { RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
-import { NotFoundError, UnimplementedError } from "../domain/errors.js";
+import { ResolvedOutcomeSchema, RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
+import { InvalidArgumentError, NotFoundError } from "../domain/errors.js";
+import type { RunControl } from "../runner/run-control.js";
 import { optionalExternalId, requireSlug, requireUuid } from "../domain/ids.js";
 import type { RunRecord } from "../domain/records.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
 import type { RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
-import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto } from "./convert.js";
+import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
 import { pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
 
 export interface RunServiceDeps {
   readonly runs: RunQueries;
+  readonly control: RunControl;
   readonly hub: NotificationHub;
   readonly pollMs: number;
 }
-
-const later = (rpc: string): never => {
-  throw new UnimplementedError(`RunService.${rpc} is not implemented yet; it arrives with the durable-loop work`);
-};
 
 export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunService> {
   const mustGetRun = async (runId: string): Promise<RunRecord> => {
@@ -26,12 +24,14 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     if (run === undefined) throw new NotFoundError("run", runId);
     return run;
   };
-  const operatorAction = (rpc: string) => (request: { runId: string; actor?: { id: string; displayName: string } | undefined; reason: string }) => {
-    requireUuid("run_id", request.runId);
-    requireActor("actor", request.actor);
-    requireReason("reason", request.reason);
-    return later(rpc);
-  };
+  const operatorAction =
+    (act: (runId: string, actorId: string, reason: string) => Promise<unknown>) =>
+    async (request: { runId: string; actor?: { id: string; displayName: string } | undefined; reason: string }) => {
+      const runId = requireUuid("run_id", request.runId);
+      const actor = requireActor("actor", request.actor);
+      await act(runId, actor.id, requireReason("reason", request.reason));
+      return { run: runToProto(await mustGetRun(runId)) };
+    };
 
   return {
     async getRun(request) {
@@ -100,15 +100,19 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
       throw new NotFoundError("work graph of run", `${run.id} (execution shape ${run.shape})`);
     },
     async resolveUnknownOutcome(request) {
-      requireUuid("run_id", request.runId);
-      requireUuid("tool_invocation_id", request.toolInvocationId);
-      requireEnum("outcome", request.outcome);
-      requireActor("actor", request.actor);
-      requireReason("reason", request.reason);
-      return later("ResolveUnknownOutcome");
+      const runId = requireUuid("run_id", request.runId);
+      const invocationId = requireUuid("tool_invocation_id", request.toolInvocationId);
+      const outcome = fromEnum<"applied" | "not_applied">(ResolvedOutcomeSchema, requireEnum("outcome", request.outcome));
+      const actor = requireActor("actor", request.actor);
+      const reason = requireReason("reason", request.reason);
+      if (outcome === undefined) throw new InvalidArgumentError("outcome", "must be APPLIED or NOT_APPLIED");
+      await deps.control.resolveUnknownOutcome(runId, invocationId, outcome, actor.id, reason);
+      const invocation = await deps.runs.getToolInvocation(runId, invocationId);
+      if (invocation === undefined) throw new NotFoundError("tool invocation", invocationId);
+      return { toolInvocation: toolInvocationToProto(invocation), run: runToProto(await mustGetRun(runId)) };
     },
-    pauseRun: operatorAction("PauseRun"),
-    resumeRun: operatorAction("ResumeRun"),
-    requeueRun: operatorAction("RequeueRun"),
+    pauseRun: operatorAction((runId, actorId, reason) => deps.control.pause(runId, actorId, reason)),
+    resumeRun: operatorAction((runId, actorId, reason) => deps.control.resume(runId, actorId, reason)),
+    requeueRun: operatorAction((runId, actorId, reason) => deps.control.requeue(runId, actorId, reason)),
   };
 }

@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import http from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -51,6 +52,9 @@ export function createKeelServer(
   fallback: NonNullable<ConnectNodeAdapterOptions["fallback"]>,
 ): KeelServer {
   const shutdown = new AbortController();
+  // Connect links every in-flight RPC to this signal (one listener each, removed when the RPC
+  // ends), so more than 10 concurrent RPCs is normal, not a leak: no MaxListeners warning.
+  setMaxListeners(0, shutdown.signal);
   const handler = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
       router.service(IngressService, services.ingress);

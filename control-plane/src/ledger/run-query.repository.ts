@@ -33,6 +33,9 @@ export interface RunQueries {
   getStep(runId: string, stepId: string): Promise<RunStepRecord | undefined>;
   listArtifacts(runId: string): Promise<readonly ArtifactRecord[]>;
   eventsAfter(runId: string, afterSeq: number, limit: number): Promise<readonly RunEventRecord[]>;
+  getToolInvocation(runId: string, invocationId: string): Promise<ToolInvocationRecord | undefined>;
+  /** Runs waiting on an unknown write outcome, with the invocations to resolve. */
+  listUnknownOutcomes(limit: number): Promise<readonly ToolInvocationRecord[]>;
 }
 
 const RUN_COLUMNS = `r.*, c.external_id AS external_conversation_id`;
@@ -164,6 +167,24 @@ export function createRunQueryRepository(sql: Sql): RunQueries {
     async listArtifacts(runId) {
       const found = await rows<Record<string, unknown>>(sql, "SELECT * FROM artifacts WHERE run_id = ? ORDER BY created_at", [runId]);
       return found.map(toArtifactRecord);
+    },
+
+    async getToolInvocation(runId, invocationId) {
+      const [row] = await rows<Record<string, unknown>>(sql, "SELECT * FROM tool_invocations WHERE run_id = ? AND id = ?", [runId, invocationId]);
+      if (row === undefined) return undefined;
+      const observations = await rows<Record<string, unknown>>(sql, "SELECT * FROM observations WHERE tool_invocation_id = ? ORDER BY seq", [invocationId]);
+      return toToolInvocationRecord(row, observations.map(toObservationRecord));
+    },
+
+    async listUnknownOutcomes(limit) {
+      const found = await rows<Record<string, unknown>>(
+        sql,
+        `SELECT i.* FROM tool_invocations i JOIN runs r ON r.id = i.run_id
+         WHERE i.status = 'unknown_outcome' AND i.resolved_outcome IS NULL AND r.status = 'waiting'
+         ORDER BY i.created_at LIMIT ?`,
+        [limit],
+      );
+      return found.map((row) => toToolInvocationRecord(row, []));
     },
 
     async eventsAfter(runId, afterSeq, limit) {

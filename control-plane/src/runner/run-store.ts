@@ -1,6 +1,8 @@
-import type { AgentSpec } from "../domain/agent.js";
-import type { EmissionDraft } from "../domain/records.js";
+import type { AgentSpec, Policy, ToolEffect } from "../domain/agent.js";
+import type { ArtifactRecord, EmissionDraft, ToolInvocationStatus } from "../domain/records.js";
 import type { BudgetDimension, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
+import type { ToolCallRequest } from "../domain/transcript.js";
+import type { ArtifactDraft } from "../tools/tool-registry.js";
 
 export interface RunInputMessage {
   readonly messageId: string;
@@ -8,11 +10,12 @@ export interface RunInputMessage {
   readonly text: string;
 }
 
-/** A run a worker holds a lease on, with everything needed to take its next step. */
+/** A run a worker holds a lease on, with what it needs to take the next step. */
 export interface ClaimedRun {
   readonly runId: string;
   readonly epoch: number;
   readonly agent: AgentSpec;
+  readonly connector: string;
   readonly status: RunStatus;
   readonly stepCount: number;
   readonly usage: RunUsage;
@@ -23,6 +26,36 @@ export interface ClaimedRun {
   readonly replyToMessageId: string | undefined;
 }
 
+/** A committed tool call as the runner rebuilds the transcript from it. */
+export interface InvocationState {
+  readonly id: string;
+  readonly providerCallId: string;
+  readonly toolName: string;
+  readonly effect: ToolEffect;
+  readonly argumentsJson: string;
+  readonly status: ToolInvocationStatus;
+  readonly resultText: string | undefined;
+  readonly refusalReason: string | undefined;
+  readonly resolvedOutcome: "applied" | "not_applied" | undefined;
+  readonly resolvedByActorId: string | undefined;
+  readonly resolutionReason: string | undefined;
+}
+
+export interface StepState {
+  readonly index: number;
+  readonly responseText: string;
+  readonly toolCalls: readonly ToolCallRequest[];
+  readonly invocations: readonly InvocationState[];
+  /** What the runner told the model after this step (an invalid turn, an unmet completion contract). */
+  readonly feedback: string | undefined;
+}
+
+/** Everything committed so far: the durable state a resumed worker starts from. */
+export interface RunHistory {
+  readonly steps: readonly StepState[];
+  readonly artifacts: readonly ArtifactRecord[];
+}
+
 export interface ModelCallCommit {
   readonly id: string;
   readonly role: ModelRole;
@@ -30,7 +63,7 @@ export interface ModelCallCommit {
   readonly model: string;
   readonly request: unknown;
   readonly responseText: string;
-  readonly toolCalls: unknown;
+  readonly toolCalls: readonly ToolCallRequest[];
   readonly inputTokens: number;
   readonly outputTokens: number;
   readonly latencyMs: number;
@@ -38,11 +71,39 @@ export interface ModelCallCommit {
   readonly costMicroUsd: number;
 }
 
-/** Everything one iteration produced; the store writes it in one transaction or not at all. */
-export interface StepCommit {
+/** A tool call's intent, written before anything is dispatched. */
+export interface InvocationIntent {
+  readonly id: string;
+  readonly providerCallId: string;
+  readonly ordinal: number;
+  readonly toolName: string;
+  readonly toolVersion: string;
+  readonly effect: ToolEffect;
+  readonly argumentsJson: string;
+  /** "pending" to dispatch, "refused" when validation or policy said no. */
+  readonly status: "pending" | "refused";
+  readonly refusalReason?: string;
+}
+
+export interface Fence {
   readonly runId: string;
   readonly workerId: string;
   readonly epoch: number;
+}
+
+export interface Settlement {
+  readonly status: RunStatus;
+  readonly usage: RunUsage;
+  readonly finalReply?: string;
+  readonly error?: string;
+  readonly exhaustedDimension?: BudgetDimension;
+  readonly waitReason?: "unknown_write_outcome";
+  readonly emissions: readonly EmissionDraft[];
+  readonly summary: string;
+}
+
+/** One iteration's model turn and the intents of its tool calls, with the run's new status. */
+export interface StepCommit extends Fence, Settlement {
   readonly step:
     | {
         readonly id: string;
@@ -51,23 +112,42 @@ export interface StepCommit {
         readonly actorId: string | undefined;
         readonly startedAt: Date;
         readonly modelCall: ModelCallCommit | undefined;
+        readonly invocations: readonly InvocationIntent[];
+        readonly feedback?: string;
       }
     | undefined;
-  readonly status: RunStatus;
-  readonly usage: RunUsage;
-  readonly finalReply?: string;
-  readonly error?: string;
-  readonly exhaustedDimension?: BudgetDimension;
-  readonly emissions: readonly EmissionDraft[];
-  readonly summary: string;
+  /** The step's first external effect moves the run past its commit boundary. */
+  readonly crossesCommitBoundary?: boolean;
 }
 
-/** The runner's port to the ledger. */
+/** One tool call's result, with its artifacts, committed atomically. */
+export interface ToolOutcomeCommit extends Fence, Settlement {
+  readonly invocationId: string;
+  readonly outcome: Exclude<ToolInvocationStatus, "pending">;
+  readonly resultText: string;
+  readonly refusalReason?: string;
+  readonly exitCode?: number;
+  readonly durationMs?: number;
+  readonly truncated?: boolean;
+  readonly artifacts: readonly ArtifactDraft[];
+  /** Who answered (keel.ask_user) or who resolved an unknown outcome ("lookup" for a tool's own lookup). */
+  readonly answeredByActorId?: string;
+  readonly resolvedOutcome?: "applied" | "not_applied";
+}
+
+/** The runner's port to the ledger. Every write but observations is fenced by the lease epoch. */
 export interface RunStore {
   /** Claims the oldest runnable run (FOR UPDATE SKIP LOCKED), raising its fencing epoch. */
   claimNext(workerId: string, leaseMs: number): Promise<ClaimedRun | undefined>;
   /** Extends the lease; false when another worker has taken it. */
   renewLease(runId: string, workerId: string, epoch: number, leaseMs: number): Promise<boolean>;
-  /** Commits one iteration. Throws LeaseLostError if the epoch is no longer current. */
+  loadHistory(runId: string): Promise<RunHistory>;
+  /** Cancellation, pause and the agent's current policy: what may have changed since the claim. */
+  readControl(runId: string, agentId: string): Promise<{ cancelRequestedByActorId: string | undefined; paused: boolean; policy: Policy }>;
   commitStep(commit: StepCommit): Promise<void>;
+  commitToolOutcome(commit: ToolOutcomeCommit): Promise<void>;
+  /** Appends an observation chunk as it arrives (not fenced: it is evidence of what happened). */
+  appendObservation(runId: string, invocationId: string, seq: number, stream: string, text: string): Promise<void>;
+  /** Gives the run back: queued again (paused, or shutting down) with the lease cleared. */
+  release(fence: Fence, summary: string): Promise<void>;
 }

@@ -1,17 +1,30 @@
 import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
 import type { ModelProviderName, ModelSpec } from "../domain/agent.js";
 import { DEFAULT_MODEL_TIMEOUT_MS } from "../domain/agent.js";
+import { budgetBeforeModelCall, budgetBeforeToolCall, budgetOverrun, exhaustionReply, type BudgetCheck } from "../domain/budget.js";
+import { compactToolResults, DEFAULT_COMPACTION, type CompactionOptions } from "../domain/compaction.js";
 import { DomainError } from "../domain/errors.js";
+import { byteLength } from "../domain/ids.js";
+import { mayDispatch } from "../domain/policy.js";
+import { evaluatorFor, profileFor } from "../domain/profile.js";
 import type { EmissionDraft } from "../domain/records.js";
 import { costMicroUsd, type RunStatus, type RunUsage } from "../domain/run.js";
-import type { ModelMessage } from "../domain/transcript.js";
+import { buildTranscript } from "../domain/transcript-builder.js";
+import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
+import type { RegisteredTool, ToolRegistry } from "../tools/tool-registry.js";
 import type { ModelProvider } from "./model-provider.js";
-import type { ClaimedRun, RunStore, StepCommit } from "./run-store.js";
+import type { ClaimedRun, Fence, InvocationIntent, InvocationState, RunHistory, RunStore, Settlement } from "./run-store.js";
 
 export interface RunnerDeps {
   readonly store: RunStore;
   readonly providers: Readonly<Record<ModelProviderName, ModelProvider>>;
+  readonly tools: ToolRegistry;
   readonly now: () => Date;
+  readonly log: Logger;
+  /** Consecutive turns the model may get wrong (bad tool, bad arguments, unmet contract) before the run fails. */
+  readonly maxInvalidTurns: number;
+  readonly compaction?: CompactionOptions;
 }
 
 export interface StepContext {
@@ -22,64 +35,178 @@ export interface StepContext {
 export const SUCCEEDED_ACK = "✅";
 export const FAILED_ACK = "❌";
 
+/** Thrown inside the loop when the run has been settled or handed back; ends this claim quietly. */
+class RunParked extends Error {}
+
 /**
- * Takes one claimed run through its next iteration and commits it. The first slice is
- * one model call without tools; the durable loop grows from here.
+ * Drives one claimed run until it settles or parks, in the order the harness contract
+ * gives: load the durable state; prepare the profile's turn and the policy-filtered
+ * catalog; make and validate one model turn; commit the step with every call's intent;
+ * then, per call, authorize again, dispatch and commit its result. Every write is
+ * fenced by the lease epoch, so a worker that lost its lease changes nothing.
  */
-export async function advanceRun(deps: RunnerDeps, run: ClaimedRun, context: StepContext): Promise<void> {
-  if (run.cancelRequestedByActorId !== undefined) {
-    await deps.store.commitStep(settle(run, context, "cancelled", run.usage, { summary: `cancelled by ${run.cancelRequestedByActorId}` }));
-    return;
-  }
-  const spec = run.agent.models.primary;
-  const provider = deps.providers[spec.provider];
-  const messages = transcriptOf(run);
-  const startedAt = deps.now();
-  const timeout = AbortSignal.timeout(spec.timeoutMs > 0 ? spec.timeoutMs : DEFAULT_MODEL_TIMEOUT_MS);
-  const signal = AbortSignal.any([context.signal, timeout]);
-  let turn;
+export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context: StepContext): Promise<void> {
+  const driver = new RunDriver(deps, claimed, context);
   try {
-    turn = await provider.complete({ spec, messages, tools: [], callIndex: run.usage.modelCalls, signal });
+    await driver.run();
   } catch (error) {
-    if (context.signal.aborted) throw error; // shutting down: leave the run to the next claim
-    if (!(error instanceof DomainError)) throw error;
-    const usage = { ...run.usage, modelCalls: run.usage.modelCalls + 1, wallClockMs: elapsed(run, deps) };
-    await deps.store.commitStep(
-      settle(run, context, "failed", usage, {
-        summary: `model call failed: ${error.message}`,
-        error: error.message,
-        replyText: `Sorry, I could not finish this: the model call failed (${error.message}).`,
-      }),
-    );
-    return;
+    if (error instanceof RunParked) return;
+    throw error;
   }
-  const latencyMs = deps.now().getTime() - startedAt.getTime();
-  const cost = costMicroUsd(turn.usage, spec.prices);
-  const usage: RunUsage = {
-    ...run.usage,
-    iterations: run.usage.iterations + 1,
-    modelCalls: run.usage.modelCalls + 1,
-    inputTokens: run.usage.inputTokens + turn.usage.inputTokens,
-    outputTokens: run.usage.outputTokens + turn.usage.outputTokens,
-    outputBytes: run.usage.outputBytes + Buffer.byteLength(turn.text),
-    costMicroUsd: run.usage.costMicroUsd + cost,
-    wallClockMs: elapsed(run, deps),
-  };
-  const commit = settle(run, context, "succeeded", usage, { summary: "replied", replyText: turn.text, finalReply: turn.text });
-  await deps.store.commitStep({
-    ...commit,
-    step: {
+}
+
+class RunDriver {
+  private usage: RunUsage;
+  private stepIndex: number;
+  private invalidTurns = 0;
+  private readonly fence: Fence;
+  private readonly log: Logger;
+
+  constructor(
+    private readonly deps: RunnerDeps,
+    private readonly claimed: ClaimedRun,
+    private readonly context: StepContext,
+  ) {
+    this.usage = claimed.usage;
+    this.stepIndex = claimed.stepCount;
+    this.fence = { runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch };
+    this.log = deps.log.child({ runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch });
+  }
+
+  async run(): Promise<void> {
+    let history = await this.deps.store.loadHistory(this.claimed.runId);
+    if (await this.recover(history)) history = await this.deps.store.loadHistory(this.claimed.runId);
+    for (;;) {
+      await this.checkpoint();
+      const check = budgetBeforeModelCall(this.claimed.agent.budget, this.usage, this.elapsed());
+      if (check !== undefined) await this.exhaust(check, history);
+      await this.iterate(history);
+      history = await this.deps.store.loadHistory(this.claimed.runId);
+    }
+  }
+
+  /**
+   * A resumed run may hold calls a dead worker never finished. A read is marked
+   * interrupted (the model may ask again); a write's outcome is unknown and is never
+   * replayed: the tool's own lookup may settle it, else the run waits for an operator.
+   */
+  private async recover(history: RunHistory): Promise<boolean> {
+    const pending = history.steps.flatMap((step) => step.invocations).filter((i) => i.status === "pending");
+    const unresolved = history.steps.flatMap((s) => s.invocations).filter((i) => i.status === "unknown_outcome" && i.resolvedOutcome === undefined);
+    if (pending.length === 0 && unresolved.length === 0) return false;
+    let waiting = unresolved.length > 0;
+    for (const [i, invocation] of pending.entries()) {
+      const tool = this.deps.tools.get(invocation.toolName);
+      const last = i === pending.length - 1;
+      if (tool?.definition.parksForInput === true) {
+        await this.parkForInput(invocation);
+      }
+      if (invocation.effect === "read") {
+        await this.settleTool(invocation.id, "interrupted", "", last && !waiting ? "running" : "awaiting_tool", {
+          summary: `${invocation.toolName} interrupted by a worker restart`,
+        });
+        continue;
+      }
+      const looked = await this.lookup(tool, invocation);
+      if (looked !== "unknown") {
+        await this.settleTool(invocation.id, "unknown_outcome", "", last && !waiting ? "running" : "awaiting_tool", {
+          summary: `${invocation.toolName}: lookup found it ${looked}`,
+          resolvedOutcome: looked,
+        });
+        continue;
+      }
+      waiting = true;
+      await this.settleTool(invocation.id, "unknown_outcome", "", last ? "waiting" : "awaiting_tool", {
+        summary: `${invocation.toolName}: outcome unknown after a worker stopped; waiting for an operator`,
+        ...(last ? { waitReason: "unknown_write_outcome" as const } : {}),
+      });
+    }
+    if (waiting) {
+      if (pending.length === 0) {
+        await this.deps.store.commitStep({
+          ...this.fence,
+          step: undefined,
+          status: "waiting",
+          waitReason: "unknown_write_outcome",
+          usage: this.usage,
+          emissions: [],
+          summary: "an unknown write outcome is still unresolved",
+        });
+      }
+      throw new RunParked();
+    }
+    return true;
+  }
+
+  private async lookup(tool: RegisteredTool | undefined, invocation: InvocationState): Promise<"applied" | "not_applied" | "unknown"> {
+    if (tool?.definition.lookup === undefined) return "unknown";
+    try {
+      return await tool.definition.lookup(JSON.parse(invocation.argumentsJson) as Record<string, unknown>, {
+        runId: this.claimed.runId,
+        invocationId: invocation.id,
+        signal: this.context.signal,
+        grant: this.deps.tools.grantFor(this.claimed.agent, invocation.toolName),
+      });
+    } catch (error) {
+      this.log.warn({ err: error, tool: invocation.toolName }, "outcome lookup failed; leaving it to an operator");
+      return "unknown";
+    }
+  }
+
+  /** Safe point: stop for shutdown, cancellation or pause before doing anything new. */
+  private async checkpoint(): Promise<void> {
+    if (this.context.signal.aborted) {
+      await this.deps.store.release(this.fence, "worker shutting down; handed back").catch(() => {});
+      throw new RunParked();
+    }
+    const control = await this.deps.store.readControl(this.claimed.runId, this.claimed.agent.id);
+    if (control.cancelRequestedByActorId !== undefined) {
+      await this.settle("cancelled", { summary: `cancelled by ${control.cancelRequestedByActorId}` });
+    }
+    if (control.paused) {
+      await this.deps.store.release(this.fence, "paused by an operator");
+      throw new RunParked();
+    }
+  }
+
+  private async iterate(history: RunHistory): Promise<void> {
+    const agent = this.claimed.agent;
+    const profile = profileFor(agent.profile.name, agent.profile.version);
+    const catalog = this.deps.tools.catalogFor(agent, this.claimed.connector);
+    const systemPrompt = [agent.systemPrompt, profile?.instructions() ?? ""].filter((s) => s.trim() !== "").join("\n\n");
+    const transcript = buildTranscript({ systemPrompt, requests: this.claimed.messages, steps: history.steps });
+    const refs = Object.fromEntries(
+      history.steps.flatMap((s) => s.invocations).map((i) => [i.providerCallId, i.id] as const),
+    );
+    const messages = compactToolResults(transcript, refs, this.deps.compaction ?? DEFAULT_COMPACTION);
+    const tools = catalog.map((t) => t.spec);
+
+    const spec = agent.models.primary;
+    const startedAt = this.deps.now();
+    const turn = await this.callModel(spec, messages, tools);
+    const latencyMs = this.deps.now().getTime() - startedAt.getTime();
+    const cost = costMicroUsd(turn.usage, spec.prices);
+    this.usage = {
+      ...this.usage,
+      iterations: this.usage.iterations + 1,
+      modelCalls: this.usage.modelCalls + 1,
+      inputTokens: this.usage.inputTokens + turn.usage.inputTokens,
+      outputTokens: this.usage.outputTokens + turn.usage.outputTokens,
+      outputBytes: this.usage.outputBytes + byteLength(turn.text),
+      costMicroUsd: this.usage.costMicroUsd + cost,
+      wallClockMs: this.elapsed(),
+    };
+    const step = {
       id: randomUUID(),
-      index: run.stepCount,
-      replayability: "replayable",
-      actorId: run.requestedByActorId,
+      index: this.stepIndex,
+      actorId: this.actorOfStep(history),
       startedAt,
       modelCall: {
         id: randomUUID(),
-        role: "primary",
+        role: "primary" as const,
         provider: spec.provider,
-        model: modelName(spec),
-        request: { messages, tools: [] },
+        model: spec.model === "" ? spec.provider : spec.model,
+        request: { messages, tools },
         responseText: turn.text,
         toolCalls: turn.toolCalls,
         inputTokens: turn.usage.inputTokens,
@@ -88,61 +215,331 @@ export async function advanceRun(deps: RunnerDeps, run: ClaimedRun, context: Ste
         finishReason: turn.finishReason,
         costMicroUsd: cost,
       },
-    },
-  });
-}
+    };
+    this.stepIndex += 1;
 
-function transcriptOf(run: ClaimedRun): ModelMessage[] {
-  const messages: ModelMessage[] = [];
-  if (run.agent.systemPrompt !== "") messages.push({ role: "system", content: run.agent.systemPrompt });
-  for (const message of run.messages) messages.push({ role: "user", content: message.text, actorId: message.actorId });
-  return messages;
-}
+    if (turn.toolCalls.length === 0) {
+      const overrun = budgetOverrun(agent.budget, this.usage, this.elapsed());
+      const output = profile?.interpretOutput(turn.text) ?? { finalText: turn.text, proposed: undefined };
+      const evaluator = profile === undefined ? undefined : evaluatorFor(profile.evaluator.name, profile.evaluator.version);
+      const completion = evaluator?.evaluate({
+        finalText: output.finalText,
+        artifacts: [
+          ...history.artifacts,
+          ...(output.proposed === undefined
+            ? []
+            : [{ id: "proposed", type: output.proposed.type, provenance: "model" as const, subjectArtifactId: undefined, conclusion: undefined }]),
+        ],
+      }) ?? { complete: true as const };
+      if (completion.complete || overrun !== undefined) {
+        await this.deps.store.commitStep({
+          ...this.fence,
+          step: { ...step, replayability: "replayable", invocations: [] },
+          ...this.settlement("succeeded", { summary: "replied", replyText: output.finalText, finalReply: output.finalText }),
+        });
+        throw new RunParked();
+      }
+      const feedback = `Your reply does not complete the task yet (${profile?.evaluator.name} v${profile?.evaluator.version}): ${completion.missing}`;
+      await this.commitInvalid(step, [], feedback);
+      return;
+    }
 
-function settle(
-  run: ClaimedRun,
-  context: StepContext,
-  status: RunStatus,
-  usage: RunUsage,
-  outcome: { summary: string; replyText?: string; finalReply?: string; error?: string },
-): StepCommit {
-  const addressed = [...new Set(run.messages.map((m) => m.actorId))];
-  const emissions: EmissionDraft[] = [];
-  if (outcome.replyText !== undefined) {
-    emissions.push({
-      kind: "reply",
-      idempotencyKey: `reply:${run.runId}`,
-      text: outcome.replyText,
-      ...(run.replyToMessageId === undefined ? {} : { replyToMessageId: run.replyToMessageId }),
-      addressedActorIds: addressed,
+    const intents = turn.toolCalls.map((call, ordinal) => this.validate(call, ordinal, catalog));
+    const overrun = budgetOverrun(agent.budget, this.usage, this.elapsed());
+    if (overrun !== undefined) {
+      const refused = intents.map((intent) => ({ ...intent, status: "refused" as const, refusalReason: `not run: ${exhaustionNote(overrun)}` }));
+      await this.deps.store.commitStep({
+        ...this.fence,
+        step: { ...step, replayability: "replayable", invocations: refused },
+        ...this.exhaustionSettlement(overrun, history),
+      });
+      throw new RunParked();
+    }
+    const pending = intents.filter((intent) => intent.status === "pending");
+    if (pending.length === 0) {
+      await this.commitInvalid(step, intents, "None of your tool calls could run; see each call's result for why.");
+      return;
+    }
+    this.invalidTurns = 0;
+    const effectful = pending.some((intent) => intent.effect === "write");
+    await this.deps.store.commitStep({
+      ...this.fence,
+      step: { ...step, replayability: effectful ? "not_replayable" : "replayable", invocations: intents },
+      crossesCommitBoundary: effectful,
+      status: "awaiting_tool",
+      usage: this.usage,
+      emissions: [],
+      summary: `${pending.length} tool call(s) to dispatch`,
+    });
+    for (const [i, intent] of pending.entries()) {
+      await this.dispatch(intent, i === pending.length - 1, pending.slice(i + 1));
+    }
+  }
+
+  /** Records a turn the model got wrong and tells it why; too many in a row fail the run. */
+  private async commitInvalid(
+    step: Omit<NonNullable<Parameters<RunStore["commitStep"]>[0]["step"]>, "replayability" | "invocations">,
+    intents: readonly InvocationIntent[],
+    feedback: string,
+  ): Promise<void> {
+    this.invalidTurns += 1;
+    const giveUp = this.invalidTurns >= this.deps.maxInvalidTurns;
+    await this.deps.store.commitStep({
+      ...this.fence,
+      step: { ...step, replayability: "replayable", invocations: intents, feedback },
+      ...(giveUp
+        ? this.settlement("failed", {
+            summary: `${this.invalidTurns} invalid model turns in a row`,
+            error: `the model made ${this.invalidTurns} invalid turns in a row; last problem: ${feedback}`,
+            replyText: `Sorry, I could not finish this: the model kept producing turns that could not be used (${feedback}).`,
+          })
+        : { status: "running" as const, usage: this.usage, emissions: [], summary: `invalid turn: ${feedback}` }),
+    });
+    if (giveUp) throw new RunParked();
+  }
+
+  /** The tool exists in this run's catalog and its arguments parse against its schema. */
+  private validate(call: ToolCallRequest, ordinal: number, catalog: readonly RegisteredTool[]): InvocationIntent {
+    const [name, version] = splitName(call.name);
+    const base = { id: randomUUID(), providerCallId: call.id, ordinal, toolName: call.name, toolVersion: version, argumentsJson: call.argumentsJson };
+    const refuse = (reason: string, effect: "read" | "write" = "read"): InvocationIntent => ({ ...base, effect, status: "refused", refusalReason: reason });
+    const tool = catalog.find((t) => t.fullName === call.name);
+    if (tool === undefined) {
+      return refuse(`there is no tool ${JSON.stringify(call.name)} in this run; available: ${catalog.map((t) => t.fullName).join(", ") || "none"}`);
+    }
+    let parsed: unknown;
+    try {
+      parsed = call.argumentsJson.trim() === "" ? {} : JSON.parse(call.argumentsJson);
+    } catch (error) {
+      return refuse(`the arguments are not valid JSON (${(error as Error).message})`);
+    }
+    const checked = tool.schema.safeParse(parsed);
+    if (!checked.success) {
+      const problems = checked.error.issues.map((issue) => `${issue.path.join(".") || "(arguments)"}: ${issue.message}`).join("; ");
+      return refuse(`the arguments do not match the schema of ${tool.fullName}: ${problems}`);
+    }
+    const args = checked.data as Record<string, unknown>;
+    void name;
+    return {
+      ...base,
+      argumentsJson: JSON.stringify(args),
+      effect: this.deps.tools.effectOf(tool, args, this.deps.tools.grantFor(this.claimed.agent, tool.fullName)),
+      status: "pending",
+    };
+  }
+
+  /** Authorize again with the policy as it is now, then run the call and commit its result. */
+  private async dispatch(intent: InvocationIntent, last: boolean, rest: readonly InvocationIntent[]): Promise<void> {
+    const after: RunStatus = last ? "running" : "awaiting_tool";
+    const control = await this.deps.store.readControl(this.claimed.runId, this.claimed.agent.id);
+    if (control.cancelRequestedByActorId !== undefined) {
+      for (const remaining of [intent, ...rest]) {
+        await this.settleTool(remaining.id, "refused", "", "awaiting_tool", {
+          summary: "not run: cancelled",
+          refusalReason: `not run: the run was cancelled by ${control.cancelRequestedByActorId}`,
+        });
+      }
+      await this.settle("cancelled", { summary: `cancelled by ${control.cancelRequestedByActorId}` });
+    }
+    const check = budgetBeforeToolCall(this.claimed.agent.budget, this.usage, this.elapsed());
+    if (check !== undefined) {
+      for (const remaining of [intent, ...rest]) {
+        await this.settleTool(remaining.id, "refused", "", "awaiting_tool", { summary: "not run: budget", refusalReason: `not run: ${exhaustionNote(check)}` });
+      }
+      await this.exhaust(check, await this.deps.store.loadHistory(this.claimed.runId));
+    }
+    const tool = this.deps.tools.get(intent.toolName);
+    const args = JSON.parse(intent.argumentsJson) as Record<string, unknown>;
+    const decision =
+      tool === undefined
+        ? { allowed: false as const, reason: `tool ${intent.toolName} is no longer registered` }
+        : mayDispatch(control.policy, { fullName: intent.toolName, effect: intent.effect }, args);
+    if (!decision.allowed) {
+      await this.settleTool(intent.id, "refused", "", after, { summary: `refused at dispatch: ${decision.reason}`, refusalReason: decision.reason });
+      return;
+    }
+    if (tool!.definition.parksForInput === true) {
+      for (const remaining of rest) {
+        await this.settleTool(remaining.id, "refused", "", "awaiting_tool", {
+          summary: "not run: waiting for an answer",
+          refusalReason: "not run: the run stopped to wait for an answer to keel.ask_user; call it again afterwards if still needed",
+        });
+      }
+      await this.parkForInput({ id: intent.id, argumentsJson: intent.argumentsJson });
+    }
+
+    const started = this.deps.now().getTime();
+    let seq = 0;
+    let outcome: "succeeded" | "failed";
+    let result;
+    try {
+      result = await tool!.definition.execute(args, {
+        runId: this.claimed.runId,
+        invocationId: intent.id,
+        signal: this.context.signal,
+        grant: this.deps.tools.grantFor(this.claimed.agent, intent.toolName),
+        observe: (stream, text) => this.deps.store.appendObservation(this.claimed.runId, intent.id, ++seq, stream, text),
+      });
+      outcome = result.ok ? "succeeded" : "failed";
+    } catch (error) {
+      if (this.context.signal.aborted) throw error; // shutting down mid-call: recovery decides on resume
+      result = { ok: false, text: `The tool failed: ${error instanceof Error ? error.message : String(error)}` };
+      outcome = "failed";
+    }
+    this.usage = {
+      ...this.usage,
+      toolCalls: this.usage.toolCalls + 1,
+      outputBytes: this.usage.outputBytes + byteLength(result.text),
+      wallClockMs: this.elapsed(),
+    };
+    await this.deps.store.commitToolOutcome({
+      ...this.fence,
+      invocationId: intent.id,
+      outcome,
+      resultText: result.text,
+      durationMs: this.deps.now().getTime() - started,
+      artifacts: result.artifacts ?? [],
+      ...(result.exitCode === undefined ? {} : { exitCode: result.exitCode }),
+      ...(result.truncated === undefined ? {} : { truncated: result.truncated }),
+      status: after,
+      usage: this.usage,
+      emissions: [],
+      summary: `${intent.toolName} ${outcome}`,
     });
   }
-  emissions.push({
-    kind: "ack",
-    idempotencyKey: `ack:${run.runId}:settled`,
-    text: status === "succeeded" ? SUCCEEDED_ACK : FAILED_ACK,
-    ackState: status === "succeeded" ? "succeeded" : "failed",
-    ...(run.replyToMessageId === undefined ? {} : { replyToMessageId: run.replyToMessageId }),
-    addressedActorIds: addressed,
-  });
-  return {
-    runId: run.runId,
-    workerId: context.workerId,
-    epoch: run.epoch,
-    step: undefined,
-    status,
-    usage,
-    emissions,
-    summary: outcome.summary,
-    ...(outcome.finalReply === undefined ? {} : { finalReply: outcome.finalReply }),
-    ...(outcome.error === undefined ? {} : { error: outcome.error }),
-  };
+
+  private async parkForInput(invocation: Pick<InvocationState, "id" | "argumentsJson">): Promise<never> {
+    const question = String((JSON.parse(invocation.argumentsJson) as { question?: unknown }).question ?? "");
+    await this.deps.store.commitStep({
+      ...this.fence,
+      step: undefined,
+      status: "awaiting_input",
+      usage: this.usage,
+      emissions: [
+        {
+          kind: "question",
+          idempotencyKey: `question:${invocation.id}`,
+          text: question,
+          ...(this.claimed.replyToMessageId === undefined ? {} : { replyToMessageId: this.claimed.replyToMessageId }),
+          addressedActorIds: this.addressed(),
+        },
+      ],
+      summary: "asked the conversation a question",
+    });
+    throw new RunParked();
+  }
+
+  private async settleTool(
+    invocationId: string,
+    outcome: "interrupted" | "unknown_outcome" | "refused",
+    resultText: string,
+    status: RunStatus,
+    extra: { summary: string; refusalReason?: string; resolvedOutcome?: "applied" | "not_applied"; waitReason?: "unknown_write_outcome" },
+  ): Promise<void> {
+    await this.deps.store.commitToolOutcome({
+      ...this.fence,
+      invocationId,
+      outcome,
+      resultText,
+      artifacts: [],
+      ...(extra.refusalReason === undefined ? {} : { refusalReason: extra.refusalReason }),
+      ...(extra.resolvedOutcome === undefined ? {} : { resolvedOutcome: extra.resolvedOutcome, answeredByActorId: "lookup" }),
+      ...(extra.waitReason === undefined ? {} : { waitReason: extra.waitReason }),
+      status,
+      usage: this.usage,
+      emissions: [],
+      summary: extra.summary,
+    });
+  }
+
+  private async callModel(spec: ModelSpec, messages: Parameters<ModelProvider["complete"]>[0]["messages"], tools: Parameters<ModelProvider["complete"]>[0]["tools"]): Promise<ModelTurn> {
+    const provider = this.deps.providers[spec.provider];
+    const remaining = Math.max(1, this.claimed.agent.budget.maxWallClockMs - this.elapsed());
+    const timeout = AbortSignal.timeout(Math.min(spec.timeoutMs > 0 ? spec.timeoutMs : DEFAULT_MODEL_TIMEOUT_MS, remaining));
+    try {
+      return await provider.complete({ spec, messages, tools, callIndex: this.usage.modelCalls, signal: AbortSignal.any([this.context.signal, timeout]) });
+    } catch (error) {
+      if (this.context.signal.aborted || !(error instanceof DomainError)) throw error;
+      this.usage = { ...this.usage, modelCalls: this.usage.modelCalls + 1, wallClockMs: this.elapsed() };
+      return this.settle("failed", {
+        summary: `model call failed: ${error.message}`,
+        error: error.message,
+        replyText: `Sorry, I could not finish this: the model call failed (${error.message}).`,
+      });
+    }
+  }
+
+  private async exhaust(check: BudgetCheck, history: RunHistory): Promise<never> {
+    await this.deps.store.commitStep({ ...this.fence, step: undefined, ...this.exhaustionSettlement(check, history) });
+    throw new RunParked();
+  }
+
+  private exhaustionSettlement(check: BudgetCheck, history: RunHistory): Settlement {
+    const reply = exhaustionReply({
+      check,
+      request: this.claimed.messages.map((m) => m.text).join("\n"),
+      stepsDone: history.steps.length,
+      toolCallsDone: history.steps.flatMap((s) => s.invocations).filter((i) => i.status === "succeeded").map((i) => i.toolName),
+    });
+    return { ...this.settlement("budget_exhausted", { summary: `budget exhausted: ${check.exhausted}`, replyText: reply, finalReply: reply }), exhaustedDimension: check.exhausted };
+  }
+
+  private async settle(status: RunStatus, outcome: { summary: string; replyText?: string; finalReply?: string; error?: string }): Promise<never> {
+    await this.deps.store.commitStep({ ...this.fence, step: undefined, ...this.settlement(status, outcome) });
+    throw new RunParked();
+  }
+
+  /** The run's terminal status with its reply and the ack that replaces the hourglass. */
+  private settlement(status: RunStatus, outcome: { summary: string; replyText?: string; finalReply?: string; error?: string }): Settlement {
+    const addressed = this.addressed();
+    const replyTo = this.claimed.replyToMessageId === undefined ? {} : { replyToMessageId: this.claimed.replyToMessageId };
+    const emissions: EmissionDraft[] = [];
+    if (outcome.replyText !== undefined) {
+      emissions.push({ kind: "reply", idempotencyKey: `reply:${this.claimed.runId}`, text: outcome.replyText, ...replyTo, addressedActorIds: addressed });
+    }
+    const succeeded = status === "succeeded";
+    emissions.push({
+      kind: "ack",
+      idempotencyKey: `ack:${this.claimed.runId}:settled`,
+      text: succeeded ? SUCCEEDED_ACK : FAILED_ACK,
+      ackState: succeeded ? "succeeded" : "failed",
+      ...replyTo,
+      addressedActorIds: addressed,
+    });
+    this.usage = { ...this.usage, wallClockMs: this.elapsed() };
+    return {
+      status,
+      usage: this.usage,
+      emissions,
+      summary: outcome.summary,
+      ...(outcome.finalReply === undefined ? {} : { finalReply: outcome.finalReply }),
+      ...(outcome.error === undefined ? {} : { error: outcome.error }),
+    };
+  }
+
+  private addressed(): string[] {
+    return [...new Set(this.claimed.messages.map((m) => m.actorId))];
+  }
+
+  /** Whose input this step acts on: the last answer to keel.ask_user, else the requester. */
+  private actorOfStep(history: RunHistory): string {
+    const answered = history.steps
+      .flatMap((s) => s.invocations)
+      .filter((i) => i.resolvedByActorId !== undefined && i.status === "succeeded")
+      .at(-1);
+    return answered?.resolvedByActorId ?? this.claimed.requestedByActorId;
+  }
+
+  private elapsed(): number {
+    return Math.max(0, this.deps.now().getTime() - this.claimed.startedAt.getTime());
+  }
 }
 
-function elapsed(run: ClaimedRun, deps: RunnerDeps): number {
-  return Math.max(0, deps.now().getTime() - run.startedAt.getTime());
+function splitName(fullName: string): [string, string] {
+  const at = fullName.lastIndexOf(".");
+  return at < 0 ? [fullName, ""] : [fullName.slice(0, at), fullName.slice(at + 1)];
 }
 
-function modelName(spec: ModelSpec): string {
-  return spec.model === "" ? spec.provider : spec.model;
+function exhaustionNote(check: BudgetCheck): string {
+  return `the run's ${check.exhausted.replace("_", " ")} budget is used up`;
 }

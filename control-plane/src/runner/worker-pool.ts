@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { setMaxListeners } from "node:events";
 import type { Logger } from "pino";
 import { LeaseLostError } from "../domain/errors.js";
 import { advanceRun, type RunnerDeps } from "./runner.js";
@@ -24,6 +25,8 @@ export interface WorkerPool {
  */
 export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, armWake: WakeSignal, log: Logger): WorkerPool {
   const stopping = new AbortController();
+  // Every idle worker's wait and every in-flight model call listens on this one signal.
+  setMaxListeners(0, stopping.signal);
   const processId = randomUUID().slice(0, 8);
 
   const loop = async (workerId: string): Promise<void> => {

@@ -14,6 +14,8 @@ export const RunStepEntity = defineEntity({
     replayability: p.text(),
     runStatusAfter: p.text(),
     actorId: p.text().nullable(),
+    /** What the runner told the model after this step: an invalid turn, an unmet completion contract. */
+    feedback: p.text().nullable(),
     leaseEpoch: p.bigint("number"),
     startedAt: p.datetime(),
     committedAt: p.datetime().defaultRaw("now()"),

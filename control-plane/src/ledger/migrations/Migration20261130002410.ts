@@ -1,6 +1,6 @@
 import { Migration } from '@mikro-orm/migrations';
 
-export class Migration20261130000919 extends Migration {
+export class Migration20261130002410 extends Migration {
 
   override async up(): Promise<void> {
     this.addSql(`create table "actors" ("id" text not null, "display_name" text not null default '', "first_seen_at" timestamptz not null default now(), constraint "actors_pkey" primary key ("id"));`);
@@ -43,7 +43,7 @@ export class Migration20261130000919 extends Migration {
 
     this.addSql(`create table "run_events" ("run_id" uuid not null, "seq" int not null, "kind" text not null, "status" text null, "step_id" uuid null, "tool_invocation_id" uuid null, "summary" text not null default '', "at" timestamptz not null default now(), constraint "run_events_pkey" primary key ("run_id", "seq"));`);
 
-    this.addSql(`create table "run_steps" ("id" uuid not null, "run_id" uuid not null, "index" int not null, "replayability" text not null, "run_status_after" text not null, "actor_id" text null, "lease_epoch" bigint not null, "started_at" timestamptz not null, "committed_at" timestamptz not null default now(), constraint "run_steps_pkey" primary key ("id"));`);
+    this.addSql(`create table "run_steps" ("id" uuid not null, "run_id" uuid not null, "index" int not null, "replayability" text not null, "run_status_after" text not null, "actor_id" text null, "feedback" text null, "lease_epoch" bigint not null, "started_at" timestamptz not null, "committed_at" timestamptz not null default now(), constraint "run_steps_pkey" primary key ("id"));`);
     this.addSql(`alter table "run_steps" add constraint "run_steps_run_id_index_unique" unique ("run_id", "index");`);
 
     this.addSql(`create table "run_triggers" ("run_id" uuid not null, "message_id" uuid not null, "actor_id" text not null, "external_message_id" text not null, "received_at" timestamptz not null default now(), constraint "run_triggers_pkey" primary key ("run_id", "message_id"));`);

@@ -1,0 +1,429 @@
+// First-slice benchmark: message→reply latency through a real Keel (embedded PostgreSQL with
+// normal durability, the HTTP/2 server on loopback, in-process workers, the scripted demo
+// model), measured by a connector-shaped client: SubmitMessage over gRPC, the reply read off
+// one EmissionService.Subscribe stream. The baseline is the floor under it: one raw SQL
+// transaction writing the same rows Keel writes for one message, on the same database.
+//
+//   npm run bench -- first-slice [--messages 1000] [--concurrency 16] [--warmup 20] [--raw 1000]
+import { randomUUID } from "node:crypto";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import pg from "pg";
+import { pino } from "pino";
+import { EmissionKind, EmissionService } from "../gen/keel/v1/emission_service_pb.js";
+import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { buildApp, type KeelApp } from "../control-plane/src/app.js";
+import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
+import { loadConfig } from "../control-plane/src/config.js";
+import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
+import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
+import { SUCCEEDED_ACK } from "../control-plane/src/runner/runner.js";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
+
+const CONNECTOR = "bench";
+const RAW_CONNECTOR = "bench-raw";
+const REPLY_TIMEOUT_MS = 60_000;
+const PROGRESS_EVERY = 100;
+
+interface Options {
+  readonly messages: number;
+  readonly concurrency: number;
+  readonly warmup: number;
+  readonly raw: number;
+}
+
+function parseOptions(args: readonly string[]): Options {
+  const { values } = parseArgs({
+    args: [...args],
+    options: {
+      messages: { type: "string", default: "1000" },
+      concurrency: { type: "string", default: "16" },
+      warmup: { type: "string", default: "20" },
+      raw: { type: "string", default: "1000" },
+    },
+  });
+  const positive = (name: string, value: string, min: number): number => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
+    return n;
+  };
+  return {
+    messages: positive("messages", values.messages, 1),
+    concurrency: positive("concurrency", values.concurrency, 1),
+    warmup: positive("warmup", values.warmup, 0),
+    raw: positive("raw", values.raw, 1),
+  };
+}
+
+export default async function firstSlice(args: readonly string[]): Promise<void> {
+  const options = parseOptions(args);
+  const progress = (line: string) => process.stderr.write(`[first-slice] ${line}\n`);
+
+  const dir = await mkdtemp(path.join(tmpdir(), "keel-bench-"));
+  let postgres: EmbeddedPostgresHandle | undefined;
+  let app: KeelApp | undefined;
+  try {
+    // As root, PostgreSQL runs as the postgres user, which must be able to reach its folder.
+    if (process.getuid?.() === 0) await chmod(dir, 0o755);
+    progress(`starting embedded PostgreSQL in ${dir} (default durability: fsync and synchronous_commit on)`);
+    postgres = await startEmbeddedPostgres({ dataDir: path.join(dir, "data"), port: await freePort() });
+
+    const env = {
+      DATABASE_URL: postgres.url,
+      KEEL_LOG_LEVEL: "warn",
+      ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
+    };
+    const config = loadConfig(env);
+    app = await buildApp(config, env, { log: pino({ level: "warn" }, pino.destination(2)) });
+    await app.agents.put(DEMO_AGENT);
+    const { secret: token } = await app.tokens.create("connector", "bench");
+    const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
+    app.startWorkers();
+
+    const db = new pg.Client({ connectionString: postgres.url });
+    await db.connect();
+    let settings: string;
+    let keel: KeelPhase;
+    let raw: number[];
+    try {
+      const shown = await db.query<{ fsync: string; synchronous_commit: string }>(
+        "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
+      );
+      settings = `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
+      progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
+
+      keel = await keelPhase(url, token, options, progress);
+      raw = await rawPhase(db, options, progress);
+    } finally {
+      await db.end();
+    }
+
+    const keelStats = summarize(keel.latencies);
+    const rawStats = summarize(raw);
+    const throughput = keel.latencies.length / (keel.wallMs / 1000);
+    const lines = [
+      "",
+      `first-slice: ${options.messages} messages, ${options.concurrency} in flight, distinct conversations, scripted demo model; ` +
+        `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${options.warmup} warm-up messages not counted`,
+      "",
+      ...table(
+        ["metric", "p50_ms", "p99_ms", "n"],
+        [
+          ["message→reply (keel)", ms(keelStats.p50), ms(keelStats.p99), String(keelStats.n)],
+          ["raw txn, same rows", ms(rawStats.p50), ms(rawStats.p99), String(rawStats.n)],
+        ],
+      ),
+      "",
+      `throughput: ${throughput.toFixed(1)} messages/s (${keel.latencies.length} replies in ${(keel.wallMs / 1000).toFixed(2)} s)`,
+      `RESULT p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
+    ];
+    process.stdout.write(`${lines.join("\n")}\n`);
+  } finally {
+    await app?.stop();
+    await postgres?.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keel: SubmitMessage → reply emission on one Subscribe stream
+
+interface KeelPhase {
+  readonly latencies: number[];
+  readonly wallMs: number;
+}
+
+async function keelPhase(url: string, token: string, options: Options, progress: (line: string) => void): Promise<KeelPhase> {
+  const bearer: Interceptor = (next) => (request) => {
+    request.header.set("authorization", `Bearer ${token}`);
+    return next(request);
+  };
+  const transport = createGrpcTransport({ baseUrl: url, interceptors: [bearer] });
+  const ingress = createClient(IngressService, transport);
+  const emissions = createClient(EmissionService, transport);
+
+  // Replies may arrive before SubmitMessage's response does; keep them until asked for.
+  const arrived = new Map<string, number>();
+  const waiting = new Map<string, { resolve: (at: number) => void; reject: (error: Error) => void }>();
+  let streamError: Error | undefined;
+  const stop = new AbortController();
+  const stream = (async () => {
+    try {
+      for await (const { emission } of emissions.subscribe({ connector: CONNECTOR, afterSeq: 0n }, { signal: stop.signal })) {
+        const at = performance.now();
+        if (emission === undefined || emission.kind !== EmissionKind.REPLY) continue;
+        const waiter = waiting.get(emission.runId);
+        if (waiter === undefined) arrived.set(emission.runId, at);
+        else {
+          waiting.delete(emission.runId);
+          waiter.resolve(at);
+        }
+      }
+      if (!stop.signal.aborted) throw new Error("the Subscribe stream ended");
+    } catch (error) {
+      if (stop.signal.aborted) return;
+      streamError = error instanceof Error ? error : new Error(String(error));
+      for (const waiter of waiting.values()) waiter.reject(streamError);
+      waiting.clear();
+    }
+  })();
+
+  const replyOf = (runId: string): Promise<number> => {
+    const at = arrived.get(runId);
+    if (at !== undefined) {
+      arrived.delete(runId);
+      return Promise.resolve(at);
+    }
+    if (streamError !== undefined) return Promise.reject(streamError);
+    return new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        waiting.delete(runId);
+        reject(new Error(`no reply for run ${runId} within ${REPLY_TIMEOUT_MS} ms`));
+      }, REPLY_TIMEOUT_MS);
+      waiting.set(runId, {
+        resolve: (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      });
+    });
+  };
+
+  const sendOne = async (label: string, i: number): Promise<number> => {
+    const started = performance.now();
+    const { runId, duplicate } = await ingress.submitMessage({
+      agentId: DEMO_AGENT.id,
+      conversationId: `${label}-conversation-${i}`,
+      actor: { id: `bench-user-${i % 50}`, displayName: `Bench User ${i % 50}` },
+      messageId: `${label}-message-${i}`,
+      text: `benchmark message ${i}`,
+      connector: CONNECTOR,
+    });
+    if (duplicate) throw new Error(`message ${label}-${i} was taken for a duplicate`);
+    return (await replyOf(runId)) - started;
+  };
+
+  const pool = async (label: string, count: number, onDone: (latency: number) => void): Promise<void> => {
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < count) {
+        const i = next++;
+        onDone(await sendOne(label, i));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(options.concurrency, count) }, lane));
+  };
+
+  try {
+    // Warm-up: opens the HTTP/2 session and the stream, JITs the hot paths, fills the pools.
+    if (options.warmup > 0) {
+      await pool("warmup", options.warmup, () => {});
+      progress(`warm-up: ${options.warmup} messages replied`);
+    }
+    const latencies: number[] = [];
+    const began = performance.now();
+    let windowStart = began;
+    await pool("bench", options.messages, (latency) => {
+      latencies.push(latency);
+      if (latencies.length % PROGRESS_EVERY === 0 || latencies.length === options.messages) {
+        const now = performance.now();
+        const recent = summarize(latencies.slice(-PROGRESS_EVERY));
+        progress(
+          `${latencies.length}/${options.messages} replied; last ${Math.min(PROGRESS_EVERY, latencies.length)}: ` +
+            `p50 ${ms(recent.p50)} ms, p99 ${ms(recent.p99)} ms, ${(Math.min(PROGRESS_EVERY, latencies.length) / ((now - windowStart) / 1000)).toFixed(1)} msg/s`,
+        );
+        windowStart = now;
+      }
+    });
+    return { latencies, wallMs: performance.now() - began };
+  } finally {
+    stop.abort();
+    await stream;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Baseline: the rows of one message's first slice, written by one raw transaction
+
+const RUN_BUDGET = JSON.stringify(DEMO_AGENT.budget);
+const ZERO_USAGE_JSON = JSON.stringify(ZERO_USAGE);
+
+async function rawPhase(db: pg.Client, options: Options, progress: (line: string) => void): Promise<number[]> {
+  for (let i = 0; i < options.warmup; i++) await rawTransaction(db, `warmup-${i}`, i);
+  const latencies: number[] = [];
+  for (let i = 0; i < options.raw; i++) {
+    const started = performance.now();
+    await rawTransaction(db, `raw-${i}`, i);
+    latencies.push(performance.now() - started);
+    if ((i + 1) % PROGRESS_EVERY === 0 || i + 1 === options.raw) {
+      const recent = summarize(latencies.slice(-PROGRESS_EVERY));
+      progress(`raw txn ${i + 1}/${options.raw}; last ${Math.min(PROGRESS_EVERY, latencies.length)}: p50 ${ms(recent.p50)} ms, p99 ${ms(recent.p99)} ms`);
+    }
+  }
+  return latencies;
+}
+
+/**
+ * What Keel writes for one message across its three transactions (ingress, claim, step
+ * commit), as one transaction of plain statements with no reads, locks or notifications:
+ * a floor, not a re-implementation.
+ */
+async function rawTransaction(db: pg.Client, key: string, i: number): Promise<void> {
+  const actorId = `raw-user-${i % 50}`;
+  const runId = randomUUID();
+  const messageRowId = randomUUID();
+  const stepId = randomUUID();
+  const externalMessageId = `${key}-message`;
+  const text = `benchmark message ${key}`;
+  const reply = `Hello from Keel. You said: ${text}`;
+  const addressed = JSON.stringify([actorId]);
+  const usage = JSON.stringify({ iterations: 1, modelCalls: 1, toolCalls: 0, inputTokens: 12, outputTokens: 12, outputBytes: reply.length, costMicroUsd: 0, wallClockMs: 1 });
+  const request = JSON.stringify({ messages: [{ role: "system", content: DEMO_AGENT.systemPrompt }, { role: "user", content: text, actorId }], tools: [] });
+
+  await db.query("BEGIN");
+  try {
+    await db.query(
+      `INSERT INTO actors (id, display_name) VALUES ($1, $2)
+       ON CONFLICT (id) DO UPDATE SET display_name = EXCLUDED.display_name
+       WHERE EXCLUDED.display_name <> '' AND actors.display_name <> EXCLUDED.display_name`,
+      [actorId, "Raw User"],
+    );
+    const conversation = await db.query<{ id: string }>(
+      `INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (agent_id, external_id) DO UPDATE SET connector = conversations.connector RETURNING id`,
+      [randomUUID(), DEMO_AGENT.id, `${key}-conversation`, RAW_CONNECTOR],
+    );
+    const conversationId = conversation.rows[0]!.id;
+    await db.query(
+      `INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+      [messageRowId, conversationId, externalMessageId, actorId, text, runId],
+    );
+    await db.query(
+      `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage, event_seq)
+       VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7::jsonb, $8::jsonb, 1)`,
+      [runId, DEMO_AGENT.id, conversationId, RAW_CONNECTOR, actorId, externalMessageId, RUN_BUDGET, ZERO_USAGE_JSON],
+    );
+    await db.query(`INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($1, $2, $3, $4)`, [
+      runId,
+      messageRowId,
+      actorId,
+      externalMessageId,
+    ]);
+    await db.query(`INSERT INTO run_events (run_id, seq, kind, status, summary) VALUES ($1, 1, 'created', 'queued', $2)`, [
+      runId,
+      `message ${externalMessageId} from ${actorId}`,
+    ]);
+    await db.query(
+      `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
+         reply_to_message_id, text, ack_state, addressed_actor_ids)
+       VALUES ($1, $2, $3, 'ack', $4, $5, $6, $7, $8, $9, 'working', $10::jsonb)`,
+      [randomUUID(), `ack:${runId}:working`, RAW_CONNECTOR, runId, DEMO_AGENT.id, conversationId, `${key}-conversation`, externalMessageId, ACK_WORKING_TEXT, addressed],
+    );
+    // The step commit: the step, its model call, the run's terminal state, events, reply and ack.
+    await db.query(
+      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at)
+       VALUES ($1, $2, 0, 'replayable', 'succeeded', $3, 1, now())`,
+      [stepId, runId, actorId],
+    );
+    await db.query(
+      `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens,
+         output_tokens, latency_ms, finish_reason, cost_micro_usd)
+       VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted-demo', $4::jsonb, $5, '[]'::jsonb, 12, 12, 0, 'stop', 0)`,
+      [randomUUID(), runId, stepId, request, reply],
+    );
+    await db.query(
+      `UPDATE runs SET status = 'succeeded', usage = $2::jsonb, step_count = step_count + 1, final_reply = $3, event_seq = 4,
+         lease_owner = NULL, lease_epoch = 1, lease_expires_at = NULL, started_at = now(), finished_at = now(), updated_at = now()
+       WHERE id = $1`,
+      [runId, usage, reply],
+    );
+    await db.query(
+      `INSERT INTO run_events (run_id, seq, kind, status, step_id, summary) VALUES
+         ($1, 2, 'status_changed', 'running', NULL, 'claimed'),
+         ($1, 3, 'step_committed', 'succeeded', $2, 'step 0: replied'),
+         ($1, 4, 'status_changed', 'succeeded', NULL, 'replied')`,
+      [runId, stepId],
+    );
+    await db.query(
+      `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
+         reply_to_message_id, text, ack_state, addressed_actor_ids)
+       VALUES ($1, $2, $3, 'reply', $4, $5, $6, $7, $8, $9, NULL, $10::jsonb),
+              ($11, $12, $3, 'ack', $4, $5, $6, $7, $8, $13, 'succeeded', $10::jsonb)`,
+      [
+        randomUUID(),
+        `reply:${runId}`,
+        RAW_CONNECTOR,
+        runId,
+        DEMO_AGENT.id,
+        conversationId,
+        `${key}-conversation`,
+        externalMessageId,
+        reply,
+        addressed,
+        randomUUID(),
+        `ack:${runId}:settled`,
+        SUCCEEDED_ACK,
+      ],
+    );
+    await db.query("COMMIT");
+  } catch (error) {
+    await db.query("ROLLBACK").catch(() => {});
+    throw error;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+interface Stats {
+  readonly n: number;
+  readonly p50: number;
+  readonly p99: number;
+}
+
+/** Nearest-rank percentiles. */
+function summarize(samples: readonly number[]): Stats {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const rank = (p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN;
+  return { n: sorted.length, p50: rank(50), p99: rank(99) };
+}
+
+const ms = (value: number): string => value.toFixed(2);
+
+function table(header: readonly string[], body: readonly (readonly string[])[]): string[] {
+  const all = [header, ...body];
+  const widths = header.map((_, c) => Math.max(...all.map((row) => (row[c] ?? "").length)));
+  const format = (row: readonly string[]) =>
+    row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join("  ");
+  return [format(header), widths.map((w) => "-".repeat(w)).join("  "), ...body.map(format)];
+}
+
+function pick(env: NodeJS.ProcessEnv, keys: readonly string[]): Record<string, string> {
+  const picked: Record<string, string> = {};
+  for (const key of keys) {
+    const value = env[key];
+    if (value !== undefined && value !== "") picked[key] = value;
+  }
+  return picked;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))));
+    });
+  });
+}

@@ -1,0 +1,46 @@
+// The bench entry: `npm run bench -- <name> [args...]`. Each benchmark is a module with a
+// default-exported `run(args)`; it prints its own table and a final `RESULT ...` line.
+
+export type Benchmark = (args: readonly string[]) => Promise<void>;
+
+const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly load: () => Promise<{ default: Benchmark }> }>> = {
+  "first-slice": {
+    describe: "message→reply latency through a real Keel on embedded PostgreSQL, against a raw SQL transaction of the same rows",
+    load: () => import("./first-slice.js"),
+  },
+};
+
+function listBenchmarks(): string {
+  return Object.entries(BENCHMARKS)
+    .map(([name, { describe }]) => `  ${name.padEnd(14)} ${describe}`)
+    .join("\n");
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [name, ...args] = argv;
+  if (name === undefined || name === "--help" || name === "help") {
+    process.stderr.write(`usage: npm run bench -- <name> [args...]\n\navailable benchmarks:\n${listBenchmarks()}\n`);
+    return name === undefined ? 2 : 0;
+  }
+  const benchmark = Object.hasOwn(BENCHMARKS, name) ? BENCHMARKS[name] : undefined;
+  if (benchmark === undefined) {
+    process.stderr.write(`bench: unknown benchmark ${JSON.stringify(name)}\n\navailable benchmarks:\n${listBenchmarks()}\n`);
+    return 2;
+  }
+  const { default: run } = await benchmark.load();
+  await run(args);
+  return 0;
+}
+
+try {
+  process.exitCode = await main(process.argv.slice(2));
+} catch (error) {
+  process.stderr.write(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exitCode = 1;
+}
+// Everything is stopped by now. If a stray handle still holds the event loop, say so and
+// leave anyway instead of hanging a CI job; an unref'd timer never fires on a clean exit.
+setTimeout(() => {
+  process.stderr.write("bench: something still held the event loop 5 s after the benchmark finished; exiting\n");
+  process.exit();
+}, 5000).unref();

@@ -1,0 +1,106 @@
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { RunStatus, ToolInvocationStatus, Replayability, CommitBoundary } from "../gen/keel/v1/run_pb.js";
+import { RunService } from "../gen/keel/v1/run_service_pb.js";
+import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
+import { connectClient } from "./support/clients.js";
+import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { createTestTools, writesRecorded } from "./support/test-tools.js";
+
+const turn = (replyText: string, toolCalls: { toolName: string; argumentsJson: string }[] = []): ScriptedTurn => ({
+  replyText,
+  toolCalls,
+  delayMs: 0,
+  inputTokens: 0,
+  outputTokens: 0,
+});
+
+function agentWith(id: string, turns: ScriptedTurn[], overrides: Partial<AgentSpec> = {}): AgentSpec {
+  const model = { ...DEMO_AGENT.models.primary, scriptedTurns: turns };
+  return {
+    ...DEMO_AGENT,
+    id,
+    models: { primary: model, fast: model, decision: model },
+    tools: [
+      { toolName: "test.echo.v1", connectors: [], readOnlyCommands: [] },
+      { toolName: "test.append_line.v1", connectors: [], readOnlyCommands: [] },
+      { toolName: "test.read_path.v1", connectors: [], readOnlyCommands: [] },
+    ],
+    ...overrides,
+  };
+}
+
+describe("the durable loop", () => {
+  let keel: TestKeel;
+  let effectsDir: string;
+  beforeAll(async () => {
+    effectsDir = await mkdtemp(path.join(tmpdir(), "keel-effects-"));
+    keel = await startTestKeel({
+      tools: createTestTools({ effectsDir }),
+      agents: [
+        agentWith("multi", [
+          turn("", [{ toolName: "test.echo.v1", argumentsJson: '{"text":"look"}' }]),
+          turn("", [{ toolName: "test.append_line.v1", argumentsJson: '{"key":"k1"}' }]),
+          turn("all done"),
+        ]),
+        agentWith("asker", [turn("", [{ toolName: "keel.ask_user.v1", argumentsJson: '{"question":"Which colour?"}' }]), turn("painted it")]),
+      ],
+    });
+  });
+  afterAll(async () => {
+    await keel.stop();
+  });
+
+  async function submitAndSettle(agentId: string, text: string, conversationId = `c-${Math.random()}`): Promise<string> {
+    const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
+    const { runId } = await ingress.submitMessage({ agentId, conversationId, actor: { id: "alice" }, messageId: `m-${Math.random()}`, text, connector: "loop-test" });
+    return runId;
+  }
+
+  async function waitFor(runId: string, statuses: RunStatus[]): Promise<NonNullable<Awaited<ReturnType<ReturnType<typeof connectClient<typeof RunService>>["getRun"]>>["run"]>> {
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    for (let i = 0; i < 200; i++) {
+      const { run } = await runs.getRun({ runId });
+      if (run !== undefined && statuses.includes(run.status)) return run;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`run ${runId} did not reach ${statuses.join(",")}`);
+  }
+
+  it("runs several tool calls, one committed step each, and crosses the commit boundary on the write", async () => {
+    const runId = await submitAndSettle("multi", "do the thing");
+    const run = await waitFor(runId, [RunStatus.SUCCEEDED, RunStatus.FAILED]);
+    expect(run.status).toBe(RunStatus.SUCCEEDED);
+    expect(run.finalReply).toBe("all done");
+    expect(run.commitBoundary).toBe(CommitBoundary.COMMITTED);
+    expect(run.usage?.toolCalls).toBe(2);
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const { steps } = await runs.listRunSteps({ runId });
+    expect(steps.map((s) => s.replayability)).toEqual([Replayability.REPLAYABLE, Replayability.NOT_REPLAYABLE, Replayability.REPLAYABLE]);
+    expect(steps[0]?.toolInvocations[0]).toMatchObject({ toolName: "test.echo.v1", status: ToolInvocationStatus.SUCCEEDED, resultText: "echo: look" });
+    expect(steps[0]?.toolInvocations[0]?.observations.map((o) => o.stream)).toEqual(["stdout", "result"]);
+    expect(steps[1]?.toolInvocations[0]).toMatchObject({ toolName: "test.append_line.v1", status: ToolInvocationStatus.SUCCEEDED });
+    const secondRequest = JSON.parse(steps[1]!.modelCall!.requestJson) as { messages: { role: string; content: string }[] };
+    expect(secondRequest.messages.at(-1)).toMatchObject({ role: "tool", content: "echo: look" });
+    expect(writesRecorded(effectsDir).filter((l) => l.endsWith(" k1"))).toHaveLength(1);
+    const { artifacts } = await runs.listArtifacts({ runId });
+    expect(artifacts.map((a) => [a.type, a.inlineData])).toEqual([["line", "k1"]]);
+  });
+
+  it("parks in awaiting_input on keel.ask_user and resumes when anyone in the conversation answers", async () => {
+    const runId = await submitAndSettle("asker", "paint the fence");
+    await waitFor(runId, [RunStatus.AWAITING_INPUT]);
+    const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
+    const answered = await ingress.answerInput({ runId, actor: { id: "bob" }, text: "blue" });
+    expect(answered.status).toBe(RunStatus.QUEUED);
+    const run = await waitFor(runId, [RunStatus.SUCCEEDED, RunStatus.FAILED]);
+    expect(run.finalReply).toBe("painted it");
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const { steps } = await runs.listRunSteps({ runId });
+    expect(steps[0]?.toolInvocations[0]).toMatchObject({ toolName: "keel.ask_user.v1", resultText: "Answer from bob: blue" });
+    expect(steps[1]?.actorId).toBe("bob");
+  });
+});

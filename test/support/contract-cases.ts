@@ -1,0 +1,297 @@
+// The API contract as a table: one case per RPC of every keel.v1 service.
+//
+// Requests are written the way a foreign client would write them: proto field names
+// (snake_case), enum values by name, 64-bit integers as strings, a oneof member set by
+// its own field name. That one shape is accepted both by @grpc/proto-loader (keepCase)
+// and by protobuf-es `fromJson`, so a case is written once and sent by every client.
+import type { DescMethod, DescService, JsonObject } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
+import { AgentService } from "../../gen/keel/v1/agent_service_pb.js";
+import { EmissionService } from "../../gen/keel/v1/emission_service_pb.js";
+import { IngressService } from "../../gen/keel/v1/ingress_service_pb.js";
+import { RunService } from "../../gen/keel/v1/run_service_pb.js";
+import { SandboxService } from "../../gen/keel/v1/sandbox_service_pb.js";
+import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
+
+/** Every service of the public contract; the suite walks their descriptors. */
+export const CONTRACT_SERVICES: readonly DescService[] = [IngressService, EmissionService, RunService, AgentService, SandboxService];
+
+export const ROLES: readonly TokenRole[] = ["connector", "sandbox-host", "operator", "admin"];
+
+/** "keel.v1.IngressService/SubmitMessage": the gRPC path without the leading slash. */
+export const methodKey = (method: DescMethod): string => `${method.parent.typeName}/${method.name}`;
+
+export const allMethods = (): DescMethod[] => CONTRACT_SERVICES.flatMap((service) => service.methods);
+
+/** One request; for a client- or bidi-streaming RPC, the messages the client sends, in order. */
+export type RpcInput = JsonObject | readonly JsonObject[];
+
+/** What the right role gets for the valid request: "ok", or the code of an RPC that is not built yet. */
+export type Expected = "ok" | Code;
+
+export interface InvalidInput {
+  readonly request: RpcInput;
+  /** The proto field the InvalidArgument message must start with ("run_id: must be a UUID"). */
+  readonly field: string;
+}
+
+export interface ContractCase {
+  /** The one non-admin role the server lets through (admin may call everything). */
+  readonly role: TokenRole;
+  readonly valid: RpcInput;
+  readonly expect: Expected;
+  /** Checks on the response (or first streamed message) of the valid request; fields are snake_case. */
+  readonly check?: (response: JsonObject) => void;
+  /** At least one per case: the contract promises InvalidArgument naming the field, never Internal. */
+  readonly invalid: readonly InvalidInput[];
+  /** Well-formed ids that do not exist: NotFound. */
+  readonly notFound?: RpcInput;
+}
+
+/** Ledger rows the valid requests point at, created through the API (ingress only) before the matrix runs. */
+export interface Seed {
+  readonly runId: string;
+  readonly emissionId: string;
+  readonly connector: string;
+}
+
+// Well-formed ids that name nothing.
+export const MISSING_UUID = "00000000-0000-4000-8000-000000000000";
+export const ACTOR = { id: "contract-tester", display_name: "Contract Tester" };
+const LONG_REASON = "x".repeat(4097);
+
+const field = (value: unknown, ...path: string[]): unknown =>
+  path.reduce<unknown>((node, key) => (node !== null && typeof node === "object" ? (node as Record<string, unknown>)[key] : undefined), value);
+
+/** Throws unless the response field at `path` equals `expected`; vitest reports it like any failure. */
+const expectField =
+  (expected: unknown, ...path: string[]) =>
+  (response: JsonObject): void => {
+    const actual = field(response, ...path);
+    if (actual !== expected) throw new Error(`response.${path.join(".")}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
+  };
+
+const expectArray =
+  (...path: string[]) =>
+  (response: JsonObject): void => {
+    if (!Array.isArray(field(response, ...path))) throw new Error(`response.${path.join(".")}: expected an array`);
+  };
+
+/** The case table. Keys are "package.Service/Method"; the suite fails on a method without a key and on a key without a method. */
+export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>> {
+  const submit = {
+    agent_id: "demo",
+    conversation_id: "contract-c",
+    actor: ACTOR,
+    message_id: "contract-m-1",
+    text: "contract",
+    connector: "contract-matrix",
+  };
+  const runAction = { run_id: seed.runId, actor: ACTOR, reason: "contract" };
+
+  return {
+    // --- IngressService: connectors hand in messages and decisions.
+    "keel.v1.IngressService/SubmitMessage": {
+      role: "connector",
+      // Idempotent on the message id: the second client gets the same run back (duplicate), still OK.
+      valid: submit,
+      expect: "ok",
+      check: (response) => void uuidField(response, "run_id"),
+      invalid: [
+        { request: { ...submit, agent_id: "" }, field: "agent_id" },
+        { request: { ...submit, text: "   " }, field: "text" },
+        { request: { ...submit, actor: { id: "" } }, field: "actor.id" },
+        { request: { ...submit, connector: "Not A Slug" }, field: "connector" },
+      ],
+      notFound: { ...submit, agent_id: "no-such-agent" },
+    },
+    "keel.v1.IngressService/EditMessage": {
+      role: "connector",
+      valid: { agent_id: "demo", conversation_id: "contract-c", message_id: "contract-m-1", actor: ACTOR, text: "edited" },
+      expect: Code.Unimplemented,
+      invalid: [{ request: { agent_id: "demo", conversation_id: "contract-c", message_id: "contract-m-1", actor: ACTOR, text: "" }, field: "text" }],
+    },
+    "keel.v1.IngressService/AnswerInput": {
+      role: "connector",
+      valid: { run_id: seed.runId, actor: ACTOR, text: "an answer" },
+      expect: Code.Unimplemented,
+      invalid: [{ request: { run_id: "not-a-uuid", actor: ACTOR, text: "an answer" }, field: "run_id" }],
+    },
+    "keel.v1.IngressService/DecideGate": {
+      role: "connector",
+      valid: { run_id: seed.runId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_APPROVE" },
+      expect: Code.Unimplemented,
+      invalid: [{ request: { run_id: seed.runId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_UNSPECIFIED" }, field: "decision" }],
+    },
+    "keel.v1.IngressService/CancelRun": {
+      role: "connector",
+      valid: runAction,
+      expect: Code.Unimplemented,
+      invalid: [{ request: { run_id: seed.runId, reason: "no actor" }, field: "actor" }],
+    },
+    "keel.v1.IngressService/ContinueRun": {
+      role: "connector",
+      valid: { run_id: seed.runId, actor: ACTOR },
+      expect: Code.Unimplemented,
+      invalid: [{ request: { run_id: seed.runId, actor: { id: "has space" } }, field: "actor.id" }],
+    },
+
+    // --- EmissionService: connectors receive what Keel says and report delivery.
+    "keel.v1.EmissionService/Subscribe": {
+      role: "connector",
+      // The seeded connector already has emissions, so the stream's first message proves it opened.
+      valid: { connector: seed.connector, after_seq: "0" },
+      expect: "ok",
+      check: expectField(seed.connector, "emission", "connector"),
+      invalid: [{ request: { connector: "Not A Slug" }, field: "connector" }],
+    },
+    "keel.v1.EmissionService/AcknowledgeEmission": {
+      role: "connector",
+      // Acknowledging twice (once per client) is fine: the first outcome stands, the second reads it back.
+      valid: { emission_id: seed.emissionId, outcome: "DELIVERY_STATUS_DELIVERED", remote_ref: "contract-ref" },
+      expect: "ok",
+      check: expectField("DELIVERY_STATUS_DELIVERED", "emission", "delivery_status"),
+      invalid: [
+        { request: { emission_id: "not-a-uuid", outcome: "DELIVERY_STATUS_DELIVERED" }, field: "emission_id" },
+        { request: { emission_id: seed.emissionId, outcome: "DELIVERY_STATUS_PENDING" }, field: "outcome" },
+      ],
+      notFound: { emission_id: MISSING_UUID, outcome: "DELIVERY_STATUS_DELIVERED" },
+    },
+
+    // --- RunService: operators read and steer runs.
+    "keel.v1.RunService/GetRun": {
+      role: "operator",
+      valid: { run_id: seed.runId },
+      expect: "ok",
+      check: expectField(seed.runId, "run", "id"),
+      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
+      notFound: { run_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/ListRuns": {
+      role: "operator",
+      valid: {},
+      expect: "ok",
+      check: expectArray("runs"),
+      invalid: [
+        { request: { agent_id: "Not A Slug" }, field: "agent_id" },
+        { request: { conversation_id: "has space" }, field: "conversation_id" },
+      ],
+    },
+    "keel.v1.RunService/ListRunSteps": {
+      role: "operator",
+      valid: { run_id: seed.runId },
+      expect: "ok",
+      check: expectArray("steps"),
+      invalid: [{ request: { run_id: "" }, field: "run_id" }],
+      notFound: { run_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/GetRunStep": {
+      role: "operator",
+      // Steps are the runner's work; the matrix stays independent of it, so the valid request
+      // names a real run and a well-formed step that does not exist (first-slice reads a real one).
+      valid: { run_id: seed.runId, step_id: MISSING_UUID },
+      expect: Code.NotFound,
+      invalid: [{ request: { run_id: seed.runId, step_id: "not-a-uuid" }, field: "step_id" }],
+      notFound: { run_id: MISSING_UUID, step_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/ListArtifacts": {
+      role: "operator",
+      valid: { run_id: seed.runId },
+      expect: "ok",
+      check: expectArray("artifacts"),
+      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
+      notFound: { run_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/WatchRun": {
+      role: "operator",
+      // Ingress wrote the run's CREATED event, so the stream's first message proves it opened.
+      valid: { run_id: seed.runId },
+      expect: "ok",
+      check: expectField("RUN_EVENT_KIND_CREATED", "event", "kind"),
+      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
+      notFound: { run_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/GetWorkGraph": {
+      role: "operator",
+      // A loop-shaped run has no work graph: NotFound, not an empty graph.
+      valid: { run_id: seed.runId },
+      expect: Code.NotFound,
+      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
+      notFound: { run_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/ResolveUnknownOutcome": {
+      role: "operator",
+      valid: { run_id: seed.runId, tool_invocation_id: MISSING_UUID, outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR, reason: "checked" },
+      expect: Code.Unimplemented,
+      invalid: [
+        { request: { run_id: seed.runId, tool_invocation_id: "nope", outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR }, field: "tool_invocation_id" },
+        { request: { run_id: seed.runId, tool_invocation_id: MISSING_UUID, actor: ACTOR }, field: "outcome" },
+      ],
+    },
+    "keel.v1.RunService/PauseRun": {
+      role: "operator",
+      valid: runAction,
+      expect: Code.Unimplemented,
+      invalid: [{ request: { ...runAction, reason: LONG_REASON }, field: "reason" }],
+    },
+    "keel.v1.RunService/ResumeRun": {
+      role: "operator",
+      valid: runAction,
+      expect: Code.Unimplemented,
+      invalid: [{ request: { ...runAction, run_id: "not-a-uuid" }, field: "run_id" }],
+    },
+    "keel.v1.RunService/RequeueRun": {
+      role: "operator",
+      valid: runAction,
+      expect: Code.Unimplemented,
+      invalid: [{ request: { run_id: seed.runId, reason: "no actor" }, field: "actor" }],
+    },
+
+    // --- AgentService: admins define agents.
+    "keel.v1.AgentService/PutAgent": {
+      role: "admin",
+      valid: { agent: { id: "contract-agent", display_name: "Contract", system_prompt: "Be brief." } },
+      expect: "ok",
+      check: expectField("contract-agent", "agent", "id"),
+      invalid: [
+        { request: {}, field: "agent" },
+        { request: { agent: { id: "" } }, field: "agent.id" },
+        { request: { agent: { id: "contract-agent", models: { primary: { provider: "nope" } } } }, field: "agent.models.primary.provider" },
+      ],
+    },
+    "keel.v1.AgentService/GetAgent": {
+      role: "admin",
+      valid: { agent_id: "demo" },
+      expect: "ok",
+      check: expectField("demo", "agent", "id"),
+      invalid: [{ request: { agent_id: "" }, field: "agent_id" }],
+      notFound: { agent_id: "no-such-agent" },
+    },
+    "keel.v1.AgentService/ListAgents": {
+      role: "admin",
+      valid: { page_size: 10 },
+      expect: "ok",
+      check: expectArray("agents"),
+      // A page token is opaque and page_size is clamped, so nothing here can be malformed;
+      // the empty list records that on purpose rather than by omission.
+      invalid: [],
+    },
+
+    // --- SandboxService: sandbox hosts attach over one bidi stream.
+    "keel.v1.SandboxService/Attach": {
+      role: "sandbox-host",
+      valid: [{ register: { host_id: "contract-host", capacity: { workspaces: 1 }, agent_version: "contract" } }],
+      expect: Code.Unimplemented,
+      invalid: [
+        { request: [{ heartbeat: { free_workspaces: 1 } }], field: "register" },
+        { request: [{ register: { host_id: "" } }], field: "register.host_id" },
+      ],
+    },
+  };
+}
+
+function uuidField(response: JsonObject, name: string): string {
+  const value = response[name];
+  if (typeof value !== "string" || !/^[0-9a-f-]{36}$/.test(value)) throw new Error(`response.${name}: expected a UUID, got ${JSON.stringify(value)}`);
+  return value;
+}
