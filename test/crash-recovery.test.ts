@@ -288,7 +288,7 @@ describe("crash recovery: SIGKILL the keel process, restart, finish exactly once
         "SELECT summary FROM run_events WHERE run_id = $1 AND kind = 'status_changed' ORDER BY seq",
         [submitted.runId],
       );
-      expect(events.some((e) => e.summary.startsWith("lease expired; reclaimed"))).toBe(true);
+      expect(events.filter((e) => /lease expired.*reclaimed.*epoch 2/.test(e.summary))).toHaveLength(1);
 
       const seen = await subscribeFromStart(second.url, token, "crash-b", submitted.runId);
       const replies = seen.filter((e) => e.kind === EmissionKind.REPLY);
