@@ -98,3 +98,23 @@ describe("first slice: one message, one model call, one reply", () => {
     expect(listed).toHaveLength(1);
   });
 });
+
+describe("plain HTTP endpoints", () => {
+  let keel: TestKeel;
+  beforeAll(async () => {
+    keel = await startTestKeel({ workers: 0 });
+  });
+  afterAll(async () => {
+    await keel.stop();
+  });
+
+  it("serves health and Prometheus metrics read from the ledger", async () => {
+    const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
+    await ingress.submitMessage({ agentId: "demo", conversationId: "m", actor: { id: "a" }, messageId: "m1", text: "hi", connector: "metrics" });
+    expect(await (await fetch(`${keel.http1Url}/healthz`)).text()).toBe("ok\n");
+    const metrics = await (await fetch(`${keel.http1Url}/metrics`)).text();
+    expect(metrics).toContain('keel_runs{status="queued"} 1');
+    expect(metrics).toMatch(/^keel_oldest_queued_run_age_seconds \d+\.\d{3}$/m);
+    expect(metrics).toContain("keel_unresolved_unknown_outcomes 0");
+  });
+});

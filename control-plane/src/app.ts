@@ -15,6 +15,7 @@ import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createIngressRepository } from "./ledger/ingress.repository.js";
 import { armNotification, startNotificationHub } from "./ledger/notification-hub.js";
 import { openLedger, type LedgerOrm } from "./ledger/orm.js";
+import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
 import { createRunControlRepository } from "./ledger/run-control.repository.js";
 import { createRunRepository } from "./ledger/run.repository.js";
@@ -112,6 +113,20 @@ export async function buildApp(
       if (request.url === "/healthz") {
         response.writeHead(200, { "content-type": "text/plain" });
         response.end("ok\n");
+        return;
+      }
+      if (request.url === "/metrics") {
+        ledgerMetrics(ledger.sql).then(
+          (text) => {
+            response.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
+            response.end(text);
+          },
+          (error: unknown) => {
+            logger.error({ err: error }, "metrics scrape failed");
+            response.writeHead(503, { "content-type": "text/plain" });
+            response.end("ledger unavailable\n");
+          },
+        );
         return;
       }
       response.writeHead(404, { "content-type": "text/plain" });

@@ -1,0 +1,31 @@
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "./config.js";
+
+describe("loadConfig", () => {
+  it("has bounded defaults for everything", () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({ host: "127.0.0.1", port: 7070, http1Port: 7071, workers: 8, databaseUrl: undefined });
+    expect(config.maxMessageBytes).toBe(4 * 1024 * 1024);
+    expect(config.defaultDeadlineMs).toBeLessThanOrEqual(config.maxDeadlineMs);
+  });
+
+  it("reads and coerces settings", () => {
+    const config = loadConfig({ KEEL_PORT: "9000", DATABASE_URL: "postgresql://u:p@db/keel", KEEL_WORKERS: "0" });
+    expect(config).toMatchObject({ port: 9000, databaseUrl: "postgresql://u:p@db/keel", workers: 0 });
+  });
+
+  it.each([
+    ["KEEL_PORT", "seventy"],
+    ["KEEL_PORT", "70000"],
+    ["DATABASE_URL", "mysql://nope"],
+    ["KEEL_LOG_LEVEL", "chatty"],
+    ["KEEL_MAX_MESSAGE_BYTES", "-1"],
+  ])("refuses %s=%s with one line naming it", (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^invalid setting ${name}=`));
+  });
+
+  it("refuses a default deadline above the maximum", () => {
+    expect(() => loadConfig({ KEEL_DEFAULT_DEADLINE_MS: "5000", KEEL_MAX_DEADLINE_MS: "1000" })).toThrow(/KEEL_DEFAULT_DEADLINE_MS/);
+  });
+});
