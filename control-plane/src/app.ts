@@ -13,7 +13,7 @@ import { createApiTokenRepository, type ApiTokenRepository } from "./ledger/api-
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./ledger/embedded-postgres.js";
 import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createIngressRepository } from "./ledger/ingress.repository.js";
-import { armNotification, startNotificationHub } from "./ledger/notification-hub.js";
+import { startNotificationHub } from "./ledger/notification-hub.js";
 import { openLedger, type LedgerOrm } from "./ledger/orm.js";
 import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
@@ -154,7 +154,7 @@ export async function buildApp(
       const pool = startWorkerPool(
         options.wrapRunnerDeps?.(deps) ?? deps,
         { workers: config.workers, leaseMs: config.leaseMs, idlePollMs: config.idlePollMs },
-        () => armNotification(hub, "keel_runs", () => true),
+        (listener) => hub.subscribe("keel_runs", listener),
         logger.child({ component: "runner" }),
       );
       pools.push(pool);

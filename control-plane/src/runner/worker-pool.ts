@@ -7,12 +7,12 @@ import { advanceRun, type RunnerDeps } from "./runner.js";
 export interface WorkerPoolOptions {
   readonly workers: number;
   readonly leaseMs: number;
-  /** Upper bound on an idle worker's sleep; LISTEN/NOTIFY usually wakes it sooner. */
+  /** Upper bound on an idle worker's sleep; LISTEN/NOTIFY usually wakes it sooner. Expired leases are found this way. */
   readonly idlePollMs: number;
 }
 
-/** Wakes idle workers; the ledger's NOTIFY feeds it. Returns a wait that was armed before the claim. */
-export type WakeSignal = () => { wait(timeoutMs: number, signal: AbortSignal): Promise<void> };
+/** Subscribes to "a run became runnable" notifications; an empty payload means "anything may have changed". */
+export type RunnableFeed = (listener: (payload: string) => void) => () => void;
 
 export interface WorkerPool {
   stop(): Promise<void>;
@@ -22,26 +22,61 @@ export interface WorkerPool {
  * Runs `workers` claim loops in this process. Each claims a run, advances it while
  * renewing its lease, and goes back for more. Several processes may run pools on one
  * database: SKIP LOCKED spreads the runs and the epoch fences the commits.
+ *
+ * A notification wakes one idle worker, not all of them: waking every worker for every
+ * run made them race for the same row and halved throughput on a small machine.
  */
-export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, armWake: WakeSignal, log: Logger): WorkerPool {
+export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, runnable: RunnableFeed, log: Logger): WorkerPool {
   const stopping = new AbortController();
   // Every idle worker's wait and every in-flight model call listens on this one signal.
   setMaxListeners(0, stopping.signal);
   const processId = randomUUID().slice(0, 8);
 
+  const idle: (() => void)[] = [];
+  // Wakes that found no idle worker: the next worker to go idle claims again at once.
+  let missedWakes = 0;
+  const unsubscribe = runnable((payload) => {
+    if (payload === "") {
+      for (const wake of idle.splice(0)) wake();
+      missedWakes = options.workers;
+      return;
+    }
+    const wake = idle.shift();
+    if (wake !== undefined) wake();
+    else missedWakes = Math.min(missedWakes + 1, options.workers);
+  });
+
+  const idleWait = (): Promise<void> => {
+    if (missedWakes > 0) {
+      missedWakes -= 1;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        stopping.signal.removeEventListener("abort", done);
+        const at = idle.indexOf(done);
+        if (at >= 0) idle.splice(at, 1);
+        resolve();
+      };
+      const timer = setTimeout(done, options.idlePollMs);
+      stopping.signal.addEventListener("abort", done, { once: true });
+      idle.push(done);
+    });
+  };
+
   const loop = async (workerId: string): Promise<void> => {
     while (!stopping.signal.aborted) {
-      const wake = armWake();
       let claimed;
       try {
         claimed = await deps.store.claimNext(workerId, options.leaseMs);
       } catch (error) {
         log.error({ err: error, workerId }, "claim failed; retrying");
-        await wake.wait(options.idlePollMs, stopping.signal);
+        await idleWait();
         continue;
       }
       if (claimed === undefined) {
-        await wake.wait(options.idlePollMs, stopping.signal);
+        await idleWait();
         continue;
       }
       const runLog = log.child({ runId: claimed.runId, workerId, epoch: claimed.epoch });
@@ -68,6 +103,7 @@ export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, ar
   return {
     async stop() {
       stopping.abort(new Error("worker pool stopping"));
+      unsubscribe();
       await Promise.allSettled(loops);
     },
   };
