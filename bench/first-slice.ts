@@ -7,7 +7,6 @@
 //   npm run bench -- first-slice [--messages 1000] [--concurrency 16] [--warmup 20] [--raw 1000]
 import { randomUUID } from "node:crypto";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -25,6 +24,7 @@ import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/runner/runner.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
+import { freePort, ms, pick, summarize, table } from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
@@ -380,50 +380,4 @@ async function rawTransaction(db: pg.Client, key: string, i: number): Promise<vo
     await db.query("ROLLBACK").catch(() => {});
     throw error;
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-interface Stats {
-  readonly n: number;
-  readonly p50: number;
-  readonly p99: number;
-}
-
-/** Nearest-rank percentiles. */
-function summarize(samples: readonly number[]): Stats {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const rank = (p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN;
-  return { n: sorted.length, p50: rank(50), p99: rank(99) };
-}
-
-const ms = (value: number): string => value.toFixed(2);
-
-function table(header: readonly string[], body: readonly (readonly string[])[]): string[] {
-  const all = [header, ...body];
-  const widths = header.map((_, c) => Math.max(...all.map((row) => (row[c] ?? "").length)));
-  const format = (row: readonly string[]) =>
-    row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join("  ");
-  return [format(header), widths.map((w) => "-".repeat(w)).join("  "), ...body.map(format)];
-}
-
-function pick(env: NodeJS.ProcessEnv, keys: readonly string[]): Record<string, string> {
-  const picked: Record<string, string> = {};
-  for (const key of keys) {
-    const value = env[key];
-    if (value !== undefined && value !== "") picked[key] = value;
-  }
-  return picked;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))));
-    });
-  });
 }

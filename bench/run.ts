@@ -8,6 +8,10 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     describe: "message→reply latency through a real Keel on embedded PostgreSQL, against a raw SQL transaction of the same rows",
     load: () => import("./first-slice.js"),
   },
+  loop: {
+    describe: "harness overhead per loop iteration and steps/s, 1 and 16 concurrent runs, against a raw SQL transaction of the same rows",
+    load: () => import("./loop.js"),
+  },
 };
 
 function listBenchmarks(): string {

@@ -16,6 +16,9 @@ import { registerReflection } from "./reflection-service.js";
 
 export const KEEL_SERVICES = [IngressService, EmissionService, RunService, AgentService, SandboxService] as const;
 
+/** How long close() lets open HTTP/2 streams finish before it destroys their sessions. */
+const CLOSE_GRACE_MS = 2_000;
+
 export interface ServiceImpls {
   readonly ingress: ServiceImpl<typeof IngressService>;
   readonly emissions: ServiceImpl<typeof EmissionService>;
@@ -100,11 +103,18 @@ export function createKeelServer(
       // Idle HTTP/2 sessions (clients keep them for reuse) would hold close() open forever.
       for (const session of sessions) session.close();
       h1.closeAllConnections();
-      await Promise.all([
+      const closed = Promise.all([
         new Promise<void>((resolve) => (h2.listening ? h2.close(() => resolve()) : resolve())),
         new Promise<void>((resolve) => (h1.listening ? h1.close(() => resolve()) : resolve())),
       ]);
+      // A graceful session close waits for every open stream, and a stream whose response has
+      // ended can stay half-open for good: an oversized request is refused without reading the
+      // rest of its body, so the client never finishes sending. After a grace period, cut them.
+      let grace: NodeJS.Timeout | undefined;
+      await Promise.race([closed, new Promise<void>((resolve) => (grace = setTimeout(resolve, CLOSE_GRACE_MS)))]);
+      clearTimeout(grace);
       for (const session of sessions) session.destroy();
+      await closed;
     },
   };
 }

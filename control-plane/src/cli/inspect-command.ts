@@ -1,4 +1,15 @@
-import { ModelRoleSchema, RunStatusSchema, ToolInvocationStatusSchema } from "../../../gen/keel/v1/run_pb.js";
+import {
+  ArtifactProvenanceSchema,
+  BudgetDimensionSchema,
+  ModelRoleSchema,
+  ResolvedOutcome,
+  ResolvedOutcomeSchema,
+  RunStatusSchema,
+  ToolInvocationStatusSchema,
+  VerificationConclusionSchema,
+  WaitReasonSchema,
+  type Run,
+} from "../../../gen/keel/v1/run_pb.js";
 import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { fromEnum } from "../api/convert.js";
 import { connect, type ClientOptions } from "./client.js";
@@ -13,7 +24,7 @@ export async function inspectCommand(client: ClientOptions, runId: string, out: 
   const usage = run.usage;
   out(`run          ${run.id}`);
   out(`agent        ${run.agentId}   conversation ${run.conversationId}   connector ${run.connector}`);
-  out(`status       ${fromEnum(RunStatusSchema, run.status) ?? "?"}${run.error === "" ? "" : `   error: ${run.error}`}`);
+  out(`status       ${statusLine(run)}${run.error === "" ? "" : `   error: ${run.error}`}`);
   out(`requested by ${run.requestedBy?.id ?? ""}   triggers: ${run.triggers.map((t) => `${t.messageId} (${t.actorId})`).join(", ")}`);
   out(
     `usage        ${usage?.iterations ?? 0} iterations, ${usage?.modelCalls ?? 0} model calls, ${usage?.toolCalls ?? 0} tool calls, ` +
@@ -37,10 +48,40 @@ export async function inspectCommand(client: ClientOptions, runId: string, out: 
       for (const tool of step.toolInvocations) {
         out(`  tool  #${tool.ordinal} ${tool.toolName} ${clip(tool.argumentsJson, 120)} → ${fromEnum(ToolInvocationStatusSchema, tool.status) ?? "?"}`);
         if (tool.refusalReason !== "") out(`        refused: ${tool.refusalReason}`);
+        if (tool.resolvedOutcome !== ResolvedOutcome.UNSPECIFIED) {
+          const reason = tool.resolutionReason === "" ? "" : `: ${tool.resolutionReason}`;
+          out(`        resolved: ${fromEnum(ResolvedOutcomeSchema, tool.resolvedOutcome) ?? "?"} by ${tool.resolvedByActorId}${reason}`);
+        }
         for (const observation of tool.observations) out(`        [${observation.stream}] ${clip(observation.text)}`);
       }
     }
     pageToken = page.nextPageToken;
   } while (pageToken !== "");
+  const { artifacts } = await runs.listArtifacts({ runId });
+  if (artifacts.length > 0) {
+    out("");
+    out("artifacts");
+    for (const artifact of artifacts) {
+      const conclusion = fromEnum(VerificationConclusionSchema, artifact.conclusion);
+      const data = artifact.inlineData !== "" ? clip(artifact.inlineData, 120) : artifact.reference !== "" ? `→ ${artifact.reference}` : "";
+      out(
+        `  ${artifact.type} v${artifact.schemaVersion}  ${fromEnum(ArtifactProvenanceSchema, artifact.provenance) ?? "?"}` +
+          `${conclusion === undefined ? "" : ` ${conclusion}`}${artifact.subjectArtifactId === "" ? "" : ` of ${artifact.subjectArtifactId}`}` +
+          `${artifact.toolInvocationId === "" ? "" : `  (tool call ${artifact.toolInvocationId})`}${data === "" ? "" : `  ${data}`}`,
+      );
+    }
+  }
   return 0;
+}
+
+/** The status with why it is where it is: paused, waiting on what, which budget ran out, who cancelled. */
+function statusLine(run: Run): string {
+  const notes = [
+    run.paused ? "paused" : "",
+    run.waitReason === 0 ? "" : `waiting on ${fromEnum(WaitReasonSchema, run.waitReason) ?? "?"}`,
+    run.exhaustedDimension === 0 ? "" : `${fromEnum(BudgetDimensionSchema, run.exhaustedDimension) ?? "?"} budget used up`,
+    run.cancelledByActorId === "" ? "" : `cancelled by ${run.cancelledByActorId}`,
+  ].filter((note) => note !== "");
+  const status = fromEnum(RunStatusSchema, run.status) ?? "?";
+  return notes.length === 0 ? status : `${status} (${notes.join(", ")})`;
 }

@@ -21,19 +21,34 @@ export async function appendRunEvents(trx: SqlTransaction, runId: string, events
     [events.length, runId],
   );
   if (row === undefined) throw new Error(`run ${runId} vanished while appending events`);
-  const first = Number(row.event_seq) - events.length + 1;
-  await trx("run_events").insert(
-    events.map((event, i) => ({
-      run_id: runId,
-      seq: first + i,
-      kind: event.kind,
-      status: event.status ?? null,
-      step_id: event.stepId ?? null,
-      tool_invocation_id: event.toolInvocationId ?? null,
-      summary: event.summary,
-    })),
+  await insertRunEvents(trx, runId, Number(row.event_seq) - events.length + 1, events);
+}
+
+/** Inserts events numbered from `firstSeq` (already reserved on the run row) and wakes watchers, in one statement. */
+export async function insertRunEvents(trx: SqlTransaction, runId: string, firstSeq: number, events: readonly RunEventDraft[]): Promise<void> {
+  if (events.length === 0) return;
+  await trx.raw(
+    `WITH inserted AS (
+       INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
+       SELECT ?::uuid, e.seq, e.kind, e.status, e.step_id, e.tool_invocation_id, e.summary
+       FROM jsonb_to_recordset(?::jsonb) AS e(seq int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text)
+       RETURNING 1)
+     SELECT pg_notify('keel_run_events', ?) FROM (SELECT count(*) FROM inserted) AS done`,
+    [
+      runId,
+      JSON.stringify(
+        events.map((event, i) => ({
+          seq: firstSeq + i,
+          kind: event.kind,
+          status: event.status ?? null,
+          step_id: event.stepId ?? null,
+          tool_invocation_id: event.toolInvocationId ?? null,
+          summary: event.summary,
+        })),
+      ),
+      runId,
+    ],
   );
-  await trx.raw("SELECT pg_notify('keel_run_events', ?)", [runId]);
 }
 
 export interface EmissionTarget {

@@ -35,7 +35,8 @@ export function createRunControlRepository(sql: Sql): RunControl {
 
   const requeue = async (trx: SqlTransaction, runId: string, summary: string): Promise<RunStatus> => {
     await trx.raw(
-      "UPDATE runs SET status = 'queued', wait_reason = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = ?",
+      `UPDATE runs SET status = 'queued', wait_reason = CASE WHEN paused THEN 'paused' ELSE NULL END,
+         lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = ?`,
       [runId],
     );
     await appendRunEvents(trx, runId, [{ kind: "status_changed", status: "queued", summary }]);

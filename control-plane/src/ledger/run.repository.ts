@@ -9,11 +9,12 @@ import type {
   InvocationState,
   RunHistory,
   RunInputMessage,
+  RunControlState,
   RunStore,
   Settlement,
   StepState,
 } from "../runner/run-store.js";
-import { appendRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
+import { appendRunEvents, insertRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
 import { toArtifactRecord } from "./row-mapping.js";
 import { asDate, optional, rows, type Sql, type SqlTransaction } from "./sql.js";
 
@@ -40,80 +41,98 @@ interface FencedRun {
   external_id: string;
 }
 
+/**
+ * Whether a commit may skip waiting for its WAL flush. Only work that is safe to lose in a
+ * database crash qualifies: no emission (a connector may read a row before it is durable),
+ * no write intent or outcome (intent before effect), no settled run. A later synchronous
+ * commit flushes the WAL before it, so at worst a database crash forgets a replayable step
+ * or a read's result, which recovery handles as it handles a dead worker.
+ */
+function mayCommitAsync(settlement: Settlement, writes: boolean): boolean {
+  return !writes && settlement.emissions.length === 0 && HELD.has(settlement.status);
+}
+
 /** Statuses in which a worker keeps its lease. */
 const HELD: ReadonlySet<RunStatus> = new Set(["running", "awaiting_tool"]);
 
 export function createRunRepository(sql: Sql): RunStore {
-  /** Locks the run row and refuses if another worker has claimed it since `fence.epoch`. */
-  const fenced = async <T>(fence: Fence, work: (trx: SqlTransaction, run: FencedRun) => Promise<T>): Promise<T> =>
-    sql.transaction(async (trx) => {
-      const [run] = await rows<FencedRun & { lease_epoch: string; lease_owner: string | null }>(
-        trx,
-        `SELECT r.lease_epoch, r.lease_owner, r.status, r.agent_id, r.conversation_id, r.connector, c.external_id
-         FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ? FOR UPDATE OF r`,
-        [fence.runId],
-      );
-      if (run === undefined || Number(run.lease_epoch) !== fence.epoch || run.lease_owner !== fence.workerId) {
-        throw new LeaseLostError(fence.runId, fence.epoch);
-      }
-      return work(trx, run);
-    });
-
-  /** Writes the run's new status, usage, events and emissions: the tail of every fenced commit. */
-  const settle = async (
-    trx: SqlTransaction,
+  /**
+   * One fenced commit: a single statement locks the run row, checks the lease owner and
+   * epoch, writes the run's new status and reserves event numbers; then the rows, events
+   * and emissions follow in the same transaction. A worker that lost its lease matches no
+   * row and gets LeaseLostError, having written nothing.
+   */
+  const commitFenced = (
     fence: Fence,
-    run: FencedRun,
     settlement: Settlement,
-    events: RunEventDraft[],
-    extra: { stepAdded: boolean; crossesCommitBoundary: boolean },
-  ): Promise<void> => {
-    const terminal = isTerminal(settlement.status);
-    const keepsLease = HELD.has(settlement.status);
-    await trx.raw(
-      `UPDATE runs SET status = ?, usage = ?::jsonb, step_count = step_count + ?,
-         final_reply = coalesce(?, final_reply), error = coalesce(?, error),
-         exhausted_dimension = coalesce(?, exhausted_dimension), wait_reason = ?,
-         commit_boundary = CASE WHEN ? THEN 'committed' ELSE commit_boundary END,
-         updated_at = now(), finished_at = CASE WHEN ? THEN now() ELSE finished_at END,
-         lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,
-         lease_expires_at = CASE WHEN ? THEN lease_expires_at ELSE NULL END
-       WHERE id = ?`,
-      [
-        settlement.status,
-        JSON.stringify(settlement.usage),
-        extra.stepAdded ? 1 : 0,
-        settlement.finalReply ?? null,
-        settlement.error ?? null,
-        settlement.exhaustedDimension ?? null,
-        settlement.waitReason ?? null,
-        extra.crossesCommitBoundary,
-        terminal,
-        keepsLease,
-        keepsLease,
-        fence.runId,
-      ],
-    );
-    if (settlement.status !== run.status) events.push({ kind: "status_changed", status: settlement.status, summary: settlement.summary });
-    await appendRunEvents(trx, fence.runId, events);
-    await reserveEmissions(
-      trx,
-      {
-        runId: fence.runId,
-        agentId: run.agent_id,
-        conversationId: run.conversation_id,
-        externalConversationId: run.external_id,
-        connector: run.connector,
-      },
-      settlement.emissions,
-    );
-    // A run handed back (resolved, answered, requeued) wakes a worker.
-    if (settlement.status === "queued") await trx.raw("SELECT pg_notify('keel_runs', ?)", [fence.runId]);
-  };
+    options: {
+      readonly stepAdded: boolean;
+      readonly crossesCommitBoundary: boolean;
+      readonly writes: boolean;
+      readonly events: readonly RunEventDraft[];
+      readonly rows: (trx: SqlTransaction) => Promise<void>;
+    },
+  ): Promise<RunControlState> =>
+    sql.transaction(async (trx) => {
+      const terminal = isTerminal(settlement.status);
+      const keepsLease = HELD.has(settlement.status);
+      const [run] = await rows<FencedRun & { previous_status: RunStatus; event_seq: number; cancel_requested_by_actor_id: string | null; paused: boolean; policy: Policy }>(
+        trx,
+        `WITH durability AS (SELECT set_config('synchronous_commit', ?, true) AS setting),
+              previous AS (SELECT id, status FROM runs WHERE id = ? FOR UPDATE)
+         UPDATE runs r SET status = ?, usage = ?::jsonb, step_count = r.step_count + ?,
+           final_reply = coalesce(?, r.final_reply), error = coalesce(?, r.error),
+           exhausted_dimension = coalesce(?, r.exhausted_dimension), wait_reason = ?,
+           commit_boundary = CASE WHEN ? THEN 'committed' ELSE r.commit_boundary END,
+           updated_at = now(), finished_at = CASE WHEN ? THEN now() ELSE r.finished_at END,
+           lease_owner = CASE WHEN ? THEN r.lease_owner ELSE NULL END,
+           lease_expires_at = CASE WHEN ? THEN r.lease_expires_at ELSE NULL END,
+           event_seq = r.event_seq + ? + CASE WHEN previous.status <> ? THEN 1 ELSE 0 END
+         FROM previous, durability, conversations c, agents a
+         WHERE r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
+           AND r.lease_epoch = ? AND r.lease_owner = ?
+         RETURNING previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
+           c.external_id, r.cancel_requested_by_actor_id, r.paused, a.spec -> 'policy' AS policy`,
+        [
+          mayCommitAsync(settlement, options.writes) ? "off" : "on",
+          fence.runId,
+          settlement.status,
+          JSON.stringify(settlement.usage),
+          options.stepAdded ? 1 : 0,
+          settlement.finalReply ?? null,
+          settlement.error ?? null,
+          settlement.exhaustedDimension ?? null,
+          settlement.waitReason ?? null,
+          options.crossesCommitBoundary,
+          terminal,
+          keepsLease,
+          keepsLease,
+          options.events.length,
+          settlement.status,
+          fence.epoch,
+          fence.workerId,
+        ],
+      );
+      if (run === undefined) throw new LeaseLostError(fence.runId, fence.epoch);
+      await options.rows(trx);
+      const events = [...options.events];
+      if (run.previous_status !== settlement.status) events.push({ kind: "status_changed", status: settlement.status, summary: settlement.summary });
+      await insertRunEvents(trx, fence.runId, Number(run.event_seq) - events.length + 1, events);
+      await reserveEmissions(
+        trx,
+        { runId: fence.runId, agentId: run.agent_id, conversationId: run.conversation_id, externalConversationId: run.external_id, connector: run.connector },
+        settlement.emissions,
+      );
+      // A run handed back (answered, resolved) wakes a worker.
+      if (settlement.status === "queued") await trx.raw("SELECT pg_notify('keel_runs', ?)", [fence.runId]);
+      return { cancelRequestedByActorId: run.cancel_requested_by_actor_id ?? undefined, paused: run.paused, policy: run.policy };
+    });
 
   return {
     claimNext: (workerId, leaseMs) =>
       sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
+        // A claim lost in a database crash is harmless: the worker's first durable commit flushes it.
+        await trx.raw("SET LOCAL synchronous_commit = off");
         // Queued runs whose time has come, and runs whose worker stopped renewing its lease.
         const [claimed] = await rows<ClaimRow>(
           trx,
@@ -221,142 +240,107 @@ export function createRunRepository(sql: Sql): RunStore {
       };
     },
 
-    async readControl(runId, agentId) {
-      const [row] = await rows<{ cancel_requested_by_actor_id: string | null; paused: boolean; spec: AgentSpec }>(
-        sql,
-        "SELECT r.cancel_requested_by_actor_id, r.paused, a.spec FROM runs r JOIN agents a ON a.id = ? WHERE r.id = ?",
-        [agentId, runId],
-      );
-      if (row === undefined) throw new Error(`run ${runId} vanished`);
-      return {
-        cancelRequestedByActorId: row.cancel_requested_by_actor_id ?? undefined,
-        paused: row.paused,
-        policy: row.spec.policy as Policy,
-      };
-    },
-
-    commitStep: (commit) =>
-      fenced(commit, async (trx, run) => {
-        const events: RunEventDraft[] = [];
-        const step = commit.step;
-        if (step !== undefined) {
-          await trx("run_steps").insert({
-            id: step.id,
-            run_id: commit.runId,
-            index: step.index,
-            replayability: step.replayability,
-            run_status_after: commit.status,
-            actor_id: step.actorId ?? null,
-            feedback: step.feedback ?? null,
-            lease_epoch: commit.epoch,
-            started_at: step.startedAt,
+    commitStep: (commit) => {
+      const step = commit.step;
+      const events: RunEventDraft[] = [];
+      if (step !== undefined) {
+        for (const intent of step.invocations) {
+          events.push({
+            kind: intent.status === "refused" ? "tool_settled" : "tool_invoked",
+            toolInvocationId: intent.id,
+            stepId: step.id,
+            summary: intent.status === "refused" ? `${intent.toolName} refused: ${intent.refusalReason ?? ""}` : `${intent.toolName} intent recorded`,
           });
-          if (step.modelCall !== undefined) {
-            const call = step.modelCall;
-            await trx("model_calls").insert({
-              id: call.id,
-              run_id: commit.runId,
-              step_id: step.id,
-              role: call.role,
-              provider: call.provider,
-              model: call.model,
-              request: JSON.stringify(call.request),
-              response_text: call.responseText,
-              tool_calls: JSON.stringify(call.toolCalls),
-              input_tokens: call.inputTokens,
-              output_tokens: call.outputTokens,
-              latency_ms: call.latencyMs,
-              finish_reason: call.finishReason,
-              cost_micro_usd: call.costMicroUsd,
-            });
-          }
+        }
+        events.push({ kind: "step_committed", stepId: step.id, status: commit.status, summary: `step ${step.index}: ${commit.summary}` });
+      }
+      return commitFenced(commit, commit, {
+        stepAdded: step !== undefined,
+        crossesCommitBoundary: commit.crossesCommitBoundary ?? false,
+        writes: step?.invocations.some((intent) => intent.effect === "write" && intent.status === "pending") ?? false,
+        events,
+        rows: async (trx) => {
+          if (step === undefined) return;
+          const call = step.modelCall;
+          await trx.raw(
+            `WITH step AS (
+               INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id)
+             INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
+               input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)
+             SELECT ?, ?, step.id, ?, ?, ?, ?::jsonb, ?, ?::jsonb, ?, ?, ?, ?, ? FROM step WHERE ?`,
+            [
+              step.id, commit.runId, step.index, step.replayability, commit.status, step.actorId ?? null, step.feedback ?? null, commit.epoch, step.startedAt,
+              call?.id ?? step.id, commit.runId, call?.role ?? "primary", call?.provider ?? "", call?.model ?? "",
+              JSON.stringify(call?.request ?? null), call?.responseText ?? "", JSON.stringify(call?.toolCalls ?? []),
+              call?.inputTokens ?? 0, call?.outputTokens ?? 0, call?.latencyMs ?? 0, call?.finishReason ?? "", call?.costMicroUsd ?? 0,
+              call !== undefined,
+            ],
+          );
           if (step.invocations.length > 0) {
             await trx("tool_invocations").insert(
               step.invocations.map((intent) => ({
                 id: intent.id,
                 run_id: commit.runId,
                 step_id: step.id,
-                model_call_id: step.modelCall?.id ?? null,
+                model_call_id: call?.id ?? null,
                 provider_call_id: intent.providerCallId,
                 ordinal: intent.ordinal,
                 tool_name: intent.toolName,
                 tool_version: intent.toolVersion,
                 effect: intent.effect,
-                arguments: intent.argumentsJson,
+                arguments: asJsonb(intent.argumentsJson),
                 status: intent.status,
                 refusal_reason: intent.refusalReason ?? null,
                 finished_at: intent.status === "refused" ? new Date() : null,
               })),
             );
-            for (const intent of step.invocations) {
-              events.push({
-                kind: intent.status === "refused" ? "tool_settled" : "tool_invoked",
-                toolInvocationId: intent.id,
-                stepId: step.id,
-                summary: intent.status === "refused" ? `${intent.toolName} refused: ${intent.refusalReason ?? ""}` : `${intent.toolName} intent recorded`,
-              });
-            }
           }
-          events.push({ kind: "step_committed", stepId: step.id, status: commit.status, summary: `step ${step.index}: ${commit.summary}` });
-        }
-        await settle(trx, commit, run, commit, events, {
-          stepAdded: step !== undefined,
-          crossesCommitBoundary: commit.crossesCommitBoundary ?? false,
-        });
-      }),
+        },
+      });
+    },
 
     commitToolOutcome: (commit) =>
-      fenced(commit, async (trx, run) => {
-        await trx.raw(
-          `UPDATE tool_invocations SET status = ?, result_text = ?, refusal_reason = coalesce(?, refusal_reason),
-             exit_code = ?, duration_ms = ?, output_truncated = ?, finished_at = now(),
-             resolved_by_actor_id = coalesce(?, resolved_by_actor_id), resolved_outcome = coalesce(?, resolved_outcome)
-           WHERE id = ? AND run_id = ?`,
-          [
-            commit.outcome,
-            commit.resultText,
-            commit.refusalReason ?? null,
-            commit.exitCode ?? null,
-            commit.durationMs ?? null,
-            commit.truncated ?? false,
-            commit.answeredByActorId ?? null,
-            commit.resolvedOutcome ?? null,
-            commit.invocationId,
-            commit.runId,
-          ],
-        );
-        if (commit.resultText !== "" && commit.outcome !== "refused") {
+      commitFenced(commit, commit, {
+        stepAdded: false,
+        crossesCommitBoundary: false,
+        writes: commit.effect === "write",
+        events: [{ kind: "tool_settled", toolInvocationId: commit.invocationId, summary: `${commit.outcome}: ${commit.resultText.slice(0, 120)}` }],
+        rows: async (trx) => {
           // The whole result is an observation too, so compaction can point at it.
+          const observed = commit.resultText !== "" && commit.outcome !== "refused";
           await trx.raw(
-            `INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
-             SELECT ?, ?, ?, coalesce(max(seq), 0) + 1, 'result', ?, ? FROM observations WHERE tool_invocation_id = ?`,
-            [randomUUID(), commit.runId, commit.invocationId, commit.resultText, commit.truncated ?? false, commit.invocationId],
+            `WITH invocation AS (
+               UPDATE tool_invocations SET status = ?, result_text = ?, refusal_reason = coalesce(?, refusal_reason),
+                 exit_code = ?, duration_ms = ?, output_truncated = ?, finished_at = now(),
+                 resolved_by_actor_id = coalesce(?, resolved_by_actor_id), resolved_outcome = coalesce(?, resolved_outcome)
+               WHERE id = ? AND run_id = ? RETURNING id)
+             INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
+             SELECT ?, ?, invocation.id, (SELECT coalesce(max(seq), 0) + 1 FROM observations WHERE tool_invocation_id = ?), 'result', ?, ?
+             FROM invocation WHERE ?`,
+            [
+              commit.outcome, commit.resultText, commit.refusalReason ?? null, commit.exitCode ?? null, commit.durationMs ?? null,
+              commit.truncated ?? false, commit.answeredByActorId ?? null, commit.resolvedOutcome ?? null, commit.invocationId, commit.runId,
+              randomUUID(), commit.runId, commit.invocationId, commit.resultText, commit.truncated ?? false, observed,
+            ],
           );
-        }
-        if (commit.artifacts.length > 0) {
-          await trx("artifacts").insert(
-            commit.artifacts.map((artifact) => ({
-              id: randomUUID(),
-              run_id: commit.runId,
-              tool_invocation_id: commit.invocationId,
-              type: artifact.type,
-              schema_version: artifact.schemaVersion,
-              provenance: artifact.provenance,
-              inline_data: artifact.inlineData ?? null,
-              reference: artifact.reference ?? null,
-              subject_artifact_id: artifact.subjectArtifactId ?? null,
-              conclusion: artifact.conclusion ?? null,
-            })),
-          );
-        }
-        await settle(
-          trx,
-          commit,
-          run,
-          commit,
-          [{ kind: "tool_settled", toolInvocationId: commit.invocationId, summary: `${commit.outcome}: ${commit.resultText.slice(0, 120)}` }],
-          { stepAdded: false, crossesCommitBoundary: false },
-        );
+          if (commit.artifacts.length > 0) {
+            await trx("artifacts").insert(
+              commit.artifacts.map((artifact) => ({
+                id: artifact.id,
+                run_id: commit.runId,
+                tool_invocation_id: commit.invocationId,
+                type: artifact.type,
+                schema_version: artifact.schemaVersion,
+                provenance: artifact.provenance,
+                inline_data: artifact.inlineData ?? null,
+                reference: artifact.reference ?? null,
+                subject_artifact_id: artifact.subjectArtifactId ?? null,
+                conclusion: artifact.conclusion ?? null,
+              })),
+            );
+          }
+        },
       }),
 
     async appendObservation(runId, invocationId, seq, stream, text) {
@@ -364,12 +348,29 @@ export function createRunRepository(sql: Sql): RunStore {
     },
 
     release: (fence, summary) =>
-      fenced(fence, async (trx) => {
-        await trx.raw(
-          "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = ?",
-          [fence.runId],
+      sql.transaction(async (trx) => {
+        const released = await rows<{ id: string }>(
+          trx,
+          `UPDATE runs SET status = 'queued', wait_reason = CASE WHEN paused THEN 'paused' ELSE wait_reason END,
+             lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+           WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING id`,
+          [fence.runId, fence.epoch, fence.workerId],
         );
+        if (released.length === 0) throw new LeaseLostError(fence.runId, fence.epoch);
         await appendRunEvents(trx, fence.runId, [{ kind: "status_changed", status: "queued", summary }]);
       }),
   };
+}
+
+/**
+ * The arguments column is jsonb, but a refused call keeps what the model sent, which may not be
+ * JSON at all ("the arguments are not valid JSON"): such text is stored as a JSON string.
+ */
+function asJsonb(argumentsJson: string): string {
+  try {
+    JSON.parse(argumentsJson);
+    return argumentsJson;
+  } catch {
+    return JSON.stringify(argumentsJson);
+  }
 }

@@ -123,16 +123,30 @@ export interface StepCommit extends Fence, Settlement {
 /** One tool call's result, with its artifacts, committed atomically. */
 export interface ToolOutcomeCommit extends Fence, Settlement {
   readonly invocationId: string;
+  /** The call's effect class: a write's outcome must be durable before anything else happens. */
+  readonly effect: ToolEffect;
   readonly outcome: Exclude<ToolInvocationStatus, "pending">;
   readonly resultText: string;
   readonly refusalReason?: string;
   readonly exitCode?: number;
   readonly durationMs?: number;
   readonly truncated?: boolean;
-  readonly artifacts: readonly ArtifactDraft[];
+  /** Ids are the runner's, so it can keep evaluating completion without reading them back. */
+  readonly artifacts: readonly (ArtifactDraft & { readonly id: string })[];
   /** Who answered (keel.ask_user) or who resolved an unknown outcome ("lookup" for a tool's own lookup). */
   readonly answeredByActorId?: string;
   readonly resolvedOutcome?: "applied" | "not_applied";
+}
+
+/**
+ * What may change under a running worker: cancellation, pause, and the agent's policy.
+ * Every fenced commit reads it back, so a decision after a commit (dispatch a call, take
+ * another step) uses the state as of that commit without another query.
+ */
+export interface RunControlState {
+  readonly cancelRequestedByActorId: string | undefined;
+  readonly paused: boolean;
+  readonly policy: Policy;
 }
 
 /** The runner's port to the ledger. Every write but observations is fenced by the lease epoch. */
@@ -142,10 +156,10 @@ export interface RunStore {
   /** Extends the lease; false when another worker has taken it. */
   renewLease(runId: string, workerId: string, epoch: number, leaseMs: number): Promise<boolean>;
   loadHistory(runId: string): Promise<RunHistory>;
-  /** Cancellation, pause and the agent's current policy: what may have changed since the claim. */
-  readControl(runId: string, agentId: string): Promise<{ cancelRequestedByActorId: string | undefined; paused: boolean; policy: Policy }>;
-  commitStep(commit: StepCommit): Promise<void>;
-  commitToolOutcome(commit: ToolOutcomeCommit): Promise<void>;
+  /** Commits one model turn and its calls' intents; returns the run's control state as of the commit. */
+  commitStep(commit: StepCommit): Promise<RunControlState>;
+  /** Commits one call's result with its artifacts; returns the run's control state as of the commit. */
+  commitToolOutcome(commit: ToolOutcomeCommit): Promise<RunControlState>;
   /** Appends an observation chunk as it arrives (not fenced: it is evidence of what happened). */
   appendObservation(runId: string, invocationId: string, seq: number, stream: string, text: string): Promise<void>;
   /** Gives the run back: queued again (paused, or shutting down) with the lease cleared. */

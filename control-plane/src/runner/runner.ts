@@ -14,7 +14,18 @@ import { buildTranscript } from "../domain/transcript-builder.js";
 import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import type { RegisteredTool, ToolRegistry } from "../tools/tool-registry.js";
 import type { ModelProvider } from "./model-provider.js";
-import type { ClaimedRun, Fence, InvocationIntent, InvocationState, RunHistory, RunStore, Settlement } from "./run-store.js";
+import type {
+  ClaimedRun,
+  Fence,
+  InvocationIntent,
+  InvocationState,
+  RunControlState,
+  RunHistory,
+  RunStore,
+  Settlement,
+  StepCommit,
+  ToolOutcomeCommit,
+} from "./run-store.js";
 
 export interface RunnerDeps {
   readonly store: RunStore;
@@ -59,6 +70,9 @@ class RunDriver {
   private usage: RunUsage;
   private stepIndex: number;
   private invalidTurns = 0;
+  /** The committed state, kept in step with every commit so an iteration needs no reads. */
+  private history: RunHistory = { steps: [], artifacts: [] };
+  private control: RunControlState;
   private readonly fence: Fence;
   private readonly log: Logger;
 
@@ -70,18 +84,18 @@ class RunDriver {
     this.usage = claimed.usage;
     this.stepIndex = claimed.stepCount;
     this.fence = { runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch };
+    this.control = { cancelRequestedByActorId: claimed.cancelRequestedByActorId, paused: false, policy: claimed.agent.policy };
     this.log = deps.log.child({ runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch });
   }
 
   async run(): Promise<void> {
-    let history = await this.deps.store.loadHistory(this.claimed.runId);
-    if (await this.recover(history)) history = await this.deps.store.loadHistory(this.claimed.runId);
+    this.history = await this.deps.store.loadHistory(this.claimed.runId);
+    if (await this.recover(this.history)) this.history = await this.deps.store.loadHistory(this.claimed.runId);
     for (;;) {
       await this.checkpoint();
       const check = budgetBeforeModelCall(this.claimed.agent.budget, this.usage, this.elapsed());
-      if (check !== undefined) await this.exhaust(check, history);
-      await this.iterate(history);
-      history = await this.deps.store.loadHistory(this.claimed.runId);
+      if (check !== undefined) await this.exhaust(check);
+      await this.iterate(this.history);
     }
   }
 
@@ -102,21 +116,21 @@ class RunDriver {
         await this.parkForInput(invocation);
       }
       if (invocation.effect === "read") {
-        await this.settleTool(invocation.id, "interrupted", "", last && !waiting ? "running" : "awaiting_tool", {
+        await this.settleTool(invocation.id, invocation.effect, "interrupted", "", last && !waiting ? "running" : "awaiting_tool", {
           summary: `${invocation.toolName} interrupted by a worker restart`,
         });
         continue;
       }
       const looked = await this.lookup(tool, invocation);
       if (looked !== "unknown") {
-        await this.settleTool(invocation.id, "unknown_outcome", "", last && !waiting ? "running" : "awaiting_tool", {
+        await this.settleTool(invocation.id, invocation.effect, "unknown_outcome", "", last && !waiting ? "running" : "awaiting_tool", {
           summary: `${invocation.toolName}: lookup found it ${looked}`,
           resolvedOutcome: looked,
         });
         continue;
       }
       waiting = true;
-      await this.settleTool(invocation.id, "unknown_outcome", "", last ? "waiting" : "awaiting_tool", {
+      await this.settleTool(invocation.id, invocation.effect, "unknown_outcome", "", last ? "waiting" : "awaiting_tool", {
         summary: `${invocation.toolName}: outcome unknown after a worker stopped; waiting for an operator`,
         ...(last ? { waitReason: "unknown_write_outcome" as const } : {}),
       });
@@ -159,7 +173,7 @@ class RunDriver {
       await this.deps.store.release(this.fence, "worker shutting down; handed back").catch(() => {});
       throw new RunParked();
     }
-    const control = await this.deps.store.readControl(this.claimed.runId, this.claimed.agent.id);
+    const control = this.control;
     if (control.cancelRequestedByActorId !== undefined) {
       await this.settle("cancelled", { summary: `cancelled by ${control.cancelRequestedByActorId}` });
     }
@@ -262,7 +276,7 @@ class RunDriver {
     }
     this.invalidTurns = 0;
     const effectful = pending.some((intent) => intent.effect === "write");
-    await this.deps.store.commitStep({
+    await this.commitStep({
       ...this.fence,
       step: { ...step, replayability: effectful ? "not_replayable" : "replayable", invocations: intents },
       crossesCommitBoundary: effectful,
@@ -284,7 +298,7 @@ class RunDriver {
   ): Promise<void> {
     this.invalidTurns += 1;
     const giveUp = this.invalidTurns >= this.deps.maxInvalidTurns;
-    await this.deps.store.commitStep({
+    await this.commitStep({
       ...this.fence,
       step: { ...step, replayability: "replayable", invocations: intents, feedback },
       ...(giveUp
@@ -331,10 +345,10 @@ class RunDriver {
   /** Authorize again with the policy as it is now, then run the call and commit its result. */
   private async dispatch(intent: InvocationIntent, last: boolean, rest: readonly InvocationIntent[]): Promise<void> {
     const after: RunStatus = last ? "running" : "awaiting_tool";
-    const control = await this.deps.store.readControl(this.claimed.runId, this.claimed.agent.id);
+    const control = this.control;
     if (control.cancelRequestedByActorId !== undefined) {
       for (const remaining of [intent, ...rest]) {
-        await this.settleTool(remaining.id, "refused", "", "awaiting_tool", {
+        await this.settleTool(remaining.id, remaining.effect, "refused", "", "awaiting_tool", {
           summary: "not run: cancelled",
           refusalReason: `not run: the run was cancelled by ${control.cancelRequestedByActorId}`,
         });
@@ -344,9 +358,9 @@ class RunDriver {
     const check = budgetBeforeToolCall(this.claimed.agent.budget, this.usage, this.elapsed());
     if (check !== undefined) {
       for (const remaining of [intent, ...rest]) {
-        await this.settleTool(remaining.id, "refused", "", "awaiting_tool", { summary: "not run: budget", refusalReason: `not run: ${exhaustionNote(check)}` });
+        await this.settleTool(remaining.id, remaining.effect, "refused", "", "awaiting_tool", { summary: "not run: budget", refusalReason: `not run: ${exhaustionNote(check)}` });
       }
-      await this.exhaust(check, await this.deps.store.loadHistory(this.claimed.runId));
+      await this.exhaust(check);
     }
     const tool = this.deps.tools.get(intent.toolName);
     const args = JSON.parse(intent.argumentsJson) as Record<string, unknown>;
@@ -355,12 +369,12 @@ class RunDriver {
         ? { allowed: false as const, reason: `tool ${intent.toolName} is no longer registered` }
         : mayDispatch(control.policy, { fullName: intent.toolName, effect: intent.effect }, args);
     if (!decision.allowed) {
-      await this.settleTool(intent.id, "refused", "", after, { summary: `refused at dispatch: ${decision.reason}`, refusalReason: decision.reason });
+      await this.settleTool(intent.id, intent.effect, "refused", "", after, { summary: `refused at dispatch: ${decision.reason}`, refusalReason: decision.reason });
       return;
     }
     if (tool!.definition.parksForInput === true) {
       for (const remaining of rest) {
-        await this.settleTool(remaining.id, "refused", "", "awaiting_tool", {
+        await this.settleTool(remaining.id, remaining.effect, "refused", "", "awaiting_tool", {
           summary: "not run: waiting for an answer",
           refusalReason: "not run: the run stopped to wait for an answer to keel.ask_user; call it again afterwards if still needed",
         });
@@ -392,13 +406,14 @@ class RunDriver {
       outputBytes: this.usage.outputBytes + byteLength(result.text),
       wallClockMs: this.elapsed(),
     };
-    await this.deps.store.commitToolOutcome({
+    await this.commitToolOutcome({
       ...this.fence,
       invocationId: intent.id,
+      effect: intent.effect,
       outcome,
       resultText: result.text,
       durationMs: this.deps.now().getTime() - started,
-      artifacts: result.artifacts ?? [],
+      artifacts: (result.artifacts ?? []).map((artifact) => ({ ...artifact, id: randomUUID() })),
       ...(result.exitCode === undefined ? {} : { exitCode: result.exitCode }),
       ...(result.truncated === undefined ? {} : { truncated: result.truncated }),
       status: after,
@@ -406,6 +421,73 @@ class RunDriver {
       emissions: [],
       summary: `${intent.toolName} ${outcome}`,
     });
+  }
+
+  /** Commits a step and keeps the in-memory history and control state in step with the ledger. */
+  private async commitStep(commit: StepCommit): Promise<void> {
+    this.control = await this.deps.store.commitStep(commit);
+    const step = commit.step;
+    if (step === undefined) return;
+    this.history = {
+      ...this.history,
+      steps: [
+        ...this.history.steps,
+        {
+          index: step.index,
+          responseText: step.modelCall?.responseText ?? "",
+          toolCalls: step.modelCall?.toolCalls ?? [],
+          feedback: step.feedback,
+          invocations: step.invocations.map((intent) => ({
+            id: intent.id,
+            providerCallId: intent.providerCallId,
+            toolName: intent.toolName,
+            effect: intent.effect,
+            argumentsJson: intent.argumentsJson,
+            status: intent.status,
+            resultText: undefined,
+            refusalReason: intent.refusalReason,
+            resolvedOutcome: undefined,
+            resolvedByActorId: undefined,
+            resolutionReason: undefined,
+          })),
+        },
+      ],
+    };
+  }
+
+  private async commitToolOutcome(commit: ToolOutcomeCommit): Promise<void> {
+    this.control = await this.deps.store.commitToolOutcome(commit);
+    const settle = (invocation: InvocationState): InvocationState =>
+      invocation.id !== commit.invocationId
+        ? invocation
+        : {
+            ...invocation,
+            status: commit.outcome,
+            resultText: commit.resultText,
+            refusalReason: commit.refusalReason ?? invocation.refusalReason,
+            resolvedOutcome: commit.resolvedOutcome ?? invocation.resolvedOutcome,
+            resolvedByActorId: commit.answeredByActorId ?? invocation.resolvedByActorId,
+          };
+    const now = this.deps.now();
+    this.history = {
+      steps: this.history.steps.map((step) => ({ ...step, invocations: step.invocations.map(settle) })),
+      artifacts: [
+        ...this.history.artifacts,
+        ...commit.artifacts.map((artifact) => ({
+          id: artifact.id,
+          runId: this.claimed.runId,
+          toolInvocationId: commit.invocationId,
+          type: artifact.type,
+          schemaVersion: artifact.schemaVersion,
+          provenance: artifact.provenance,
+          inlineData: artifact.inlineData,
+          reference: artifact.reference,
+          subjectArtifactId: artifact.subjectArtifactId,
+          conclusion: artifact.conclusion,
+          createdAt: now,
+        })),
+      ],
+    };
   }
 
   private async parkForInput(invocation: Pick<InvocationState, "id" | "argumentsJson">): Promise<never> {
@@ -431,14 +513,16 @@ class RunDriver {
 
   private async settleTool(
     invocationId: string,
+    effect: "read" | "write",
     outcome: "interrupted" | "unknown_outcome" | "refused",
     resultText: string,
     status: RunStatus,
     extra: { summary: string; refusalReason?: string; resolvedOutcome?: "applied" | "not_applied"; waitReason?: "unknown_write_outcome" },
   ): Promise<void> {
-    await this.deps.store.commitToolOutcome({
+    await this.commitToolOutcome({
       ...this.fence,
       invocationId,
+      effect,
       outcome,
       resultText,
       artifacts: [],
@@ -455,12 +539,18 @@ class RunDriver {
   private async callModel(spec: ModelSpec, messages: Parameters<ModelProvider["complete"]>[0]["messages"], tools: Parameters<ModelProvider["complete"]>[0]["tools"]): Promise<ModelTurn> {
     const provider = this.deps.providers[spec.provider];
     const remaining = Math.max(1, this.claimed.agent.budget.maxWallClockMs - this.elapsed());
-    const timeout = AbortSignal.timeout(Math.min(spec.timeoutMs > 0 ? spec.timeoutMs : DEFAULT_MODEL_TIMEOUT_MS, remaining));
+    const modelTimeoutMs = spec.timeoutMs > 0 ? spec.timeoutMs : DEFAULT_MODEL_TIMEOUT_MS;
+    const timeout = AbortSignal.timeout(Math.min(modelTimeoutMs, remaining));
     try {
       return await provider.complete({ spec, messages, tools, callIndex: this.usage.modelCalls, signal: AbortSignal.any([this.context.signal, timeout]) });
     } catch (error) {
       if (this.context.signal.aborted || !(error instanceof DomainError)) throw error;
       this.usage = { ...this.usage, modelCalls: this.usage.modelCalls + 1, wallClockMs: this.elapsed() };
+      if (timeout.aborted && remaining < modelTimeoutMs) {
+        // The run's wall clock, not the model's own timeout, cut the call short: the budget ran out.
+        const limit = this.claimed.agent.budget.maxWallClockMs;
+        await this.exhaust({ exhausted: "wall_clock", limit, used: Math.max(limit, this.elapsed()) });
+      }
       return this.settle("failed", {
         summary: `model call failed: ${error.message}`,
         error: error.message,
@@ -469,8 +559,8 @@ class RunDriver {
     }
   }
 
-  private async exhaust(check: BudgetCheck, history: RunHistory): Promise<never> {
-    await this.deps.store.commitStep({ ...this.fence, step: undefined, ...this.exhaustionSettlement(check, history) });
+  private async exhaust(check: BudgetCheck): Promise<never> {
+    await this.deps.store.commitStep({ ...this.fence, step: undefined, ...this.exhaustionSettlement(check, this.history) });
     throw new RunParked();
   }
 

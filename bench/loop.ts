@@ -1,0 +1,268 @@
+// Loop benchmark: harness overhead per iteration of the durable loop (claim, history,
+// model turn, intent commit, dispatch, result commit) with a scripted model and one read
+// tool that take no time of their own, so what is left is Keel. Measured for 1 run alone
+// and for 16 concurrent runs, beside a raw PostgreSQL transaction writing the same rows
+// one iteration writes, timed on the same database in the same run.
+//
+//   npm run bench -- loop [--iterations 40] [--concurrent 16] [--raw 1000]
+import { randomUUID } from "node:crypto";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import pg from "pg";
+import { pino } from "pino";
+import { z } from "zod";
+import { buildApp, type KeelApp } from "../control-plane/src/app.js";
+import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
+import { loadConfig } from "../control-plane/src/config.js";
+import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
+import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
+import { defineTool } from "../control-plane/src/tools/tool-registry.js";
+import { freePort, ms, pick, summarize, table } from "./support.js";
+
+interface Options {
+  readonly iterations: number;
+  readonly concurrent: number;
+  readonly raw: number;
+}
+
+const readTool = defineTool<{ key: string }>({
+  name: "bench.read",
+  version: 1,
+  description: "Returns a short fixed observation (a read that costs nothing).",
+  parameters: z.object({ key: z.string() }),
+  effect: "read",
+  async execute(args) {
+    return { ok: true, text: `value of ${args.key}: 42` };
+  },
+});
+
+function benchAgent(iterations: number): AgentSpec {
+  const call: ScriptedTurn = {
+    replyText: "",
+    toolCalls: [{ toolName: "bench.read.v1", argumentsJson: '{"key":"k"}' }],
+    delayMs: 0,
+    inputTokens: 100,
+    outputTokens: 10,
+  };
+  const done: ScriptedTurn = { ...call, toolCalls: [], replyText: "done" };
+  const model = { ...DEMO_AGENT.models.primary, scriptedTurns: [...Array.from({ length: iterations - 1 }, () => call), done] };
+  return {
+    ...DEMO_AGENT,
+    id: "loop-bench",
+    models: { primary: model, fast: model, decision: model },
+    tools: [{ toolName: "bench.read.v1", connectors: [], readOnlyCommands: [] }],
+  };
+}
+
+export default async function loopBench(args: readonly string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: [...args],
+    options: { iterations: { type: "string", default: "40" }, concurrent: { type: "string", default: "16" }, raw: { type: "string", default: "1000" } },
+  });
+  const options: Options = { iterations: Number(values.iterations), concurrent: Number(values.concurrent), raw: Number(values.raw) };
+  const progress = (line: string) => process.stderr.write(`[loop] ${line}\n`);
+
+  const dir = await mkdtemp(path.join(tmpdir(), "keel-bench-loop-"));
+  let postgres: EmbeddedPostgresHandle | undefined;
+  let app: KeelApp | undefined;
+  try {
+    if (process.getuid?.() === 0) await chmod(dir, 0o755);
+    progress(`starting embedded PostgreSQL in ${dir} (default durability)`);
+    postgres = await startEmbeddedPostgres({ dataDir: path.join(dir, "data"), port: await freePort() });
+    const env = {
+      DATABASE_URL: postgres.url,
+      KEEL_LOG_LEVEL: "warn",
+      KEEL_WORKERS: String(options.concurrent),
+      ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX"]),
+    };
+    // Each commitStep call marks the start of an iteration's commit; the gap between two
+    // consecutive ones of a run is one whole iteration of harness work.
+    const marks = new Map<string, number[]>();
+    const config = loadConfig(env);
+    app = await buildApp(config, env, {
+      log: pino({ level: "warn" }, pino.destination(2)),
+      tools: [readTool],
+      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
+        ...deps,
+        store: {
+          ...deps.store,
+          commitStep: async (commit) => {
+            if (commit.step !== undefined) {
+              const list = marks.get(commit.runId) ?? [];
+              list.push(performance.now());
+              marks.set(commit.runId, list);
+            }
+            return deps.store.commitStep(commit);
+          },
+        },
+      }),
+    });
+    await app.agents.put(benchAgent(options.iterations));
+    app.startWorkers();
+    const db = new pg.Client({ connectionString: postgres.url });
+    await db.connect();
+
+    const runPhase = async (runs: number) => {
+      marks.clear();
+      const began = performance.now();
+      const ids: string[] = [];
+      for (let i = 0; i < runs; i++) ids.push(await submit(db, `phase-${runs}-${i}`));
+      await waitForAll(db, ids);
+      const wallMs = performance.now() - began;
+      const gaps = [...marks.values()].flatMap((list) => list.slice(1).map((t, i) => t - list[i]!));
+      const steps = [...marks.values()].reduce((n, list) => n + list.length, 0);
+      progress(`${runs} run(s): ${steps} steps in ${(wallMs / 1000).toFixed(2)} s`);
+      return { gaps, steps, wallMs };
+    };
+
+    await runPhase(2); // warm-up
+    const single = await runPhase(1);
+    const concurrent = await runPhase(options.concurrent);
+
+    progress(`raw transactions: ${options.raw} serial, then ${options.raw} over ${options.concurrent} connections`);
+    const rawSerial: number[] = [];
+    for (let i = 0; i < options.raw; i++) {
+      const started = performance.now();
+      await rawIteration(db);
+      rawSerial.push(performance.now() - started);
+    }
+    const clients = await Promise.all(
+      Array.from({ length: options.concurrent }, async () => {
+        const client = new pg.Client({ connectionString: postgres!.url });
+        await client.connect();
+        return client;
+      }),
+    );
+    const rawBegan = performance.now();
+    let next = 0;
+    await Promise.all(clients.map(async (client) => {
+      while (next++ < options.raw) await rawIteration(client);
+    }));
+    const rawPerSecond = options.raw / ((performance.now() - rawBegan) / 1000);
+    await Promise.all(clients.map((c) => c.end()));
+    await db.end();
+
+    const one = summarize(single.gaps);
+    const many = summarize(concurrent.gaps);
+    const raw = summarize(rawSerial);
+    const stepsPerSecond = concurrent.steps / (concurrent.wallMs / 1000);
+    const lines = [
+      "",
+      `loop: ${options.iterations} iterations per run (scripted model, one read tool, both instant); 1 run, then ${options.concurrent} concurrent; ` +
+        `${config.workers} workers; embedded PostgreSQL 17, default durability`,
+      "",
+      ...table(
+        ["metric", "p50_ms", "p99_ms", "n"],
+        [
+          ["iteration overhead, 1 run", ms(one.p50), ms(one.p99), String(one.n)],
+          [`iteration overhead, ${options.concurrent} runs`, ms(many.p50), ms(many.p99), String(many.n)],
+          ["raw txn, same rows", ms(raw.p50), ms(raw.p99), String(raw.n)],
+        ],
+      ),
+      "",
+      ...table(
+        ["throughput", "per_s"],
+        [
+          [`keel steps, ${options.concurrent} runs`, stepsPerSecond.toFixed(1)],
+          [`raw txns, ${options.concurrent} connections`, rawPerSecond.toFixed(1)],
+        ],
+      ),
+      "",
+      `targets: overhead p50 <= 4x raw (is ${(one.p50 / raw.p50).toFixed(2)}x); throughput >= 0.5x raw (is ${(stepsPerSecond / rawPerSecond).toFixed(2)}x)`,
+      `RESULT overhead_p50_ms=${ms(one.p50)} raw_txn_p50_ms=${ms(raw.p50)} overhead_ratio=${(one.p50 / raw.p50).toFixed(2)} ` +
+        `steps_per_s=${stepsPerSecond.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${(stepsPerSecond / rawPerSecond).toFixed(2)}`,
+    ];
+    process.stdout.write(`${lines.join("\n")}\n`);
+  } finally {
+    await app?.stop();
+    await postgres?.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+async function submit(db: pg.Client, key: string): Promise<string> {
+  // Submitting through SQL keeps the gRPC path out of this benchmark; first-slice covers it.
+  const runId = randomUUID();
+  const conversationId = randomUUID();
+  const messageId = randomUUID();
+  await db.query("BEGIN");
+  await db.query("INSERT INTO actors (id) VALUES ('bench') ON CONFLICT DO NOTHING");
+  await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, 'loop-bench', $2, 'bench')", [conversationId, key]);
+  await db.query("INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($1, $2, $3, 'bench', 'go', $4)", [
+    messageId,
+    conversationId,
+    key,
+    runId,
+  ]);
+  await db.query(
+    `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage)
+     VALUES ($1, 'loop-bench', $2, 'bench', 'queued', 'bench', $3, $4::jsonb, '{}'::jsonb)`,
+    [runId, conversationId, key, JSON.stringify(DEMO_AGENT.budget)],
+  );
+  await db.query("INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($1, $2, 'bench', $3)", [runId, messageId, key]);
+  await db.query("SELECT pg_notify('keel_runs', $1)", [runId]);
+  await db.query("COMMIT");
+  return runId;
+}
+
+async function waitForAll(db: pg.Client, ids: readonly string[]): Promise<void> {
+  const deadline = Date.now() + 600_000;
+  for (;;) {
+    const { rows } = await db.query<{ open: string; failed: string }>(
+      `SELECT count(*) FILTER (WHERE status NOT IN ('succeeded','failed','cancelled','budget_exhausted')) AS open,
+              count(*) FILTER (WHERE status <> 'succeeded' AND status IN ('failed','cancelled','budget_exhausted')) AS failed
+       FROM runs WHERE id = ANY($1::uuid[])`,
+      [ids],
+    );
+    if (Number(rows[0]?.failed) > 0) throw new Error(`${rows[0]?.failed} benchmark run(s) did not succeed`);
+    if (Number(rows[0]?.open) === 0) return;
+    if (Date.now() > deadline) throw new Error("benchmark runs did not finish in 10 minutes");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const RAW_REQUEST = JSON.stringify({ messages: [{ role: "user", content: "go" }], tools: [] });
+
+/** One iteration's rows (step, model call, intent, result, observation, run status, events) in one transaction. */
+async function rawIteration(db: pg.Client): Promise<void> {
+  const runId = randomUUID();
+  const stepId = randomUUID();
+  const invocationId = randomUUID();
+  await db.query("BEGIN");
+  try {
+    await db.query(
+      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at)
+       VALUES ($1, $2, 0, 'replayable', 'running', 'bench', 1, now())`,
+      [stepId, runId],
+    );
+    await db.query(
+      `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens,
+         output_tokens, latency_ms, finish_reason, cost_micro_usd)
+       VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted', $4::jsonb, '', '[{"id":"c","name":"bench.read.v1"}]'::jsonb, 100, 10, 0, 'tool_calls', 0)`,
+      [randomUUID(), runId, stepId, RAW_REQUEST],
+    );
+    await db.query(
+      `INSERT INTO tool_invocations (id, run_id, step_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status,
+         result_text, finished_at)
+       VALUES ($1, $2, $3, 'c', 0, 'bench.read.v1', 'v1', 'read', '{"key":"k"}'::jsonb, 'succeeded', 'value of k: 42', now())`,
+      [invocationId, runId, stepId],
+    );
+    await db.query(
+      `INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES ($1, $2, $3, 1, 'result', 'value of k: 42')`,
+      [randomUUID(), runId, invocationId],
+    );
+    await db.query(
+      `INSERT INTO run_events (run_id, seq, kind, status, step_id, summary) VALUES
+         ($1, 1, 'step_committed', 'awaiting_tool', $2, 'step'), ($1, 2, 'tool_settled', NULL, NULL, 'succeeded')`,
+      [runId, stepId],
+    );
+    await db.query("COMMIT");
+  } catch (error) {
+    await db.query("ROLLBACK").catch(() => {});
+    throw error;
+  }
+}
