@@ -17,6 +17,7 @@ import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { connectClient } from "./support/clients.js";
 import {
@@ -51,8 +52,13 @@ interface ContractClient {
   close(): void;
 }
 
+const GRPC_JS = "grpc-js (from .proto)";
+const CONNECT_ES = "Connect-ES";
+
 const codeName = (code: number): string => (code === 0 ? "OK" : (Code[code] ?? `code ${code}`));
 const messagesOf = (input: RpcInput): readonly JsonObject[] => (Array.isArray(input) ? input : [input as JsonObject]);
+/** Validation messages start with the proto field's name: "run_id: must be a UUID". */
+const namesFieldFirst = (field: string): RegExp => new RegExp(`^${field.replace(/[.[\]]/g, "\\$&")}: `);
 const ok = (response?: JsonObject): Outcome => (response === undefined ? { code: 0, message: "" } : { code: 0, message: "", response });
 
 // ---------------------------------------------------------------------------------------
@@ -101,11 +107,25 @@ function grpcMetadata(token: string | undefined): grpc.Metadata {
   return metadata;
 }
 
-const fromServiceError = (error: grpc.ServiceError): Outcome => ({ code: error.code, message: error.details });
+/**
+ * Connect-ES percent-encodes grpc-message with encodeURIComponent (":" becomes "%3A"), and
+ * grpc-js undoes it with decodeURI, which leaves reserved characters encoded: a grpc-js caller
+ * reads "run_id%3A must be a UUID". The gRPC spec says receivers percent-decode, as grpc-go and
+ * grpc-java do, so this client decodes the rest itself; the code is untouched either way.
+ */
+function fullyDecoded(details: string): string {
+  try {
+    return decodeURIComponent(details);
+  } catch {
+    return details;
+  }
+}
 
-function grpcJsClient(api: ForeignApi): ContractClient {
+const fromServiceError = (error: grpc.ServiceError): Outcome => ({ code: error.code, message: fullyDecoded(error.details) });
+
+function grpcJsClient(api: ForeignApi & { close(): void }): ContractClient {
   return {
-    name: "grpc-js (from .proto)",
+    name: GRPC_JS,
     call(method, input, token) {
       const { client, methods } = api.stub(method.parent.typeName);
       const def = methods[method.name] as grpc.MethodDefinition<JsonObject, JsonObject> | undefined;
@@ -150,7 +170,7 @@ function grpcJsClient(api: ForeignApi): ContractClient {
         call.on("end", () => finish(ok()));
       });
     },
-    close: () => undefined,
+    close: () => api.close(),
   };
 }
 
@@ -175,7 +195,7 @@ function connectEsClient(baseUrl: () => string): ContractClient {
     toJson(method.output, message, { useProtoFieldName: true, alwaysEmitImplicit: true }) as JsonObject;
 
   return {
-    name: "Connect-ES",
+    name: CONNECT_ES,
     async call(method, input, token) {
       const rpc = clientFor(method.parent, token)[method.localName];
       if (rpc === undefined) return { code: Code.Unimplemented, message: `${methodKey(method)} is not on the generated client` };
@@ -214,15 +234,17 @@ function connectEsClient(baseUrl: () => string): ContractClient {
 // ---------------------------------------------------------------------------------------
 
 let keel: TestKeel;
-let foreign: ForeignApi & { close(): void };
+let foreign: ForeignApi;
 let seed: Seed;
 let cases: Readonly<Record<string, ContractCase>>;
 const clients: ContractClient[] = [];
 
 beforeAll(async () => {
-  keel = await startTestKeel();
-  foreign = await loadForeignApi(keel.url.replace(/^http:\/\//, ""));
-  clients.push(grpcJsClient(foreign), connectEsClient(() => keel.url));
+  // No workers: every run the cases point at stays exactly where the seed left it.
+  keel = await startTestKeel({ workers: 0 });
+  const grpcJsApi = await loadForeignApi(keel.url.replace(/^http:\/\//, "")); // grpc-js wants host:port
+  foreign = grpcJsApi;
+  clients.push(grpcJsClient(grpcJsApi), connectEsClient(() => keel.url));
   seed = await seedLedger();
   cases = contractCases(seed);
 });
@@ -230,25 +252,28 @@ beforeAll(async () => {
 afterAll(async () => {
   // Idle client sessions are closed first so the server's close() does not wait on them.
   for (const client of clients) client.close();
-  foreign?.close();
   await keel?.stop();
 });
 
-/**
- * A run and an emission for the cases to point at, created through the public API. Only
- * ingress is involved (it writes the run, its CREATED event and the working ack in one
- * transaction), so the contract matrix does not depend on the runner getting anywhere.
- */
+/** The rows the cases point at (see Seed), created through the public API. */
 async function seedLedger(): Promise<Seed> {
   const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
-  const { runId } = await ingress.submitMessage({
+  // Separate conversations: a second message in the same one could join the first run.
+  const message = (conversationId: string) => ({
     agentId: "demo",
-    conversationId: "contract-seed",
+    conversationId,
     actor: { id: ACTOR.id },
-    messageId: "seed-1",
+    messageId: `${conversationId}-m`,
     text: "seed",
     connector: SEED_CONNECTOR,
   });
+  const live = await ingress.submitMessage(message("contract-seed-live"));
+  const settled = await ingress.submitMessage(message("contract-seed-settled"));
+  // Queued and held by no worker, so cancelling ends it at once.
+  const { run } = await ingress.cancelRun({ runId: settled.runId, actor: { id: ACTOR.id }, reason: "seed" });
+  if (run?.status !== RunStatus.CANCELLED) throw new Error(`seed run ${settled.runId} did not settle: ${String(run?.status)}`);
+
+  // Ingress reserves the working ack in the same transaction as the run.
   const emissions = connectClient(EmissionService, keel.url, keel.tokens.connector);
   let emissionId: string | undefined;
   const abort = new AbortController();
@@ -257,12 +282,12 @@ async function seedLedger(): Promise<Seed> {
     break;
   }
   abort.abort();
-  if (emissionId === undefined) throw new Error("the seed message produced no emission");
-  return { runId, emissionId, connector: SEED_CONNECTOR };
+  if (emissionId === undefined) throw new Error("the seed messages produced no emission");
+  return { liveRunId: live.runId, settledRunId: settled.runId, emissionId, connector: SEED_CONNECTOR };
 }
 
 // The table's keys do not depend on the seed; these tests need no server.
-const PLACEHOLDER_SEED: Seed = { runId: "", emissionId: "", connector: "" };
+const PLACEHOLDER_SEED: Seed = { liveRunId: "", settledRunId: "", emissionId: "", connector: "" };
 
 describe("coverage: every RPC in the descriptors has a contract case", () => {
   it("has a case for every method of every keel.v1 service", () => {
@@ -300,7 +325,7 @@ describe("coverage: every RPC in the descriptors has a contract case", () => {
   });
 });
 
-for (const clientName of ["grpc-js (from .proto)", "Connect-ES"]) {
+for (const clientName of [GRPC_JS, CONNECT_ES]) {
   describe(`contract over ${clientName}`, () => {
     for (const method of allMethods()) {
       it(`${methodKey(method)} (${method.methodKind})`, async () => {
@@ -329,7 +354,7 @@ async function checkContract(client: ContractClient, method: DescMethod, contrac
   for (const { request, field } of contract.invalid) {
     const outcome = await client.call(method, request, keel.tokens[contract.role]);
     expectCode(outcome, Code.InvalidArgument, `bad ${field}`);
-    expect(outcome.message, "InvalidArgument names the proto field first").toMatch(new RegExp(`^${field.replace(/[.[\]]/g, "\\$&")}: `));
+    expect(outcome.message, "InvalidArgument names the proto field first").toMatch(namesFieldFirst(field));
   }
 
   if (contract.notFound !== undefined) {
@@ -354,13 +379,25 @@ type UnaryStub = (request: JsonObject, metadata: grpc.Metadata, callback: (error
 type StreamStub = (request: JsonObject, metadata: grpc.Metadata) => grpc.ClientReadableStream<JsonObject>;
 
 describe("a client given only the .proto files", () => {
+  // Its own Keel, with workers, so the demo agent actually replies.
+  let working: TestKeel;
+  let api: Awaited<ReturnType<typeof loadForeignApi>>;
+  beforeAll(async () => {
+    working = await startTestKeel();
+    api = await loadForeignApi(working.url.replace(/^http:\/\//, "")); // grpc-js wants host:port
+  });
+  afterAll(async () => {
+    api?.close();
+    await working?.stop();
+  });
+
   it("submits a message, receives the reply on Subscribe and acknowledges it", async () => {
     const connector = "grpcjs-e2e";
     const text = "hello over grpc-js";
-    const metadata = grpcMetadata(keel.tokens.connector);
+    const metadata = grpcMetadata(working.tokens.connector);
     // The idiomatic grpc-js surface: methods named as in the .proto, added at load time.
-    const ingress = foreign.stub("keel.v1.IngressService").client as unknown as { SubmitMessage: UnaryStub };
-    const emissions = foreign.stub("keel.v1.EmissionService").client as unknown as { Subscribe: StreamStub; AcknowledgeEmission: UnaryStub };
+    const ingress = api.stub("keel.v1.IngressService").client as unknown as { SubmitMessage: UnaryStub };
+    const emissions = api.stub("keel.v1.EmissionService").client as unknown as { Subscribe: StreamStub; AcknowledgeEmission: UnaryStub };
     const unary = (stub: UnaryStub, request: JsonObject) =>
       new Promise<JsonObject>((resolve, reject) =>
         stub(request, metadata, (error, value) => (error === null && value !== undefined ? resolve(value) : reject(error ?? new Error("no response")))),
@@ -453,7 +490,7 @@ describe("bad inputs are refused with the right code and leave no trace", () => 
     return result.rows[0]!.n;
   };
 
-  for (const clientName of ["grpc-js (from .proto)", "Connect-ES"]) {
+  for (const clientName of [GRPC_JS, CONNECT_ES]) {
     it(`over ${clientName}`, async () => {
       const client = clients.find((c) => c.name === clientName)!;
       const before = { runs: await count("runs"), messages: await count("messages") };
@@ -461,17 +498,34 @@ describe("bad inputs are refused with the right code and leave no trace", () => 
       for (const bad of BAD_INPUTS) {
         const outcome = await client.call(bad.method, bad.request, bad.token(keel.tokens));
         expect(codeName(outcome.code), `${bad.name}; server said: ${outcome.message}`).toBe(codeName(bad.code));
-        if (bad.field !== undefined) expect(outcome.message, bad.name).toMatch(new RegExp(`^${bad.field}: `));
+        if (bad.field !== undefined) expect(outcome.message, bad.name).toMatch(namesFieldFirst(bad.field));
       }
       expect({ runs: await count("runs"), messages: await count("messages") }, "rejected requests created nothing").toEqual(before);
 
       // The server (and this client's connection) keeps serving after all of that.
-      const accepted = await client.call(submitMethod, submit(`good-${clientName}`, { text: "still here?" }), keel.tokens.connector);
+      const accepted = await client.call(submitMethod, submit(`good-${clients.indexOf(client)}`, { text: "still here?" }), keel.tokens.connector);
       expect(codeName(accepted.code), accepted.message).toBe("OK");
       expect(accepted.response?.["duplicate"]).toBe(false);
       expect({ runs: await count("runs"), messages: await count("messages") }).toEqual({ runs: before.runs + 1, messages: before.messages + 1 });
     });
   }
+});
+
+describe("ListRuns page tokens", () => {
+  // The server refuses tokens it did not issue (InvalidArgument, in the matrix); the ones it issues must still work.
+  it("accepts the token it handed out and pages through every run once", async () => {
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const seen: string[] = [];
+    let pageToken = "";
+    do {
+      const page = await runs.listRuns({ pageSize: 1, pageToken });
+      seen.push(...page.runs.map((r) => r.id));
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    expect(seen.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(seen).size).toBe(seen.length);
+    expect(seen).toEqual(expect.arrayContaining([seed.liveRunId, seed.settledRunId]));
+  });
 });
 
 describe("Connect JSON over the HTTP/1.1 listener", () => {
@@ -485,7 +539,7 @@ describe("Connect JSON over the HTTP/1.1 listener", () => {
     expect(response.headers.get("content-type")).toMatch(/^application\/json/);
     const body = (await response.json()) as { runs?: { id: string }[] };
     expect(Array.isArray(body.runs)).toBe(true);
-    expect(body.runs?.map((r) => r.id)).toContain(seed.runId);
+    expect(body.runs?.map((r) => r.id)).toContain(seed.liveRunId);
   });
 
   it("maps errors to Connect JSON errors with the HTTP status the protocol prescribes", async () => {

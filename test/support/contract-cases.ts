@@ -26,7 +26,10 @@ export const allMethods = (): DescMethod[] => CONTRACT_SERVICES.flatMap((service
 /** One request; for a client- or bidi-streaming RPC, the messages the client sends, in order. */
 export type RpcInput = JsonObject | readonly JsonObject[];
 
-/** What the right role gets for the valid request: "ok", or the code of an RPC that is not built yet. */
+/**
+ * What the right role gets for the valid request: "ok", or a code — Unimplemented for an RPC
+ * not built yet, FailedPrecondition where the seeded run's state refuses it, NotFound, ...
+ */
 export type Expected = "ok" | Code;
 
 export interface InvalidInput {
@@ -36,21 +39,28 @@ export interface InvalidInput {
 }
 
 export interface ContractCase {
-  /** The one non-admin role the server lets through (admin may call everything). */
+  /** The role the service is for (auth.ts); admin may call everything, every other role is refused. */
   readonly role: TokenRole;
   readonly valid: RpcInput;
   readonly expect: Expected;
   /** Checks on the response (or first streamed message) of the valid request; fields are snake_case. */
   readonly check?: (response: JsonObject) => void;
-  /** At least one per case: the contract promises InvalidArgument naming the field, never Internal. */
+  /** Bad inputs: InvalidArgument naming the field, never Internal. Empty only with a comment saying why. */
   readonly invalid: readonly InvalidInput[];
   /** Well-formed ids that do not exist: NotFound. */
   readonly notFound?: RpcInput;
 }
 
-/** Ledger rows the valid requests point at, created through the API (ingress only) before the matrix runs. */
+/**
+ * Ledger rows the valid requests point at, created through the API before the matrix runs.
+ * The matrix's Keel runs no workers, so each run stays exactly where the seed left it, and
+ * every valid request is idempotent: it is sent four times (two clients, role and admin).
+ */
 export interface Seed {
-  readonly runId: string;
+  /** Queued, and stays queued. */
+  readonly liveRunId: string;
+  /** Cancelled while queued: terminal. */
+  readonly settledRunId: string;
   readonly emissionId: string;
   readonly connector: string;
 }
@@ -87,13 +97,14 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     text: "contract",
     connector: "contract-matrix",
   };
-  const runAction = { run_id: seed.runId, actor: ACTOR, reason: "contract" };
+  const live = { run_id: seed.liveRunId, actor: ACTOR, reason: "contract" };
+  const settled = { run_id: seed.settledRunId, actor: ACTOR, reason: "contract" };
 
   return {
     // --- IngressService: connectors hand in messages and decisions.
     "keel.v1.IngressService/SubmitMessage": {
       role: "connector",
-      // Idempotent on the message id: the second client gets the same run back (duplicate), still OK.
+      // Idempotent on the message id: later calls get the same run back (duplicate), still OK.
       valid: submit,
       expect: "ok",
       check: (response) => void uuidField(response, "run_id"),
@@ -113,27 +124,34 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     },
     "keel.v1.IngressService/AnswerInput": {
       role: "connector",
-      valid: { run_id: seed.runId, actor: ACTOR, text: "an answer" },
-      expect: Code.Unimplemented,
-      invalid: [{ request: { run_id: "not-a-uuid", actor: ACTOR, text: "an answer" }, field: "run_id" }],
+      // A queued run has asked nothing.
+      valid: { run_id: seed.liveRunId, actor: ACTOR, text: "an answer" },
+      expect: Code.FailedPrecondition,
+      invalid: [
+        { request: { run_id: "not-a-uuid", actor: ACTOR, text: "an answer" }, field: "run_id" },
+        { request: { run_id: seed.liveRunId, actor: ACTOR, text: "" }, field: "text" },
+      ],
+      notFound: { run_id: MISSING_UUID, actor: ACTOR, text: "an answer" },
     },
     "keel.v1.IngressService/DecideGate": {
       role: "connector",
-      valid: { run_id: seed.runId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_APPROVE" },
+      valid: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_APPROVE" },
       expect: Code.Unimplemented,
-      invalid: [{ request: { run_id: seed.runId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_UNSPECIFIED" }, field: "decision" }],
+      invalid: [{ request: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_UNSPECIFIED" }, field: "decision" }],
     },
     "keel.v1.IngressService/CancelRun": {
       role: "connector",
-      valid: runAction,
-      expect: Code.Unimplemented,
-      invalid: [{ request: { run_id: seed.runId, reason: "no actor" }, field: "actor" }],
+      // Cancelling the live run would not be repeatable; a settled run refuses, the same every time.
+      valid: settled,
+      expect: Code.FailedPrecondition,
+      invalid: [{ request: { run_id: seed.liveRunId, reason: "no actor" }, field: "actor" }],
+      notFound: { ...settled, run_id: MISSING_UUID },
     },
     "keel.v1.IngressService/ContinueRun": {
       role: "connector",
-      valid: { run_id: seed.runId, actor: ACTOR },
+      valid: { run_id: seed.settledRunId, actor: ACTOR },
       expect: Code.Unimplemented,
-      invalid: [{ request: { run_id: seed.runId, actor: { id: "has space" } }, field: "actor.id" }],
+      invalid: [{ request: { run_id: seed.settledRunId, actor: { id: "has space" } }, field: "actor.id" }],
     },
 
     // --- EmissionService: connectors receive what Keel says and report delivery.
@@ -161,9 +179,9 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     // --- RunService: operators read and steer runs.
     "keel.v1.RunService/GetRun": {
       role: "operator",
-      valid: { run_id: seed.runId },
+      valid: { run_id: seed.liveRunId },
       expect: "ok",
-      check: expectField(seed.runId, "run", "id"),
+      check: expectField(seed.liveRunId, "run", "id"),
       invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
       notFound: { run_id: MISSING_UUID },
     },
@@ -175,11 +193,13 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       invalid: [
         { request: { agent_id: "Not A Slug" }, field: "agent_id" },
         { request: { conversation_id: "has space" }, field: "conversation_id" },
+        // Opaque to clients, but a forged or corrupted token is still the caller's mistake, not Internal.
+        { request: { page_token: Buffer.from("not-a-token").toString("base64url") }, field: "page_token" },
       ],
     },
     "keel.v1.RunService/ListRunSteps": {
       role: "operator",
-      valid: { run_id: seed.runId },
+      valid: { run_id: seed.liveRunId },
       expect: "ok",
       check: expectArray("steps"),
       invalid: [{ request: { run_id: "" }, field: "run_id" }],
@@ -187,16 +207,16 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     },
     "keel.v1.RunService/GetRunStep": {
       role: "operator",
-      // Steps are the runner's work; the matrix stays independent of it, so the valid request
-      // names a real run and a well-formed step that does not exist (first-slice reads a real one).
-      valid: { run_id: seed.runId, step_id: MISSING_UUID },
+      // No worker runs in the matrix's Keel, so no run has steps: the valid request names a real
+      // run and a well-formed step id that does not exist (first-slice reads a real step).
+      valid: { run_id: seed.liveRunId, step_id: MISSING_UUID },
       expect: Code.NotFound,
-      invalid: [{ request: { run_id: seed.runId, step_id: "not-a-uuid" }, field: "step_id" }],
+      invalid: [{ request: { run_id: seed.liveRunId, step_id: "not-a-uuid" }, field: "step_id" }],
       notFound: { run_id: MISSING_UUID, step_id: MISSING_UUID },
     },
     "keel.v1.RunService/ListArtifacts": {
       role: "operator",
-      valid: { run_id: seed.runId },
+      valid: { run_id: seed.liveRunId },
       expect: "ok",
       check: expectArray("artifacts"),
       invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
@@ -205,7 +225,7 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     "keel.v1.RunService/WatchRun": {
       role: "operator",
       // Ingress wrote the run's CREATED event, so the stream's first message proves it opened.
-      valid: { run_id: seed.runId },
+      valid: { run_id: seed.liveRunId },
       expect: "ok",
       check: expectField("RUN_EVENT_KIND_CREATED", "event", "kind"),
       invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
@@ -214,37 +234,46 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     "keel.v1.RunService/GetWorkGraph": {
       role: "operator",
       // A loop-shaped run has no work graph: NotFound, not an empty graph.
-      valid: { run_id: seed.runId },
+      valid: { run_id: seed.liveRunId },
       expect: Code.NotFound,
       invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
       notFound: { run_id: MISSING_UUID },
     },
     "keel.v1.RunService/ResolveUnknownOutcome": {
       role: "operator",
-      valid: { run_id: seed.runId, tool_invocation_id: MISSING_UUID, outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR, reason: "checked" },
-      expect: Code.Unimplemented,
+      // The live run has no tool invocation in unknown_outcome to resolve.
+      valid: { run_id: seed.liveRunId, tool_invocation_id: MISSING_UUID, outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR, reason: "checked" },
+      expect: Code.FailedPrecondition,
       invalid: [
-        { request: { run_id: seed.runId, tool_invocation_id: "nope", outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR }, field: "tool_invocation_id" },
-        { request: { run_id: seed.runId, tool_invocation_id: MISSING_UUID, actor: ACTOR }, field: "outcome" },
+        { request: { run_id: seed.liveRunId, tool_invocation_id: "nope", outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR }, field: "tool_invocation_id" },
+        { request: { run_id: seed.liveRunId, tool_invocation_id: MISSING_UUID, actor: ACTOR }, field: "outcome" },
       ],
+      notFound: { run_id: MISSING_UUID, tool_invocation_id: MISSING_UUID, outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR },
     },
     "keel.v1.RunService/PauseRun": {
       role: "operator",
-      valid: runAction,
-      expect: Code.Unimplemented,
-      invalid: [{ request: { ...runAction, reason: LONG_REASON }, field: "reason" }],
+      // Pausing is idempotent, so the live run can take it four times.
+      valid: live,
+      expect: "ok",
+      check: expectField(true, "run", "paused"),
+      invalid: [{ request: { ...live, reason: LONG_REASON }, field: "reason" }],
+      notFound: { ...live, run_id: MISSING_UUID },
     },
     "keel.v1.RunService/ResumeRun": {
       role: "operator",
-      valid: runAction,
-      expect: Code.Unimplemented,
-      invalid: [{ request: { ...runAction, run_id: "not-a-uuid" }, field: "run_id" }],
+      valid: settled,
+      expect: Code.FailedPrecondition,
+      invalid: [{ request: { ...settled, run_id: "not-a-uuid" }, field: "run_id" }],
+      notFound: { ...settled, run_id: MISSING_UUID },
     },
     "keel.v1.RunService/RequeueRun": {
       role: "operator",
-      valid: runAction,
-      expect: Code.Unimplemented,
-      invalid: [{ request: { run_id: seed.runId, reason: "no actor" }, field: "actor" }],
+      // Requeueing a queued run is a no-op that answers with the run, still queued.
+      valid: live,
+      expect: "ok",
+      check: expectField("RUN_STATUS_QUEUED", "run", "status"),
+      invalid: [{ request: { run_id: seed.liveRunId, reason: "no actor" }, field: "actor" }],
+      notFound: { ...live, run_id: MISSING_UUID },
     },
 
     // --- AgentService: admins define agents.

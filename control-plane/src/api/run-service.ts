@@ -18,6 +18,21 @@ export interface RunServiceDeps {
   readonly pollMs: number;
 }
 
+/**
+ * ListRuns tokens are base64url of "<created_at as toISOString>|<run id>" (run-query.repository).
+ * The ledger casts both parts in SQL, so anything else must be refused here as the caller's
+ * mistake; otherwise the failed cast surfaces as Internal.
+ */
+function requireRunsPageToken(token: string): string {
+  if (token === "") return token;
+  const [createdAt = "", runId = "", ...rest] = Buffer.from(token, "base64url").toString("utf8").split("|");
+  const valid = rest.length === 0 && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(createdAt) && !Number.isNaN(Date.parse(createdAt));
+  if (!valid || !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(runId)) {
+    throw new InvalidArgumentError("page_token", "is not a page token from ListRuns");
+  }
+  return token;
+}
+
 export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunService> {
   const mustGetRun = async (runId: string): Promise<RunRecord> => {
     const run = await deps.runs.getRun(runId);
@@ -48,7 +63,7 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
           ...(status === undefined ? {} : { status }),
         },
         pageSizeOf(request.pageSize),
-        request.pageToken,
+        requireRunsPageToken(request.pageToken),
       );
       return { runs: page.items.map(runToProto), nextPageToken: page.nextPageToken };
     },
