@@ -12,9 +12,11 @@ import type {
   RunControlState,
   RunStore,
   Settlement,
+  StepCommit,
+  ToolOutcomeCommit,
   StepState,
 } from "../runner/run-store.js";
-import { appendRunEvents, insertRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
+import { appendRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
 import { toArtifactRecord } from "./row-mapping.js";
 import { asDate, optional, rows, type Sql, type SqlTransaction } from "./sql.js";
 
@@ -52,34 +54,40 @@ function mayCommitAsync(settlement: Settlement, writes: boolean): boolean {
   return !writes && settlement.emissions.length === 0 && HELD.has(settlement.status);
 }
 
+/** What one fenced commit writes besides the run row. */
+interface FencedChange {
+  readonly step: StepCommit["step"];
+  readonly outcome: ToolOutcomeCommit | undefined;
+  readonly crossesCommitBoundary: boolean;
+  /** A write intent or outcome: the commit must be durable before anything else happens. */
+  readonly writes: boolean;
+  readonly events: readonly RunEventDraft[];
+}
+
 /** Statuses in which a worker keeps its lease. */
 const HELD: ReadonlySet<RunStatus> = new Set(["running", "awaiting_tool"]);
 
 export function createRunRepository(sql: Sql): RunStore {
   /**
-   * One fenced commit: a single statement locks the run row, checks the lease owner and
-   * epoch, writes the run's new status and reserves event numbers; then the rows, events
-   * and emissions follow in the same transaction. A worker that lost its lease matches no
-   * row and gets LeaseLostError, having written nothing.
+   * One fenced commit, as ONE statement: it locks the run row, checks the lease owner and
+   * epoch, writes the run's new status, and inserts the step, intents, results, artifacts
+   * and events only FROM the fence's row, so a worker that lost its lease matches nothing,
+   * writes nothing and gets LeaseLostError. One statement is one round trip and its own
+   * transaction; only a commit with emissions wraps it, to reserve them in the same one.
    */
-  const commitFenced = (
-    fence: Fence,
-    settlement: Settlement,
-    options: {
-      readonly stepAdded: boolean;
-      readonly crossesCommitBoundary: boolean;
-      readonly writes: boolean;
-      readonly events: readonly RunEventDraft[];
-      readonly rows: (trx: SqlTransaction) => Promise<void>;
-    },
-  ): Promise<RunControlState> =>
-    sql.transaction(async (trx) => {
-      const terminal = isTerminal(settlement.status);
-      const keepsLease = HELD.has(settlement.status);
-      const [run] = await rows<FencedRun & { previous_status: RunStatus; event_seq: number; cancel_requested_by_actor_id: string | null; paused: boolean; policy: Policy }>(
-        trx,
-        `WITH durability AS (SELECT set_config('synchronous_commit', ?, true) AS setting),
-              previous AS (SELECT id, status FROM runs WHERE id = ? FOR UPDATE)
+  const commitFenced = async (fence: Fence, settlement: Settlement, change: FencedChange): Promise<RunControlState> => {
+    const terminal = isTerminal(settlement.status);
+    const keepsLease = HELD.has(settlement.status);
+    const ctes: string[] = [];
+    const bindings: unknown[] = [];
+    const cte = (sqlText: string, ...values: unknown[]) => {
+      ctes.push(sqlText);
+      bindings.push(...values);
+    };
+    cte(`durability AS (SELECT set_config('synchronous_commit', ?, true) AS setting)`, mayCommitAsync(settlement, change.writes) ? "off" : "on");
+    cte(`previous AS (SELECT id, status FROM runs WHERE id = ? FOR UPDATE)`, fence.runId);
+    cte(
+      `fence AS (
          UPDATE runs r SET status = ?, usage = ?::jsonb, step_count = r.step_count + ?,
            final_reply = coalesce(?, r.final_reply), error = coalesce(?, r.error),
            exhausted_dimension = coalesce(?, r.exhausted_dimension), wait_reason = ?,
@@ -91,42 +99,165 @@ export function createRunRepository(sql: Sql): RunStore {
          FROM previous, durability, conversations c, agents a
          WHERE r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
            AND r.lease_epoch = ? AND r.lease_owner = ?
-         RETURNING previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
-           c.external_id, r.cancel_requested_by_actor_id, r.paused, a.spec -> 'policy' AS policy`,
-        [
-          mayCommitAsync(settlement, options.writes) ? "off" : "on",
-          fence.runId,
-          settlement.status,
-          JSON.stringify(settlement.usage),
-          options.stepAdded ? 1 : 0,
-          settlement.finalReply ?? null,
-          settlement.error ?? null,
-          settlement.exhaustedDimension ?? null,
-          settlement.waitReason ?? null,
-          options.crossesCommitBoundary,
-          terminal,
-          keepsLease,
-          keepsLease,
-          options.events.length,
-          settlement.status,
-          fence.epoch,
-          fence.workerId,
-        ],
+         RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
+           c.external_id, r.cancel_requested_by_actor_id, r.paused, a.spec -> 'policy' AS policy)`,
+      settlement.status,
+      JSON.stringify(settlement.usage),
+      change.step === undefined ? 0 : 1,
+      settlement.finalReply ?? null,
+      settlement.error ?? null,
+      settlement.exhaustedDimension ?? null,
+      settlement.waitReason ?? null,
+      change.crossesCommitBoundary,
+      terminal,
+      keepsLease,
+      keepsLease,
+      change.events.length,
+      settlement.status,
+      fence.epoch,
+      fence.workerId,
+    );
+    const step = change.step;
+    if (step !== undefined) {
+      cte(
+        `new_step AS (
+           INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
+           SELECT ?, fence.id, ?, ?, ?, ?, ?, ?, ? FROM fence)`,
+        step.id, step.index, step.replayability, settlement.status, step.actorId ?? null, step.feedback ?? null, fence.epoch, step.startedAt,
       );
+      const call = step.modelCall;
+      if (call !== undefined) {
+        cte(
+          `new_call AS (
+             INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
+               input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)
+             SELECT ?, fence.id, ?, ?, ?, ?, ?::jsonb, ?, ?::jsonb, ?, ?, ?, ?, ? FROM fence)`,
+          call.id, step.id, call.role, call.provider, call.model, JSON.stringify(call.request), call.responseText,
+          JSON.stringify(call.toolCalls), call.inputTokens, call.outputTokens, call.latencyMs, call.finishReason, call.costMicroUsd,
+        );
+      }
+      if (step.invocations.length > 0) {
+        cte(
+          `new_intents AS (
+             INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
+               effect, arguments, status, refusal_reason, finished_at)
+             SELECT x.id, fence.id, ?, ?, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,
+               x.status, x.refusal_reason, CASE WHEN x.status = 'refused' THEN now() END
+             FROM fence, jsonb_to_recordset(?::jsonb) AS x(id uuid, provider_call_id text, ordinal int, tool_name text,
+               tool_version text, effect text, arguments jsonb, status text, refusal_reason text))`,
+          step.id,
+          call?.id ?? null,
+          JSON.stringify(
+            step.invocations.map((intent) => ({
+              id: intent.id,
+              provider_call_id: intent.providerCallId,
+              ordinal: intent.ordinal,
+              tool_name: intent.toolName,
+              tool_version: intent.toolVersion,
+              effect: intent.effect,
+              arguments: JSON.parse(asJsonb(intent.argumentsJson)) as unknown,
+              status: intent.status,
+              refusal_reason: intent.refusalReason ?? null,
+            })),
+          ),
+        );
+      }
+    }
+    const outcome = change.outcome;
+    if (outcome !== undefined) {
+      cte(
+        `settled AS (
+           UPDATE tool_invocations t SET status = ?, result_text = ?, refusal_reason = coalesce(?, t.refusal_reason),
+             exit_code = ?, duration_ms = ?, output_truncated = ?, finished_at = now(),
+             resolved_by_actor_id = coalesce(?, t.resolved_by_actor_id), resolved_outcome = coalesce(?, t.resolved_outcome)
+           FROM fence WHERE t.id = ? AND t.run_id = fence.id RETURNING t.id)`,
+        outcome.outcome, outcome.resultText, outcome.refusalReason ?? null, outcome.exitCode ?? null, outcome.durationMs ?? null,
+        outcome.truncated ?? false, outcome.answeredByActorId ?? null, outcome.resolvedOutcome ?? null, outcome.invocationId,
+      );
+      // The whole result is an observation too, so compaction can point at it.
+      if (outcome.resultText !== "" && outcome.outcome !== "refused") {
+        cte(
+          `result_observation AS (
+             INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
+             SELECT ?, fence.id, settled.id, (SELECT coalesce(max(seq), 0) + 1 FROM observations WHERE tool_invocation_id = ?), 'result', ?, ?
+             FROM fence, settled)`,
+          randomUUID(), outcome.invocationId, outcome.resultText, outcome.truncated ?? false,
+        );
+      }
+      if (outcome.artifacts.length > 0) {
+        cte(
+          `new_artifacts AS (
+             INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
+               subject_artifact_id, conclusion)
+             SELECT x.id, fence.id, ?, x.type, x.schema_version, x.provenance, x.inline_data, x.reference, x.subject_artifact_id, x.conclusion
+             FROM fence, jsonb_to_recordset(?::jsonb) AS x(id uuid, type text, schema_version text, provenance text,
+               inline_data text, reference text, subject_artifact_id uuid, conclusion text))`,
+          outcome.invocationId,
+          JSON.stringify(
+            outcome.artifacts.map((artifact) => ({
+              id: artifact.id,
+              type: artifact.type,
+              schema_version: artifact.schemaVersion,
+              provenance: artifact.provenance,
+              inline_data: artifact.inlineData ?? null,
+              reference: artifact.reference ?? null,
+              subject_artifact_id: artifact.subjectArtifactId ?? null,
+              conclusion: artifact.conclusion ?? null,
+            })),
+          ),
+        );
+      }
+    }
+    // The status change is the last event, numbered only when the status did change.
+    const events = [...change.events.map((event) => ({ ...event, onlyOnChange: false })), { kind: "status_changed" as const, status: settlement.status, summary: settlement.summary, onlyOnChange: true }];
+    cte(
+      `new_events AS (
+         INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
+         SELECT fence.id, fence.event_seq - count(*) OVER () + row_number() OVER (ORDER BY e.ord), e.kind, e.status, e.step_id,
+           e.tool_invocation_id, e.summary
+         FROM fence, jsonb_to_recordset(?::jsonb) AS e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid,
+           summary text, only_on_change boolean)
+         WHERE NOT e.only_on_change OR fence.previous_status <> ?)`,
+      JSON.stringify(
+        events.map((event, ord) => ({
+          ord,
+          kind: event.kind,
+          status: event.status ?? null,
+          step_id: event.stepId ?? null,
+          tool_invocation_id: event.toolInvocationId ?? null,
+          summary: event.summary,
+          only_on_change: event.onlyOnChange,
+        })),
+      ),
+      settlement.status,
+    );
+    const statement = `WITH ${ctes.join(",\n")}
+      SELECT fence.*, pg_notify('keel_run_events', fence.id::text) AS notified,
+        CASE WHEN ? THEN pg_notify('keel_runs', fence.id::text) END AS woken
+      FROM fence`;
+    // A run handed back (answered, resolved) wakes a worker.
+    bindings.push(settlement.status === "queued");
+
+    type FenceRow = FencedRun & { id: string; cancel_requested_by_actor_id: string | null; paused: boolean; policy: Policy };
+    const apply = async (executor: Sql | SqlTransaction): Promise<FenceRow> => {
+      const [run] = await rows<FenceRow>(executor, statement, bindings);
       if (run === undefined) throw new LeaseLostError(fence.runId, fence.epoch);
-      await options.rows(trx);
-      const events = [...options.events];
-      if (run.previous_status !== settlement.status) events.push({ kind: "status_changed", status: settlement.status, summary: settlement.summary });
-      await insertRunEvents(trx, fence.runId, Number(run.event_seq) - events.length + 1, events);
-      await reserveEmissions(
-        trx,
-        { runId: fence.runId, agentId: run.agent_id, conversationId: run.conversation_id, externalConversationId: run.external_id, connector: run.connector },
-        settlement.emissions,
-      );
-      // A run handed back (answered, resolved) wakes a worker.
-      if (settlement.status === "queued") await trx.raw("SELECT pg_notify('keel_runs', ?)", [fence.runId]);
-      return { cancelRequestedByActorId: run.cancel_requested_by_actor_id ?? undefined, paused: run.paused, policy: run.policy };
-    });
+      return run;
+    };
+    const run =
+      settlement.emissions.length === 0
+        ? await apply(sql)
+        : await sql.transaction(async (trx) => {
+            const fenced = await apply(trx);
+            await reserveEmissions(
+              trx,
+              { runId: fence.runId, agentId: fenced.agent_id, conversationId: fenced.conversation_id, externalConversationId: fenced.external_id, connector: fenced.connector },
+              settlement.emissions,
+            );
+            return fenced;
+          });
+    return { cancelRequestedByActorId: run.cancel_requested_by_actor_id ?? undefined, paused: run.paused, policy: run.policy };
+  };
 
   return {
     claimNext: (workerId, leaseMs) =>
@@ -255,92 +386,21 @@ export function createRunRepository(sql: Sql): RunStore {
         events.push({ kind: "step_committed", stepId: step.id, status: commit.status, summary: `step ${step.index}: ${commit.summary}` });
       }
       return commitFenced(commit, commit, {
-        stepAdded: step !== undefined,
+        step,
+        outcome: undefined,
         crossesCommitBoundary: commit.crossesCommitBoundary ?? false,
         writes: step?.invocations.some((intent) => intent.effect === "write" && intent.status === "pending") ?? false,
         events,
-        rows: async (trx) => {
-          if (step === undefined) return;
-          const call = step.modelCall;
-          await trx.raw(
-            `WITH step AS (
-               INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id)
-             INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
-               input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)
-             SELECT ?, ?, step.id, ?, ?, ?, ?::jsonb, ?, ?::jsonb, ?, ?, ?, ?, ? FROM step WHERE ?`,
-            [
-              step.id, commit.runId, step.index, step.replayability, commit.status, step.actorId ?? null, step.feedback ?? null, commit.epoch, step.startedAt,
-              call?.id ?? step.id, commit.runId, call?.role ?? "primary", call?.provider ?? "", call?.model ?? "",
-              JSON.stringify(call?.request ?? null), call?.responseText ?? "", JSON.stringify(call?.toolCalls ?? []),
-              call?.inputTokens ?? 0, call?.outputTokens ?? 0, call?.latencyMs ?? 0, call?.finishReason ?? "", call?.costMicroUsd ?? 0,
-              call !== undefined,
-            ],
-          );
-          if (step.invocations.length > 0) {
-            await trx("tool_invocations").insert(
-              step.invocations.map((intent) => ({
-                id: intent.id,
-                run_id: commit.runId,
-                step_id: step.id,
-                model_call_id: call?.id ?? null,
-                provider_call_id: intent.providerCallId,
-                ordinal: intent.ordinal,
-                tool_name: intent.toolName,
-                tool_version: intent.toolVersion,
-                effect: intent.effect,
-                arguments: asJsonb(intent.argumentsJson),
-                status: intent.status,
-                refusal_reason: intent.refusalReason ?? null,
-                finished_at: intent.status === "refused" ? new Date() : null,
-              })),
-            );
-          }
-        },
       });
     },
 
     commitToolOutcome: (commit) =>
       commitFenced(commit, commit, {
-        stepAdded: false,
+        step: undefined,
+        outcome: commit,
         crossesCommitBoundary: false,
         writes: commit.effect === "write",
         events: [{ kind: "tool_settled", toolInvocationId: commit.invocationId, summary: `${commit.outcome}: ${commit.resultText.slice(0, 120)}` }],
-        rows: async (trx) => {
-          // The whole result is an observation too, so compaction can point at it.
-          const observed = commit.resultText !== "" && commit.outcome !== "refused";
-          await trx.raw(
-            `WITH invocation AS (
-               UPDATE tool_invocations SET status = ?, result_text = ?, refusal_reason = coalesce(?, refusal_reason),
-                 exit_code = ?, duration_ms = ?, output_truncated = ?, finished_at = now(),
-                 resolved_by_actor_id = coalesce(?, resolved_by_actor_id), resolved_outcome = coalesce(?, resolved_outcome)
-               WHERE id = ? AND run_id = ? RETURNING id)
-             INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
-             SELECT ?, ?, invocation.id, (SELECT coalesce(max(seq), 0) + 1 FROM observations WHERE tool_invocation_id = ?), 'result', ?, ?
-             FROM invocation WHERE ?`,
-            [
-              commit.outcome, commit.resultText, commit.refusalReason ?? null, commit.exitCode ?? null, commit.durationMs ?? null,
-              commit.truncated ?? false, commit.answeredByActorId ?? null, commit.resolvedOutcome ?? null, commit.invocationId, commit.runId,
-              randomUUID(), commit.runId, commit.invocationId, commit.resultText, commit.truncated ?? false, observed,
-            ],
-          );
-          if (commit.artifacts.length > 0) {
-            await trx("artifacts").insert(
-              commit.artifacts.map((artifact) => ({
-                id: artifact.id,
-                run_id: commit.runId,
-                tool_invocation_id: commit.invocationId,
-                type: artifact.type,
-                schema_version: artifact.schemaVersion,
-                provenance: artifact.provenance,
-                inline_data: artifact.inlineData ?? null,
-                reference: artifact.reference ?? null,
-                subject_artifact_id: artifact.subjectArtifactId ?? null,
-                conclusion: artifact.conclusion ?? null,
-              })),
-            );
-          }
-        },
       }),
 
     async appendObservation(runId, invocationId, seq, stream, text) {
