@@ -3,10 +3,10 @@ import { parseArgs } from "node:util";
 import { ConnectError } from "@connectrpc/connect";
 import { resolveToken, resolveUrl } from "./cli/client.js";
 import { inspectCommand } from "./cli/inspect-command.js";
+import { recoverListCommand, recoverResolveCommand } from "./cli/recover-command.js";
+import { resumeCommand } from "./cli/resume-command.js";
 import { runsCommand } from "./cli/runs-command.js";
 import { sendCommand } from "./cli/send-command.js";
-import { serveCommand } from "./cli/serve-command.js";
-import { tokenCreateCommand } from "./cli/token-command.js";
 import { ConfigError, loadConfig } from "./config.js";
 
 const USAGE = `keel: a durable control plane for AI agent runs
@@ -15,7 +15,14 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel send --agent A --conversation C [--actor U] [--timeout-ms N] "text"
   keel runs [--agent A] [--conversation C] [--status S] [--limit N]
   keel inspect RUN_ID
+  keel resume RUN_ID [--reason R] [--actor U]
+  keel recover
+  keel recover RUN_ID --invocation ID --outcome applied|not_applied --reason R [--actor U]
   keel token create --role connector|sandbox-host|operator|admin [--label L]
+
+\`keel resume\` lifts an operator's pause. \`keel recover\` lists runs waiting on a write whose
+outcome a stopped worker left unknown; with a run id it records what you found (applied or
+not_applied, and why) so the run can go on. The actor defaults to $USER.
 
 Client commands take --url (KEEL_URL, default http://127.0.0.1:7070) and --token
 (KEEL_TOKEN, or the file .keel/dev-token that \`keel serve --dev\` writes).
@@ -37,6 +44,8 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
           ...(values["http1-port"] === undefined ? {} : { KEEL_HTTP1_PORT: values["http1-port"] }),
           ...(values.workers === undefined ? {} : { KEEL_WORKERS: values.workers }),
         });
+        // The server side (ORM, embedded PostgreSQL, workers) loads only when needed: client commands start fast.
+        const { serveCommand } = await import("./cli/serve-command.js");
         return await serveCommand(config, env, values.dev ?? false);
       }
       case "send": {
@@ -93,6 +102,53 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         if (runId === undefined) return usage("inspect needs a run id");
         return await inspectCommand({ url: resolveUrl(values.url, env), token: resolveToken(values.token, env) }, runId, out);
       }
+      case "resume": {
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: {
+            reason: { type: "string", default: "resumed with keel resume" },
+            actor: { type: "string", default: env["USER"] ?? "cli-user" },
+            url: { type: "string" },
+            token: { type: "string" },
+          },
+        });
+        const [runId] = positionals;
+        if (runId === undefined) return usage("resume needs a run id");
+        return await resumeCommand(
+          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) },
+          { runId, actor: values.actor, reason: values.reason },
+          out,
+        );
+      }
+      case "recover": {
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: {
+            invocation: { type: "string" },
+            outcome: { type: "string" },
+            reason: { type: "string", default: "" },
+            actor: { type: "string", default: env["USER"] ?? "cli-user" },
+            url: { type: "string" },
+            token: { type: "string" },
+          },
+        });
+        const client = { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) };
+        const [runId] = positionals;
+        if (runId === undefined) {
+          if (values.invocation !== undefined || values.outcome !== undefined) return usage("recover --invocation/--outcome need a run id");
+          return await recoverListCommand(client, out);
+        }
+        if (values.invocation === undefined || values.outcome === undefined) {
+          return usage("recover RUN_ID needs --invocation ID --outcome applied|not_applied --reason R");
+        }
+        return await recoverResolveCommand(
+          client,
+          { runId, invocationId: values.invocation, outcome: values.outcome, actor: values.actor, reason: values.reason },
+          out,
+        );
+      }
       case "token": {
         const { values, positionals } = parseArgs({
           args: rest,
@@ -100,6 +156,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
           options: { role: { type: "string" }, label: { type: "string", default: "" } },
         });
         if (positionals[0] !== "create" || values.role === undefined) return usage("usage: keel token create --role R");
+        const { tokenCreateCommand } = await import("./cli/token-command.js");
         return await tokenCreateCommand(loadConfig(env), values.role, values.label, out);
       }
       case undefined:
