@@ -9,6 +9,42 @@ import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools, writesRecorded } from "./support/test-tools.js";
+import { z } from "zod";
+import { defineTool, ToolOutcomeUnknownError } from "../control-plane/src/tools/tool-registry.js";
+
+/** Tools whose executor loses track of the call, and one that can be re-attached after a requeue. */
+function lostTools(reattached: { calls: number }) {
+  return [
+    defineTool<Record<string, never>>({
+      name: "test.lost_read",
+      version: 1,
+      description: "A read whose host vanishes mid-call.",
+      parameters: z.object({}),
+      effect: "read",
+      execute: () => Promise.reject(new ToolOutcomeUnknownError("the sandbox host went away")),
+    }),
+    defineTool<Record<string, never>>({
+      name: "test.lost_write",
+      version: 1,
+      description: "A write whose host vanishes mid-call.",
+      parameters: z.object({}),
+      effect: "write",
+      execute: () => Promise.reject(new ToolOutcomeUnknownError("the sandbox host went away")),
+    }),
+    defineTool<Record<string, never>>({
+      name: "test.reattachable_write",
+      version: 1,
+      description: "A write that never returns to its first worker but can be re-attached to.",
+      parameters: z.object({}),
+      effect: "write",
+      execute: (_args, context) => new Promise((_, reject) => context.signal.addEventListener("abort", () => reject(new Error("stopped")))),
+      async reattach() {
+        reattached.calls += 1;
+        return { ok: true, text: "finished while nobody watched", exitCode: 0 };
+      },
+    }),
+  ];
+}
 
 const turn = (replyText: string, toolCalls: { toolName: string; argumentsJson: string }[] = []): ScriptedTurn => ({
   replyText,
@@ -36,10 +72,11 @@ function agentWith(id: string, turns: ScriptedTurn[], overrides: Partial<AgentSp
 describe("the durable loop", () => {
   let keel: TestKeel;
   let effectsDir: string;
+  const reattached = { calls: 0 };
   beforeAll(async () => {
     effectsDir = await mkdtemp(path.join(tmpdir(), "keel-effects-"));
     keel = await startTestKeel({
-      tools: createTestTools({ effectsDir }),
+      tools: [...createTestTools({ effectsDir }), ...lostTools(reattached)],
       agents: [
         agentWith("multi", [
           turn("", [{ toolName: "test.echo.v1", argumentsJson: '{"text":"look"}' }]),
@@ -47,6 +84,12 @@ describe("the durable loop", () => {
           turn("all done"),
         ]),
         agentWith("asker", [turn("", [{ toolName: "keel.ask_user.v1", argumentsJson: '{"question":"Which colour?"}' }]), turn("painted it")]),
+        agentWith("loser", [turn("", [{ toolName: "test.lost_read.v1", argumentsJson: "{}" }]), turn("", [{ toolName: "test.lost_write.v1", argumentsJson: "{}" }]), turn("never")], {
+          tools: ["test.lost_read.v1", "test.lost_write.v1"].map((toolName) => ({ toolName, connectors: [], readOnlyCommands: [] })),
+        }),
+        agentWith("reattacher", [turn("", [{ toolName: "test.reattachable_write.v1", argumentsJson: "{}" }]), turn("saw it")], {
+          tools: [{ toolName: "test.reattachable_write.v1", connectors: [], readOnlyCommands: [] }],
+        }),
       ],
     });
   });
@@ -102,5 +145,28 @@ describe("the durable loop", () => {
     const { steps } = await runs.listRunSteps({ runId });
     expect(steps[0]?.toolInvocations[0]).toMatchObject({ toolName: "keel.ask_user.v1", resultText: "Answer from bob: blue" });
     expect(steps[1]?.actorId).toBe("bob");
+  });
+
+  it("treats a call whose host vanished like a dead worker's: the read is interrupted, the write waits", async () => {
+    const runId = await submitAndSettle("loser", "go");
+    const run = await waitFor(runId, [RunStatus.WAITING, RunStatus.SUCCEEDED, RunStatus.FAILED]);
+    expect(run.status).toBe(RunStatus.WAITING);
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const { steps } = await runs.listRunSteps({ runId });
+    expect(steps.map((s) => s.toolInvocations[0]?.status)).toEqual([ToolInvocationStatus.INTERRUPTED, ToolInvocationStatus.UNKNOWN_OUTCOME]);
+    const secondRequest = JSON.parse(steps[1]!.modelCall!.requestJson) as { messages: { role: string; content: string }[] };
+    expect(secondRequest.messages.at(-1)?.content).toMatch(/^Interrupted:/);
+  });
+
+  it("re-attaches to a call that outlived its worker and commits its real outcome", async () => {
+    const runId = await submitAndSettle("reattacher", "go");
+    await waitFor(runId, [RunStatus.AWAITING_TOOL]);
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    await runs.requeueRun({ runId, actor: { id: "operator" }, reason: "worker looks stuck" });
+    const run = await waitFor(runId, [RunStatus.SUCCEEDED, RunStatus.WAITING, RunStatus.FAILED]);
+    expect(run.status).toBe(RunStatus.SUCCEEDED);
+    expect(reattached.calls).toBe(1);
+    const { steps } = await runs.listRunSteps({ runId });
+    expect(steps[0]?.toolInvocations[0]).toMatchObject({ status: ToolInvocationStatus.SUCCEEDED, resultText: "finished while nobody watched" });
   });
 });

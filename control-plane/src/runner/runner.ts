@@ -12,7 +12,7 @@ import type { EmissionDraft } from "../domain/records.js";
 import { costMicroUsd, type RunStatus, type RunUsage } from "../domain/run.js";
 import { buildTranscript } from "../domain/transcript-builder.js";
 import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
-import type { RegisteredTool, ToolRegistry } from "../tools/tool-registry.js";
+import { ToolOutcomeUnknownError, type RegisteredTool, type ToolRegistry } from "../tools/tool-registry.js";
 import type { ModelProvider } from "./model-provider.js";
 import type {
   ClaimedRun,
@@ -48,6 +48,9 @@ export const FAILED_ACK = "❌";
 
 /** Thrown inside the loop when the run has been settled or handed back; ends this claim quietly. */
 class RunParked extends Error {}
+
+/** Thrown when one call has been settled out of band (interrupted); the step's next call goes on. */
+class StepContinues extends Error {}
 
 /**
  * Drives one claimed run until it settles or parks, in the order the harness contract
@@ -115,17 +118,20 @@ class RunDriver {
       if (tool?.definition.parksForInput === true) {
         await this.parkForInput(invocation);
       }
+      if (await this.reattach(tool, invocation, afterRecovery(last, waiting), last && waiting)) continue;
       if (invocation.effect === "read") {
-        await this.settleTool(invocation.id, invocation.effect, "interrupted", "", last && !waiting ? "running" : "awaiting_tool", {
+        await this.settleTool(invocation.id, invocation.effect, "interrupted", "", afterRecovery(last, waiting), {
           summary: `${invocation.toolName} interrupted by a worker restart`,
+          ...(last && waiting ? { waitReason: "unknown_write_outcome" as const } : {}),
         });
         continue;
       }
       const looked = await this.lookup(tool, invocation);
       if (looked !== "unknown") {
-        await this.settleTool(invocation.id, invocation.effect, "unknown_outcome", "", last && !waiting ? "running" : "awaiting_tool", {
+        await this.settleTool(invocation.id, invocation.effect, "unknown_outcome", "", afterRecovery(last, waiting), {
           summary: `${invocation.toolName}: lookup found it ${looked}`,
           resolvedOutcome: looked,
+          ...(last && waiting ? { waitReason: "unknown_write_outcome" as const } : {}),
         });
         continue;
       }
@@ -149,6 +155,43 @@ class RunDriver {
       }
       throw new RunParked();
     }
+    return true;
+  }
+
+  /** Commits the real outcome of a call whose execution outlived its worker, if the tool can still see it. */
+  private async reattach(tool: RegisteredTool | undefined, invocation: InvocationState, status: RunStatus, waitingAfter: boolean): Promise<boolean> {
+    if (tool?.definition.reattach === undefined) return false;
+    let seq = 1_000_000; // after anything the first worker observed
+    let result;
+    try {
+      result = await tool.definition.reattach(JSON.parse(invocation.argumentsJson) as Record<string, unknown>, {
+        runId: this.claimed.runId,
+        invocationId: invocation.id,
+        signal: this.context.signal,
+        grant: this.deps.tools.grantFor(this.claimed.agent, invocation.toolName),
+        observe: (stream, text) => this.deps.store.appendObservation(this.claimed.runId, invocation.id, ++seq, stream, text),
+      });
+    } catch (error) {
+      if (this.context.signal.aborted) throw error;
+      this.log.warn({ err: error, tool: invocation.toolName }, "re-attaching to a call failed; recovering it as if its worker died");
+      return false;
+    }
+    if (result === undefined) return false;
+    await this.commitToolOutcome({
+      ...this.fence,
+      invocationId: invocation.id,
+      effect: invocation.effect,
+      outcome: result.ok ? "succeeded" : "failed",
+      resultText: result.text,
+      artifacts: (result.artifacts ?? []).map((artifact) => ({ ...artifact, id: randomUUID() })),
+      ...(result.exitCode === undefined ? {} : { exitCode: result.exitCode }),
+      ...(result.truncated === undefined ? {} : { truncated: result.truncated }),
+      ...(waitingAfter ? { waitReason: "unknown_write_outcome" as const } : {}),
+      status,
+      usage: this.usage,
+      emissions: [],
+      summary: `${invocation.toolName} re-attached after a restart: ${result.ok ? "succeeded" : "failed"}`,
+    });
     return true;
   }
 
@@ -286,7 +329,11 @@ class RunDriver {
       summary: `${pending.length} tool call(s) to dispatch`,
     });
     for (const [i, intent] of pending.entries()) {
-      await this.dispatch(intent, i === pending.length - 1, pending.slice(i + 1));
+      try {
+        await this.dispatch(intent, i === pending.length - 1, pending.slice(i + 1));
+      } catch (error) {
+        if (!(error instanceof StepContinues)) throw error;
+      }
     }
   }
 
@@ -397,6 +444,7 @@ class RunDriver {
       outcome = result.ok ? "succeeded" : "failed";
     } catch (error) {
       if (this.context.signal.aborted) throw error; // shutting down mid-call: recovery decides on resume
+      if (error instanceof ToolOutcomeUnknownError) await this.outcomeLost(intent, rest, error.message);
       result = { ok: false, text: `The tool failed: ${error instanceof Error ? error.message : String(error)}` };
       outcome = "failed";
     }
@@ -488,6 +536,31 @@ class RunDriver {
         })),
       ],
     };
+  }
+
+  /**
+   * The call's executor lost track of it (its host vanished): a read is interrupted and the
+   * loop goes on; a write's outcome is unknown, the calls after it are not run, and the run
+   * waits for a lookup or an operator.
+   */
+  private async outcomeLost(intent: InvocationIntent, rest: readonly InvocationIntent[], why: string): Promise<never | void> {
+    if (intent.effect === "read") {
+      await this.settleTool(intent.id, "read", "interrupted", "", rest.length === 0 ? "running" : "awaiting_tool", {
+        summary: `${intent.toolName} interrupted: ${why}`,
+      });
+      throw new StepContinues();
+    }
+    for (const remaining of rest) {
+      await this.settleTool(remaining.id, remaining.effect, "refused", "", "awaiting_tool", {
+        summary: "not run: an earlier call's outcome is unknown",
+        refusalReason: "not run: an earlier call in this turn has an unknown outcome",
+      });
+    }
+    await this.settleTool(intent.id, "write", "unknown_outcome", "", "waiting", {
+      summary: `${intent.toolName}: outcome unknown (${why}); waiting for an operator`,
+      waitReason: "unknown_write_outcome",
+    });
+    throw new RunParked();
   }
 
   private async parkForInput(invocation: Pick<InvocationState, "id" | "argumentsJson">): Promise<never> {
@@ -623,6 +696,17 @@ class RunDriver {
   private elapsed(): number {
     return Math.max(0, this.deps.now().getTime() - this.claimed.startedAt.getTime());
   }
+}
+
+/**
+ * The run's status after recovery settles one pending call: the last one leaves the run
+ * waiting when any write's outcome is still unknown (an earlier call in this loop, or from
+ * before), else running. Anything but "waiting" there would keep the lease with no worker
+ * behind it, and the run would sit until the lease expired and another worker recovered it.
+ */
+function afterRecovery(last: boolean, waiting: boolean): RunStatus {
+  if (!last) return "awaiting_tool";
+  return waiting ? "waiting" : "running";
 }
 
 function splitName(fullName: string): [string, string] {

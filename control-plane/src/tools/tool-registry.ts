@@ -48,7 +48,20 @@ export interface ToolDefinition<Args extends Record<string, unknown> = Record<st
   execute(args: Args, context: ToolExecutionContext): Promise<ToolResult>;
   /** Finds out whether a write whose outcome is unknown took effect, so recovery need not wait for an operator. */
   lookup?(args: Args, context: Omit<ToolExecutionContext, "observe">): Promise<LookupOutcome>;
+  /**
+   * Re-attaches to this call's execution if it still runs, or finished, where the tool can
+   * see it (a sandbox host that outlived a control-plane restart); recovery then commits its
+   * real outcome instead of declaring it unknown. Undefined when there is nothing to attach to.
+   */
+  reattach?(args: Args, context: ToolExecutionContext): Promise<ToolResult | undefined>;
 }
+
+/**
+ * Thrown by an executor when the call's fate cannot be known (the host running it vanished
+ * mid-call). The runner treats it like a dead worker: a read is interrupted, a write's
+ * outcome is unknown and the run waits.
+ */
+export class ToolOutcomeUnknownError extends Error {}
 
 export interface RegisteredTool {
   readonly fullName: string;
