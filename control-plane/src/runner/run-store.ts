@@ -1,6 +1,7 @@
 import type { AgentSpec, Policy, ToolEffect } from "../domain/agent.js";
 import type { ArtifactRecord, EmissionDraft, ToolInvocationStatus } from "../domain/records.js";
 import type { BudgetDimension, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
+import type { TranscriptInvocation, TranscriptStep } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type { ArtifactDraft } from "../tools/tool-registry.js";
 
@@ -26,28 +27,16 @@ export interface ClaimedRun {
   readonly replyToMessageId: string | undefined;
 }
 
-/** A committed tool call as the runner rebuilds the transcript from it. */
-export interface InvocationState {
+/** A committed tool call: what the transcript needs, plus what recovery and dispatch need. */
+export interface InvocationState extends TranscriptInvocation {
   readonly id: string;
-  readonly providerCallId: string;
-  readonly toolName: string;
   readonly effect: ToolEffect;
   readonly argumentsJson: string;
-  readonly status: ToolInvocationStatus;
-  readonly resultText: string | undefined;
-  readonly refusalReason: string | undefined;
-  readonly resolvedOutcome: "applied" | "not_applied" | undefined;
-  readonly resolvedByActorId: string | undefined;
-  readonly resolutionReason: string | undefined;
 }
 
-export interface StepState {
+export interface StepState extends TranscriptStep {
   readonly index: number;
-  readonly responseText: string;
-  readonly toolCalls: readonly ToolCallRequest[];
   readonly invocations: readonly InvocationState[];
-  /** What the runner told the model after this step (an invalid turn, an unmet completion contract). */
-  readonly feedback: string | undefined;
 }
 
 /** Everything committed so far: the durable state a resumed worker starts from. */
