@@ -4,27 +4,20 @@
 // write tool's effects file must show: no committed step lost or duplicated, no write run
 // twice, reads interrupted and asked again, writes with an unknown outcome left to an
 // operator (never replayed), every run finished with exactly one reply.
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { ResolvedOutcome } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
-import { createAgentRepository } from "../control-plane/src/ledger/agent.repository.js";
-import { createApiTokenRepository } from "../control-plane/src/ledger/api-token.repository.js";
-import { openLedger } from "../control-plane/src/ledger/orm.js";
+import { killAllChildren, prepareLedger, sleep, startFaultServe, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
 import { createTestDatabase, DEMO_AGENT } from "./support/keel-fixture.js";
 import { writesRecorded } from "./support/test-tools.js";
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const FAULT_SERVE = path.join(ROOT, "test", "support", "fault-serve.ts");
 
 const RUNS = Number(process.env["KEEL_CRASH_RUNS"] ?? 20);
 /** Wall-clock budget per crash point (submission, crash loop, resolution, settling). */
@@ -66,76 +59,16 @@ function matrixAgent(id: string): AgentSpec {
   };
 }
 
-// ---- child processes -------------------------------------------------------------------
-
-interface ServeChild {
-  readonly url: string;
-  readonly process: ChildProcess;
-  /** The last lines of stdout and stderr, for failure messages. */
-  readonly output: string[];
-  alive(): boolean;
-}
-
-const children = new Set<ChildProcess>();
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once("exit", () => resolve()));
-}
-
-async function killHard(child: ChildProcess): Promise<void> {
-  if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  await exited(child);
-  children.delete(child);
-}
-
-async function startFaultServe(env: Record<string, string>): Promise<ServeChild> {
-  const child = spawn(process.execPath, ["--import", "tsx", FAULT_SERVE], {
-    cwd: ROOT,
-    env: { ...process.env, KEEL_HOST: "127.0.0.1", KEEL_PORT: "0", KEEL_HTTP1_PORT: "0", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.add(child);
-  child.once("exit", () => children.delete(child));
-  const output: string[] = [];
-  const keep = (line: string) => {
-    output.push(line);
-    if (output.length > 200) output.shift();
-  };
-  createInterface({ input: child.stderr! }).on("line", keep);
-  const stdout = createInterface({ input: child.stdout! });
-  try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`fault-serve did not listen within 30 s:\n${output.join("\n")}`)), 30_000);
-      child.once("exit", (code, signal) => {
-        clearTimeout(timer);
-        reject(new Error(`fault-serve exited before listening (code ${String(code)}, signal ${String(signal)}):\n${output.join("\n")}`));
-      });
-      stdout.on("line", (line) => {
-        keep(line);
-        if (line.startsWith("LISTENING ")) {
-          clearTimeout(timer);
-          resolve(line.slice("LISTENING ".length).trim());
-        }
-      });
-    });
-    return { url, process: child, output, alive: () => child.exitCode === null && child.signalCode === null };
-  } catch (error) {
-    await killHard(child);
-    throw error;
-  }
-}
-
 /** Keeps one fault-serve process up: restarts it whenever it has died, up to a cap. */
 class Supervisor {
-  current: ServeChild | undefined;
+  current: ServerProcess | undefined;
   starts = 0;
   readonly deaths: string[] = [];
   /** Lines from any child that should never appear: runner errors, a fault that could not wait for quiet. */
   readonly alarms: string[] = [];
   constructor(private readonly env: Record<string, string>) {}
 
-  async ensure(): Promise<ServeChild> {
+  async ensure(): Promise<ServerProcess> {
     if (this.current?.alive()) return this.current;
     if (this.current !== undefined) {
       this.deaths.push(`exit ${String(this.current.process.exitCode)} signal ${String(this.current.process.signalCode)}`);
@@ -146,18 +79,18 @@ class Supervisor {
     }
     if (this.starts >= MAX_STARTS) throw new Error(`fault-serve was started ${this.starts} times; giving up`);
     this.starts += 1;
-    this.current = await startFaultServe(this.env);
+    this.current = await startFaultServe(this.env, 200);
     return this.current;
   }
 
   async stop(): Promise<void> {
     if (this.current === undefined) return;
-    await killHard(this.current.process);
+    await this.current.kill();
     this.collectAlarms(this.current);
   }
 
-  private readonly collected = new WeakSet<ServeChild>();
-  private collectAlarms(child: ServeChild): void {
+  private readonly collected = new WeakSet<ServerProcess>();
+  private collectAlarms(child: ServerProcess): void {
     if (this.collected.has(child)) return;
     this.collected.add(child);
     for (const line of child.output) {
@@ -167,17 +100,6 @@ class Supervisor {
 }
 
 // ---- ledger helpers ----------------------------------------------------------------------
-
-/** Migrates the fresh database, stores the agent and makes an admin token, all before any server starts. */
-async function prepareLedger(databaseUrl: string, agent: AgentSpec): Promise<string> {
-  const orm = await openLedger({ url: databaseUrl, poolMax: 2 });
-  try {
-    await createAgentRepository(orm).put(agent);
-    return (await createApiTokenRepository(orm).create("admin", "crash-matrix")).secret;
-  } finally {
-    await orm.close();
-  }
-}
 
 async function statuses(db: pg.Client, runIds: readonly string[]): Promise<Map<string, string>> {
   const { rows } = await db.query<{ id: string; status: string }>("SELECT id, status FROM runs WHERE id = ANY($1::uuid[])", [runIds]);
@@ -190,7 +112,6 @@ function countBy(values: Iterable<string>): Record<string, number> {
   return counts;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface StepRow {
   run_id: string;
@@ -217,10 +138,10 @@ const cleanups: (() => Promise<void>)[] = [];
 
 describe(`crash matrix: ${RUNS} runs per crash point, the server SIGKILLs itself once per run`, () => {
   afterEach(async () => {
-    await Promise.all([...children].map((child) => killHard(child)));
+    await killAllChildren();
   });
   afterAll(async () => {
-    await Promise.all([...children].map((child) => killHard(child)));
+    await killAllChildren();
     for (const cleanup of cleanups.splice(0)) await cleanup();
   });
 
@@ -243,7 +164,7 @@ describe(`crash matrix: ${RUNS} runs per crash point, the server SIGKILLs itself
         await rm(dir, { recursive: true, force: true });
       });
       const agent = matrixAgent(`matrix-${point.replaceAll("_", "-")}`);
-      const token = await prepareLedger(databaseUrl, agent);
+      const token = await prepareLedger(databaseUrl, [agent]);
       await mkdir(effectsDir, { recursive: true });
 
       const supervisor = new Supervisor({
@@ -490,7 +411,7 @@ describe(`crash matrix: ${RUNS} runs per crash point, the server SIGKILLs itself
       ],
     };
     const agent: AgentSpec = { ...base, models: { primary: model, fast: model, decision: model } };
-    const token = await prepareLedger(databaseUrl, agent);
+    const token = await prepareLedger(databaseUrl, [agent]);
     await mkdir(effectsDir, { recursive: true });
     const supervisor = new Supervisor({
       DATABASE_URL: databaseUrl,

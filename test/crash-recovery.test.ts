@@ -1,12 +1,9 @@
 // Crash recovery with real processes: `keel serve` runs as a child and is SIGKILLed at the
 // two points a run can be caught between durable states. A restarted server must finish the
 // run exactly once: one step, one model call, one reply, one settled ack.
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { AgentService } from "../gen/keel/v1/agent_service_pb.js";
@@ -15,11 +12,10 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { agentSpecToProto } from "../control-plane/src/api/agent-spec-convert.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
+import { killAllChildren, startKeelServe, waitFor, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
 import { createTestDatabase, DEMO_AGENT } from "./support/keel-fixture.js";
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const KEEL_BIN = path.join(ROOT, "bin", "keel.js");
 const MODEL_DELAY_MS = 3000;
 const LEASE_MS = 1000;
 
@@ -32,92 +28,25 @@ function slowAgent(id: string): AgentSpec {
   return { ...DEMO_AGENT, id, displayName: "slow scripted agent", models: { primary: model, fast: model, decision: model } };
 }
 
-interface KeelChild {
-  readonly url: string;
-  readonly process: ChildProcess;
-  readonly logs: Record<string, unknown>[];
-  kill(): Promise<void>;
-}
-
-const children = new Set<ChildProcess>();
 const cleanups: (() => Promise<void>)[] = [];
 
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once("exit", () => resolve()));
-}
-
-async function killHard(child: ChildProcess): Promise<void> {
-  if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  await exited(child);
-  children.delete(child);
-}
-
-/** Starts `node bin/keel.js serve --dev` and resolves once it logs its URL. */
-async function startKeelChild(options: { databaseUrl: string; dataDir: string; workers: number }): Promise<KeelChild> {
-  const child = spawn(process.execPath, [KEEL_BIN, "serve", "--dev"], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      DATABASE_URL: options.databaseUrl,
-      KEEL_DATA_DIR: options.dataDir,
-      KEEL_PORT: "0",
-      KEEL_HTTP1_PORT: "0",
-      KEEL_WORKERS: String(options.workers),
-      KEEL_LEASE_MS: String(LEASE_MS),
-      KEEL_IDLE_POLL_MS: "200",
-      KEEL_DB_POOL_MAX: "5",
-      KEEL_LOG_LEVEL: "info",
-    },
-    stdio: ["ignore", "pipe", "pipe"],
+/** `node bin/keel.js serve --dev` on the test's database, with a short lease. */
+function startKeelChild(options: { databaseUrl: string; dataDir: string; workers: number }): Promise<ServerProcess> {
+  return startKeelServe(["--dev"], {
+    DATABASE_URL: options.databaseUrl,
+    KEEL_DATA_DIR: options.dataDir,
+    KEEL_WORKERS: String(options.workers),
+    KEEL_LEASE_MS: String(LEASE_MS),
+    KEEL_IDLE_POLL_MS: "200",
+    KEEL_DB_POOL_MAX: "5",
+    KEEL_LOG_LEVEL: "info",
   });
-  children.add(child);
-  const logs: Record<string, unknown>[] = [];
-  let stderr = "";
-  child.stderr?.on("data", (chunk: Buffer) => {
-    stderr += chunk.toString("utf8");
-  });
-  try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`keel did not start within 30 s; stderr: ${stderr}`)), 30_000);
-      child.once("exit", (code, signal) => {
-        clearTimeout(timer);
-        reject(new Error(`keel exited before serving (code ${String(code)}, signal ${String(signal)}); stderr: ${stderr}`));
-      });
-      createInterface({ input: child.stdout! }).on("line", (line) => {
-        let entry: Record<string, unknown>;
-        try {
-          entry = JSON.parse(line) as Record<string, unknown>;
-        } catch {
-          return;
-        }
-        logs.push(entry);
-        if (typeof entry["msg"] === "string" && entry["msg"].startsWith("keel is serving") && typeof entry["url"] === "string") {
-          clearTimeout(timer);
-          resolve(entry["url"]);
-        }
-      });
-    });
-    return { url, process: child, logs, kill: () => killHard(child) };
-  } catch (error) {
-    await killHard(child);
-    throw error;
-  }
 }
 
 async function readToken(dataDir: string): Promise<string> {
   return (await readFile(path.join(dataDir, "dev-token"), "utf8")).trim();
 }
 
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 interface LedgerFacts {
   status: string;
@@ -197,10 +126,10 @@ async function putAgent(url: string, token: string, agent: AgentSpec): Promise<v
 
 describe("crash recovery: SIGKILL the keel process, restart, finish exactly once", () => {
   afterEach(async () => {
-    await Promise.all([...children].map((child) => killHard(child)));
+    await killAllChildren();
   });
   afterAll(async () => {
-    await Promise.all([...children].map((child) => killHard(child)));
+    await killAllChildren();
     for (const cleanup of cleanups.splice(0)) await cleanup();
   });
 

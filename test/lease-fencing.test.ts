@@ -2,24 +2,17 @@
 //  (a) a zombie worker: process A is frozen (SIGSTOP) mid model call, B reclaims the run at a
 //      higher epoch and finishes it; when A wakes, its commit is refused by the fence.
 //  (b) two processes on one database share 200 runs: each run claimed exactly once.
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
-import { createAgentRepository } from "../control-plane/src/ledger/agent.repository.js";
-import { createApiTokenRepository } from "../control-plane/src/ledger/api-token.repository.js";
-import { openLedger } from "../control-plane/src/ledger/orm.js";
+import { killAllChildren, prepareLedger, sleep, startFaultServe, waitFor } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
 import { createTestDatabase, DEMO_AGENT } from "./support/keel-fixture.js";
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const FAULT_SERVE = path.join(ROOT, "test", "support", "fault-serve.ts");
 
 /** The demo agent with one scripted reply that takes `delayMs`. */
 function replyAgent(id: string, delayMs: number): AgentSpec {
@@ -30,87 +23,7 @@ function replyAgent(id: string, delayMs: number): AgentSpec {
   return { ...DEMO_AGENT, id, displayName: `scripted reply after ${delayMs} ms`, models: { primary: model, fast: model, decision: model } };
 }
 
-// ---- child processes -------------------------------------------------------------------
-
-interface ServeChild {
-  readonly url: string;
-  readonly process: ChildProcess;
-  /** Every stdout/stderr line (pino JSON on stdout). */
-  readonly output: string[];
-}
-
-const children = new Set<ChildProcess>();
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once("exit", () => resolve()));
-}
-
-async function killHard(child: ChildProcess): Promise<void> {
-  if (child.exitCode === null && child.signalCode === null) {
-    child.kill("SIGCONT"); // a stopped process dies on SIGKILL too; this just keeps it simple to reason about
-    child.kill("SIGKILL");
-  }
-  await exited(child);
-  children.delete(child);
-}
-
-async function startFaultServe(env: Record<string, string>): Promise<ServeChild> {
-  const child = spawn(process.execPath, ["--import", "tsx", FAULT_SERVE], {
-    cwd: ROOT,
-    env: { ...process.env, KEEL_HOST: "127.0.0.1", KEEL_PORT: "0", KEEL_HTTP1_PORT: "0", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.add(child);
-  const output: string[] = [];
-  createInterface({ input: child.stderr! }).on("line", (line) => output.push(line));
-  const stdout = createInterface({ input: child.stdout! });
-  try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`fault-serve did not listen within 30 s:\n${output.join("\n")}`)), 30_000);
-      child.once("exit", (code, signal) => {
-        clearTimeout(timer);
-        reject(new Error(`fault-serve exited before listening (code ${String(code)}, signal ${String(signal)}):\n${output.join("\n")}`));
-      });
-      stdout.on("line", (line) => {
-        output.push(line);
-        if (line.startsWith("LISTENING ")) {
-          clearTimeout(timer);
-          resolve(line.slice("LISTENING ".length).trim());
-        }
-      });
-    });
-    return { url, process: child, output };
-  } catch (error) {
-    await killHard(child);
-    throw error;
-  }
-}
-
 // ---- helpers ---------------------------------------------------------------------------
-
-/** Migrates the fresh database, stores the agent and makes an admin token, before any server starts. */
-async function prepareLedger(databaseUrl: string, agent: AgentSpec): Promise<string> {
-  const orm = await openLedger({ url: databaseUrl, poolMax: 2 });
-  try {
-    await createAgentRepository(orm).put(agent);
-    return (await createApiTokenRepository(orm).create("admin", "lease-fencing")).secret;
-  } finally {
-    await orm.close();
-  }
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** `worker-<8 hex process id>-<i>` → the process id. */
 function processOf(workerId: string | null | undefined): string | undefined {
@@ -139,16 +52,16 @@ async function setUp(agent: AgentSpec): Promise<{ databaseUrl: string; effectsDi
     await db.end().catch(() => {});
     await rm(effectsDir, { recursive: true, force: true });
   });
-  const token = await prepareLedger(databaseUrl, agent);
+  const token = await prepareLedger(databaseUrl, [agent]);
   return { databaseUrl, effectsDir, db, token };
 }
 
 describe("lease fencing across processes", () => {
   afterEach(async () => {
-    await Promise.all([...children].map((child) => killHard(child)));
+    await killAllChildren();
   });
   afterAll(async () => {
-    await Promise.all([...children].map((child) => killHard(child)));
+    await killAllChildren();
     for (const cleanup of cleanups.splice(0)) await cleanup();
   });
 
