@@ -8,9 +8,17 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     describe: "message→reply latency through a real Keel on embedded PostgreSQL, against a raw SQL transaction of the same rows",
     load: () => import("./first-slice.js"),
   },
+  ingress: {
+    describe: "message→first model call latency, coalesce window 0, 1 and 50 concurrent conversations, against a raw SQL transaction of the same rows",
+    load: () => import("./ingress.js"),
+  },
   loop: {
     describe: "harness overhead per loop iteration and steps/s, 1 and 16 concurrent runs, against a raw SQL transaction of the same rows",
     load: () => import("./loop.js"),
+  },
+  sandbox: {
+    describe: "warm-pool acquisition, exec round trip and observation streaming on a real Docker engine and sandbox agent, against raw dockerode",
+    load: () => import("./sandbox.js"),
   },
 };
 

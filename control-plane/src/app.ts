@@ -13,6 +13,8 @@ import { createApiTokenRepository, type ApiTokenRepository } from "./ledger/api-
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./ledger/embedded-postgres.js";
 import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createIngressRepository } from "./ledger/ingress.repository.js";
+import { createMailbox } from "./conversation/mailbox.js";
+import { systemClock, type Clock } from "./domain/clock.js";
 import { startNotificationHub } from "./ledger/notification-hub.js";
 import { openLedger, type LedgerOrm } from "./ledger/orm.js";
 import { ledgerMetrics } from "./ledger/ledger-metrics.js";
@@ -24,7 +26,11 @@ import { createOpenAiModelProvider } from "./models/openai-model-provider.js";
 import { createScriptedModelProvider } from "./models/scripted-model-provider.js";
 import type { RunnerDeps } from "./runner/runner.js";
 import { startWorkerPool, type WorkerPool } from "./runner/worker-pool.js";
+import { createSandboxRepository } from "./ledger/sandbox.repository.js";
+import { createRemoteSandboxDispatcher, type RemoteSandboxDispatcher } from "./sandbox/remote-sandbox-dispatcher.js";
+import { createSandboxHub, type SandboxHub } from "./sandbox/sandbox-hub.js";
 import { askUserTool } from "./tools/ask-user-tool.js";
+import { createSandboxTools } from "./tools/sandbox-tools.js";
 import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.js";
 
 export interface Ledger {
@@ -65,6 +71,7 @@ export interface KeelApp {
   readonly agents: AgentRepository;
   readonly tokens: ApiTokenRepository;
   readonly server: KeelServer;
+  readonly sandbox: { readonly hub: SandboxHub; readonly dispatcher: RemoteSandboxDispatcher };
   /** Starts the claim loops; separate so a test can run a server that never works. */
   startWorkers(): WorkerPool;
   stop(): Promise<void>;
@@ -72,6 +79,8 @@ export interface KeelApp {
 
 export interface BuildOptions {
   readonly log?: Logger;
+  /** Coalesce windows, admission and the interrupt ceiling read this clock; tests hold it still. */
+  readonly clock?: Clock;
   /** Tools beyond the built-in ones (sandbox tools, a deployment's own, tests'). */
   readonly tools?: readonly ToolDefinition[];
   /** Wraps the run store or providers, e.g. with fault injection in crash tests. */
@@ -84,19 +93,67 @@ export async function buildApp(
   options: BuildOptions = {},
 ): Promise<KeelApp> {
   const logger = options.log ?? pino({ level: config.logLevel, base: { service: "keel" } });
-  const tools = createToolRegistry([askUserTool, ...(options.tools ?? [])]);
   const ledger = await openKeelLedger(config, logger);
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
   const agents = createAgentRepository(ledger.orm);
   const tokens = createApiTokenRepository(ledger.orm);
-  const runStore = createRunRepository(ledger.sql);
-  const runQueries = createRunQueryRepository(ledger.sql);
+  const clock = options.clock ?? systemClock;
+  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
+  const runQueries = createRunQueryRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const control = createRunControlRepository(ledger.sql);
+
+  // Sandbox hosts attach to this process; exec-class tools reach them through the dispatcher.
+  const sandboxLog = logger.child({ component: "sandbox" });
+  const leases = createSandboxRepository(ledger.sql);
+  const sandboxHub = createSandboxHub(
+    leases,
+    {
+      heartbeatIntervalMs: config.sandbox.heartbeatMs,
+      reconnectGraceMs: config.sandbox.reconnectGraceMs,
+      unclaimedTtlMs: Math.max(120_000, config.sandbox.reattachWaitMs * 2),
+      maxUnclaimedBytes: config.sandbox.maxOutputBytes,
+    },
+    sandboxLog,
+  );
+  const dispatcher = createRemoteSandboxDispatcher(
+    sandboxHub,
+    leases,
+    {
+      placementWaitMs: config.sandbox.placementWaitMs,
+      reattachWaitMs: config.sandbox.reattachWaitMs,
+      maxOutputBytes: config.sandbox.maxOutputBytes,
+      maxExecTimeoutMs: config.sandbox.maxExecTimeoutMs,
+      keepMs: config.sandbox.keepMs,
+    },
+    sandboxLog,
+  );
+  const sandboxTools = createSandboxTools({
+    dispatcher,
+    env,
+    defaultExecTimeoutMs: config.sandbox.defaultExecTimeoutMs,
+    maxExecTimeoutMs: config.sandbox.maxExecTimeoutMs,
+    maxOutputBytes: config.sandbox.maxOutputBytes,
+  });
+  const tools = createToolRegistry([askUserTool, ...sandboxTools, ...(options.tools ?? [])]);
+  let sweeping: Promise<void> | undefined;
+  const stopSweeping = new AbortController();
+  const sweeper = setInterval(() => {
+    sweeping ??= dispatcher
+      .sweep(AbortSignal.any([stopSweeping.signal, AbortSignal.timeout(60_000)]))
+      .then(() => {}, (error: unknown) => sandboxLog.warn({ err: error }, "workspace sweep failed"))
+      .finally(() => (sweeping = undefined));
+  }, config.sandbox.sweepMs);
+  sweeper.unref();
 
   const server = createKeelServer(
     {
       ingress: createIngressService({
-        ingress: createIngressRepository(ledger.sql),
+        mailbox: createMailbox({
+          store: createIngressRepository(ledger.sql),
+          providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
+          clock,
+          log: logger.child({ component: "mailbox" }),
+        }),
         control,
         runs: runQueries,
         maxMessageTextBytes: config.maxTextBytes,
@@ -104,7 +161,7 @@ export async function buildApp(
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
       runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs }),
       agents: createAgentService({ agents }),
-      sandbox: createSandboxService(),
+      sandbox: createSandboxService({ hub: sandboxHub }),
     },
     tokens,
     { maxMessageBytes: config.maxMessageBytes, defaultDeadlineMs: config.defaultDeadlineMs, maxDeadlineMs: config.maxDeadlineMs },
@@ -142,12 +199,13 @@ export async function buildApp(
     agents,
     tokens,
     server,
+    sandbox: { hub: sandboxHub, dispatcher },
     startWorkers() {
       const deps: RunnerDeps = {
         store: runStore,
         providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
         tools,
-        now: () => new Date(),
+        now: () => clock.now(),
         log: logger.child({ component: "runner" }),
         maxInvalidTurns: 3,
       };
@@ -161,8 +219,13 @@ export async function buildApp(
       return pool;
     },
     async stop() {
+      clearInterval(sweeper);
+      stopSweeping.abort();
+      // First, so hosts dropping off as the server closes are not treated as departures.
+      sandboxHub.close();
       await server.close();
       await Promise.all(pools.map((pool) => pool.stop()));
+      await sweeping;
       await hub.close();
       await ledger.close();
     },

@@ -25,6 +25,11 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^invalid setting ${name}=`));
   });
 
+  it("has bounded sandbox defaults and refuses an exec timeout above its maximum", () => {
+    expect(loadConfig({}).sandbox).toMatchObject({ keepMs: 600_000, placementWaitMs: 30_000, maxOutputBytes: 1024 * 1024 });
+    expect(() => loadConfig({ KEEL_SANDBOX_EXEC_TIMEOUT_MS: "5000", KEEL_SANDBOX_MAX_EXEC_TIMEOUT_MS: "1000" })).toThrow(/KEEL_SANDBOX_EXEC_TIMEOUT_MS/);
+  });
+
   it("refuses a default deadline above the maximum", () => {
     expect(() => loadConfig({ KEEL_DEFAULT_DEADLINE_MS: "5000", KEEL_MAX_DEADLINE_MS: "1000" })).toThrow(/KEEL_DEFAULT_DEADLINE_MS/);
   });

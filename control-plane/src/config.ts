@@ -20,6 +20,16 @@ const ConfigSchema = z.object({
   KEEL_DEFAULT_DEADLINE_MS: int(100, 3_600_000).default(30_000),
   KEEL_MAX_DEADLINE_MS: int(100, 3_600_000).default(300_000),
   KEEL_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  KEEL_MAX_CONCURRENT_ROOT_RUNS: int(1, 100_000).default(64),
+  KEEL_SANDBOX_HEARTBEAT_MS: int(100, 300_000).default(5_000),
+  KEEL_SANDBOX_RECONNECT_GRACE_MS: int(0, 600_000).default(5_000),
+  KEEL_SANDBOX_PLACEMENT_WAIT_MS: int(0, 600_000).default(30_000),
+  KEEL_SANDBOX_REATTACH_WAIT_MS: int(0, 600_000).default(20_000),
+  KEEL_SANDBOX_KEEP_MS: int(0, 7 * 24 * 3_600_000).default(600_000),
+  KEEL_SANDBOX_SWEEP_MS: int(50, 3_600_000).default(5_000),
+  KEEL_SANDBOX_MAX_OUTPUT_BYTES: int(1024, 256 * 1024 * 1024).default(1024 * 1024),
+  KEEL_SANDBOX_EXEC_TIMEOUT_MS: int(100, 24 * 3_600_000).default(120_000),
+  KEEL_SANDBOX_MAX_EXEC_TIMEOUT_MS: int(100, 24 * 3_600_000).default(1_800_000),
 });
 
 export type KeelConfig = Readonly<{
@@ -38,6 +48,26 @@ export type KeelConfig = Readonly<{
   defaultDeadlineMs: number;
   maxDeadlineMs: number;
   logLevel: z.infer<typeof ConfigSchema>["KEEL_LOG_LEVEL"];
+  /** The install's ceiling on root runs executing at once, across agents (each agent has its own too). */
+  maxConcurrentRootRuns: number;
+  sandbox: SandboxConfig;
+}>;
+
+export type SandboxConfig = Readonly<{
+  /** How often hosts send heartbeats; three missed ones detach the host. */
+  heartbeatMs: number;
+  /** How long a host that dropped off may take to re-attach before its in-flight commands' outcomes are unknown. */
+  reconnectGraceMs: number;
+  /** How long a tool waits for an attached host with room before it fails. */
+  placementWaitMs: number;
+  /** How long recovery waits for the host of an interrupted exec to come back and report it. */
+  reattachWaitMs: number;
+  /** How long a finished run's workspace is kept for inspection before it is released. */
+  keepMs: number;
+  sweepMs: number;
+  maxOutputBytes: number;
+  defaultExecTimeoutMs: number;
+  maxExecTimeoutMs: number;
 }>;
 
 export class ConfigError extends Error {}
@@ -53,6 +83,9 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
   const c = parsed.data;
   if (c.KEEL_DEFAULT_DEADLINE_MS > c.KEEL_MAX_DEADLINE_MS) {
     throw new ConfigError("invalid setting KEEL_DEFAULT_DEADLINE_MS: must not exceed KEEL_MAX_DEADLINE_MS");
+  }
+  if (c.KEEL_SANDBOX_EXEC_TIMEOUT_MS > c.KEEL_SANDBOX_MAX_EXEC_TIMEOUT_MS) {
+    throw new ConfigError("invalid setting KEEL_SANDBOX_EXEC_TIMEOUT_MS: must not exceed KEEL_SANDBOX_MAX_EXEC_TIMEOUT_MS");
   }
   return {
     host: c.KEEL_HOST,
@@ -70,5 +103,17 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     defaultDeadlineMs: c.KEEL_DEFAULT_DEADLINE_MS,
     maxDeadlineMs: c.KEEL_MAX_DEADLINE_MS,
     logLevel: c.KEEL_LOG_LEVEL,
+    maxConcurrentRootRuns: c.KEEL_MAX_CONCURRENT_ROOT_RUNS,
+    sandbox: {
+      heartbeatMs: c.KEEL_SANDBOX_HEARTBEAT_MS,
+      reconnectGraceMs: c.KEEL_SANDBOX_RECONNECT_GRACE_MS,
+      placementWaitMs: c.KEEL_SANDBOX_PLACEMENT_WAIT_MS,
+      reattachWaitMs: c.KEEL_SANDBOX_REATTACH_WAIT_MS,
+      keepMs: c.KEEL_SANDBOX_KEEP_MS,
+      sweepMs: c.KEEL_SANDBOX_SWEEP_MS,
+      maxOutputBytes: c.KEEL_SANDBOX_MAX_OUTPUT_BYTES,
+      defaultExecTimeoutMs: c.KEEL_SANDBOX_EXEC_TIMEOUT_MS,
+      maxExecTimeoutMs: c.KEEL_SANDBOX_MAX_EXEC_TIMEOUT_MS,
+    },
   };
 }

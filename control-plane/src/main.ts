@@ -19,6 +19,11 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel recover
   keel recover RUN_ID --invocation ID --outcome applied|not_applied --reason R [--actor U]
   keel token create --role connector|sandbox-host|operator|admin [--label L]
+  keel sandbox-agent --control-plane URL --token T [--backend docker|process] [--host-id ID]
+        [--capacity N] [--label k=v]... [--image I]... [--warm-pool N] [--data-dir D]
+
+\`keel sandbox-agent\` runs a sandbox host: it attaches to the control plane (token role
+sandbox-host; KEEL_SANDBOX_TOKEN also works) and runs each run's workspace commands.
 
 \`keel resume\` lifts an operator's pause. \`keel recover\` lists runs waiting on a write whose
 outcome a stopped worker left unknown; with a run id it records what you found (applied or
@@ -158,6 +163,41 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         if (positionals[0] !== "create" || values.role === undefined) return usage("usage: keel token create --role R");
         const { tokenCreateCommand } = await import("./cli/token-command.js");
         return await tokenCreateCommand(loadConfig(env), values.role, values.label, out);
+      }
+      case "sandbox-agent": {
+        const { values } = parseArgs({
+          args: rest,
+          options: {
+            "control-plane": { type: "string", default: env["KEEL_URL"] ?? "http://127.0.0.1:7070" },
+            token: { type: "string", default: env["KEEL_SANDBOX_TOKEN"] ?? "" },
+            backend: { type: "string", default: "docker" },
+            "host-id": { type: "string" },
+            capacity: { type: "string", default: "4" },
+            label: { type: "string", multiple: true, default: [] },
+            image: { type: "string", multiple: true, default: [] },
+            "warm-pool": { type: "string", default: "0" },
+            "data-dir": { type: "string", default: env["KEEL_SANDBOX_DATA_DIR"] ?? ".keel-sandbox" },
+          },
+        });
+        if (values.backend !== "docker" && values.backend !== "process") return usage("--backend must be docker or process");
+        const { sandboxAgentCommand, SandboxAgentUsageError } = await import("../../sandbox-agent/src/sandbox-agent-command.js");
+        try {
+          return await sandboxAgentCommand({
+            controlPlaneUrl: values["control-plane"],
+            token: values.token,
+            backend: values.backend,
+            hostId: values["host-id"],
+            capacity: Number(values.capacity),
+            labels: values.label,
+            images: values.image,
+            warmPool: Number(values["warm-pool"]),
+            dataDir: values["data-dir"],
+            logLevel: loadConfig(env).logLevel,
+          });
+        } catch (error) {
+          if (error instanceof SandboxAgentUsageError) return usage(error.message);
+          throw error;
+        }
       }
       case undefined:
       case "help":

@@ -98,6 +98,8 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     connector: "contract-matrix",
   };
   const live = { run_id: seed.liveRunId, actor: ACTOR, reason: "contract" };
+  // The seed submits each message as `<conversation>-m` (see seedLedger in contract.test.ts).
+  const seededMessage = { agent_id: "demo", conversation_id: "contract-seed-live", message_id: "contract-seed-live-m" };
   const settled = { run_id: seed.settledRunId, actor: ACTOR, reason: "contract" };
 
   return {
@@ -118,9 +120,16 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     },
     "keel.v1.IngressService/EditMessage": {
       role: "connector",
-      valid: { agent_id: "demo", conversation_id: "contract-c", message_id: "contract-m-1", actor: ACTOR, text: "edited" },
-      expect: Code.Unimplemented,
-      invalid: [{ request: { agent_id: "demo", conversation_id: "contract-c", message_id: "contract-m-1", actor: ACTOR, text: "" }, field: "text" }],
+      // The seeded live run's own message, edited by its author. The run has not started, so the
+      // edit joins it; sending the same edit again changes nothing and names the same run.
+      valid: { ...seededMessage, actor: ACTOR, text: "edited" },
+      expect: "ok",
+      check: expectField(seed.liveRunId, "run_id"),
+      invalid: [
+        { request: { ...seededMessage, actor: ACTOR, text: "" }, field: "text" },
+        { request: { ...seededMessage, message_id: "has space", actor: ACTOR, text: "edited" }, field: "message_id" },
+      ],
+      notFound: { ...seededMessage, message_id: "no-such-message", actor: ACTOR, text: "edited" },
     },
     "keel.v1.IngressService/AnswerInput": {
       role: "connector",
@@ -149,9 +158,14 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     },
     "keel.v1.IngressService/ContinueRun": {
       role: "connector",
-      valid: { run_id: seed.settledRunId, actor: ACTOR },
-      expect: Code.Unimplemented,
-      invalid: [{ request: { run_id: seed.settledRunId, actor: { id: "has space" } }, field: "actor.id" }],
+      // Only a run that ran out of budget can be continued; the seeded one was cancelled.
+      valid: { run_id: seed.settledRunId, actor: ACTOR, text: "yes" },
+      expect: Code.FailedPrecondition,
+      invalid: [
+        { request: { run_id: seed.settledRunId, actor: { id: "has space" }, text: "yes" }, field: "actor.id" },
+        { request: { run_id: seed.settledRunId, actor: ACTOR, text: "" }, field: "text" },
+      ],
+      notFound: { run_id: MISSING_UUID, actor: ACTOR, text: "yes" },
     },
 
     // --- EmissionService: connectors receive what Keel says and report delivery.
@@ -309,11 +323,18 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     // --- SandboxService: sandbox hosts attach over one bidi stream.
     "keel.v1.SandboxService/Attach": {
       role: "sandbox-host",
+      // The stream's first answer is the registration's acknowledgement.
       valid: [{ register: { host_id: "contract-host", capacity: { workspaces: 1 }, agent_version: "contract" } }],
-      expect: Code.Unimplemented,
+      expect: "ok",
+      check: (response) => {
+        expectField("contract-host", "registered", "host_id")(response);
+        expectArray("registered", "reap_workspace_ids")(response);
+      },
       invalid: [
         { request: [{ heartbeat: { free_workspaces: 1 } }], field: "register" },
         { request: [{ register: { host_id: "" } }], field: "register.host_id" },
+        { request: [{ register: { host_id: "contract-host", capacity: { workspaces: 0 } } }], field: "register.capacity.workspaces" },
+        { request: [{ register: { host_id: "contract-host", capacity: { workspaces: 1 }, running: [{ workspace_id: "" }] } }], field: "register.running[0].workspace_id" },
       ],
     },
   };

@@ -2,11 +2,12 @@
 // HTTP/2 server on loopback, and a token per role.
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import { pino } from "pino";
+import { pino, type Logger } from "pino";
 import { inject } from "vitest";
 import { buildApp, type KeelApp } from "../../control-plane/src/app.js";
 import { loadConfig } from "../../control-plane/src/config.js";
 import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
+import type { Clock } from "../../control-plane/src/domain/clock.js";
 import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
 import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
 import { DEMO_AGENT } from "../../control-plane/src/cli/serve-command.js";
@@ -44,6 +45,10 @@ export interface TestKeelOptions {
   readonly env?: Readonly<Record<string, string>>;
   readonly agents?: readonly AgentSpec[];
   readonly tools?: readonly ToolDefinition[];
+  /** Where Keel logs (default: silent, or KEEL_TEST_LOG's level). */
+  readonly log?: Logger;
+  /** The clock coalescing and admission read (default: the system clock). */
+  readonly clock?: Clock;
 }
 
 export async function startTestKeel(options: TestKeelOptions = {}): Promise<TestKeel> {
@@ -57,8 +62,9 @@ export async function startTestKeel(options: TestKeelOptions = {}): Promise<Test
     ...options.env,
   };
   const app = await buildApp(loadConfig(env), env, {
-    log: pino({ level: process.env["KEEL_TEST_LOG"] ?? "silent" }),
+    log: options.log ?? pino({ level: process.env["KEEL_TEST_LOG"] ?? "silent" }),
     ...(options.tools === undefined ? {} : { tools: options.tools }),
+    ...(options.clock === undefined ? {} : { clock: options.clock }),
   });
   for (const agent of options.agents ?? [DEMO_AGENT]) await app.agents.put(agent);
   const roles: TokenRole[] = ["connector", "sandbox-host", "operator", "admin"];

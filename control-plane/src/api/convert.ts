@@ -87,6 +87,7 @@ export function runToProto(run: RunRecord): Run {
     paused: run.paused,
     cancelledByActorId: run.cancelledByActorId ?? "",
     continuationOfRunId: run.continuationOfRunId ?? "",
+    queuePosition: run.queuePosition,
     connector: run.connector,
     createdAt: ts(run.createdAt),
     updatedAt: ts(run.updatedAt),

@@ -4,46 +4,53 @@ import { NotFoundError, UnimplementedError } from "../domain/errors.js";
 import type { RunQueries } from "../ledger/run-query.repository.js";
 import type { RunControl } from "../runner/run-control.js";
 import { optionalExternalId, requireExternalId, requireSlug, requireText, requireUuid } from "../domain/ids.js";
-import type { IngressStore } from "../conversation/ingress.js";
+import type { Mailbox } from "../conversation/ingress.js";
 import { runToProto, toEnum } from "./convert.js";
 import { RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
 import { requireActor, requireEnum, requireReason } from "./validate.js";
 
 export interface IngressServiceDeps {
-  readonly ingress: IngressStore;
+  readonly mailbox: Mailbox;
   readonly control: RunControl;
   readonly runs: RunQueries;
   readonly maxMessageTextBytes: number;
 }
 
 const later = (rpc: string): never => {
-  throw new UnimplementedError(`IngressService.${rpc} is not implemented yet; it arrives with the conversations and durable-loop work`);
+  throw new UnimplementedError(`IngressService.${rpc} is not implemented yet; it arrives with the WorkGraph work`);
 };
 
 export function createIngressService(deps: IngressServiceDeps): ServiceImpl<typeof IngressService> {
   return {
-    async submitMessage(request) {
-      const admission = await deps.ingress.submitMessage({
-        agentId: requireSlug("agent_id", request.agentId),
-        conversationId: requireExternalId("conversation_id", request.conversationId),
-        ...(() => {
-          const actor = requireActor("actor", request.actor);
-          return { actorId: actor.id, actorDisplayName: actor.displayName };
-        })(),
-        messageId: requireExternalId("message_id", request.messageId),
-        text: requireText("text", request.text, deps.maxMessageTextBytes),
-        replyToMessageId: optionalExternalId("reply_to_message_id", request.replyToMessageId),
-        connector: request.connector === "" ? "default" : requireSlug("connector", request.connector),
-      });
+    async submitMessage(request, context) {
+      const actor = requireActor("actor", request.actor);
+      const admission = await deps.mailbox.submitMessage(
+        {
+          agentId: requireSlug("agent_id", request.agentId),
+          conversationId: requireExternalId("conversation_id", request.conversationId),
+          actorId: actor.id,
+          actorDisplayName: actor.displayName,
+          messageId: requireExternalId("message_id", request.messageId),
+          text: requireText("text", request.text, deps.maxMessageTextBytes),
+          replyToMessageId: optionalExternalId("reply_to_message_id", request.replyToMessageId),
+          connector: request.connector === "" ? "default" : requireSlug("connector", request.connector),
+        },
+        context.signal,
+      );
       return { runId: admission.runId, status: toEnum(RunStatusSchema, admission.status), duplicate: admission.duplicate };
     },
-    editMessage(request) {
-      requireSlug("agent_id", request.agentId);
-      requireExternalId("conversation_id", request.conversationId);
-      requireExternalId("message_id", request.messageId);
-      requireActor("actor", request.actor);
-      requireText("text", request.text, deps.maxMessageTextBytes);
-      return later("EditMessage");
+    async editMessage(request, context) {
+      const admission = await deps.mailbox.editMessage(
+        {
+          agentId: requireSlug("agent_id", request.agentId),
+          conversationId: requireExternalId("conversation_id", request.conversationId),
+          messageId: requireExternalId("message_id", request.messageId),
+          actorId: requireActor("actor", request.actor).id,
+          text: requireText("text", request.text, deps.maxMessageTextBytes),
+        },
+        context.signal,
+      );
+      return { runId: admission.runId };
     },
     async answerInput(request) {
       const runId = requireUuid("run_id", request.runId);
@@ -67,10 +74,18 @@ export function createIngressService(deps: IngressServiceDeps): ServiceImpl<type
       if (run === undefined) throw new NotFoundError("run", runId);
       return { run: runToProto(run) };
     },
-    continueRun(request) {
-      requireUuid("run_id", request.runId);
-      requireActor("actor", request.actor);
-      return later("ContinueRun");
+    async continueRun(request, context) {
+      const continuation = await deps.mailbox.continueRun(
+        {
+          runId: requireUuid("run_id", request.runId),
+          actorId: requireActor("actor", request.actor).id,
+          // The decision model reads the reply; there is nothing to consent with but words.
+          text: requireText("text", request.text, deps.maxMessageTextBytes),
+          messageId: optionalExternalId("message_id", request.messageId),
+        },
+        context.signal,
+      );
+      return { runId: continuation.runId, authorized: continuation.authorized };
     },
   };
 }

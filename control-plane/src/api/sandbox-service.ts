@@ -1,19 +1,191 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
-import { InvalidArgumentError, UnimplementedError } from "../domain/errors.js";
+import {
+  AttachResponseSchema,
+  OutputStream,
+  SandboxService,
+  type AttachRequest,
+  type AttachResponse,
+  WorkspaceCommandSchema,
+  type HostRegistration as HostRegistrationProto,
+} from "../../../gen/keel/v1/sandbox_service_pb.js";
+import { InvalidArgumentError } from "../domain/errors.js";
 import { requireSlug } from "../domain/ids.js";
+import type { HostCommand, HostMessage, HostRegistration } from "../sandbox/host-protocol.js";
+import type { SandboxHub } from "../sandbox/sandbox-hub.js";
 
-export function createSandboxService(): ServiceImpl<typeof SandboxService> {
+const MAX_LABELS = 64;
+const MAX_LABEL_CHARS = 256;
+const MAX_RUNNING_WORKSPACES = 10_000;
+const MAX_ID_CHARS = 200;
+
+export interface SandboxServiceDeps {
+  readonly hub: SandboxHub;
+}
+
+/**
+ * One Attach stream per sandbox host: the registration first, then heartbeats, command
+ * output and results from the host, and workspace commands to it, both ways at once.
+ */
+export function createSandboxService(deps: SandboxServiceDeps): ServiceImpl<typeof SandboxService> {
   return {
-    async *attach(requests) {
-      for await (const request of requests) {
-        if (request.message.case !== "register") {
-          throw new InvalidArgumentError("register", "the first message on Attach must be a host registration");
-        }
-        requireSlug("register.host_id", request.message.value.hostId);
-        throw new UnimplementedError("SandboxService.Attach is not implemented yet; it arrives with the sandbox-host work");
+    async *attach(requests, context) {
+      const inbound = requests[Symbol.asyncIterator]();
+      const first = await inbound.next();
+      if (first.done === true) throw new InvalidArgumentError("register", "the stream ended before a host registration");
+      if (first.value.message.case !== "register") {
+        throw new InvalidArgumentError("register", "the first message on Attach must be a host registration");
       }
-      throw new InvalidArgumentError("register", "the stream ended before a host registration");
+      const host = await deps.hub.attach(registrationFromProto(first.value.message.value));
+      yield create(AttachResponseSchema, {
+        message: {
+          case: "registered",
+          value: {
+            hostId: host.registered.hostId,
+            heartbeatIntervalMs: host.registered.heartbeatIntervalMs,
+            reapWorkspaceIds: [...host.registered.reapWorkspaceIds],
+          },
+        },
+      });
+
+      let protocolError: InvalidArgumentError | undefined;
+      const reading = (async () => {
+        for (;;) {
+          const next = await inbound.next();
+          if (next.done === true) return "the host ended the stream";
+          const message = hostMessageFromProto(next.value);
+          if (message === undefined) {
+            protocolError = new InvalidArgumentError("register", "a host registers once, as the first message of the stream");
+            return "protocol error";
+          }
+          host.receive(message);
+        }
+      })();
+      reading.then(
+        (reason) => host.close(reason),
+        (error: unknown) => host.close(`the stream failed: ${error instanceof Error ? error.message : String(error)}`),
+      );
+      const onAbort = () => host.close("the stream was cancelled");
+      context.signal.addEventListener("abort", onAbort, { once: true });
+      try {
+        for await (const command of host.commands) yield commandToProto(command);
+      } finally {
+        context.signal.removeEventListener("abort", onAbort);
+        host.close("the stream ended");
+      }
+      if (protocolError !== undefined) throw protocolError;
     },
   };
+}
+
+function registrationFromProto(register: HostRegistrationProto): HostRegistration {
+  requireSlug("register.host_id", register.hostId);
+  const workspaces = register.capacity?.workspaces ?? 0;
+  if (workspaces < 1) throw new InvalidArgumentError("register.capacity.workspaces", "must be at least 1");
+  const labels = Object.entries(register.labels);
+  if (labels.length > MAX_LABELS) throw new InvalidArgumentError("register.labels", `at most ${MAX_LABELS} labels`);
+  for (const [key, value] of labels) {
+    if (key === "" || key.length > MAX_LABEL_CHARS || value.length > MAX_LABEL_CHARS) {
+      throw new InvalidArgumentError("register.labels", `label keys must be 1-${MAX_LABEL_CHARS} characters and values at most ${MAX_LABEL_CHARS}`);
+    }
+  }
+  if (register.running.length > MAX_RUNNING_WORKSPACES) throw new InvalidArgumentError("register.running", `at most ${MAX_RUNNING_WORKSPACES} workspaces`);
+  // An id this control plane never issued is not refused: it ends up in the reap list.
+  register.running.forEach((workspace, i) => {
+    if (workspace.workspaceId === "" || workspace.workspaceId.length > MAX_ID_CHARS) {
+      throw new InvalidArgumentError(`register.running[${i}].workspace_id`, `must be 1-${MAX_ID_CHARS} characters`);
+    }
+  });
+  return {
+    hostId: register.hostId,
+    instanceId: register.instanceId,
+    capacity: {
+      workspaces,
+      cpuMillis: register.capacity?.cpuMillis ?? 0,
+      memoryBytes: Number(register.capacity?.memoryBytes ?? 0n),
+    },
+    labels: { ...register.labels },
+    backends: [...register.backends],
+    images: [...register.images],
+    running: register.running.map((w) => ({ workspaceId: w.workspaceId, runId: w.runId, runningCommandIds: [...w.runningCommandIds] })),
+    agentVersion: register.agentVersion,
+  };
+}
+
+function hostMessageFromProto(request: AttachRequest): HostMessage | undefined {
+  const message = request.message;
+  switch (message.case) {
+    case "heartbeat":
+      return { kind: "heartbeat", freeWorkspaces: message.value.freeWorkspaces };
+    case "output":
+      return {
+        kind: "output",
+        commandId: message.value.commandId,
+        stream: message.value.stream === OutputStream.STDERR ? "stderr" : "stdout",
+        chunk: message.value.chunk,
+      };
+    case "result": {
+      const r = message.value;
+      return {
+        kind: "result",
+        outcome: {
+          commandId: r.commandId,
+          ok: r.ok,
+          exitCode: r.exitCode,
+          durationMs: r.durationMs,
+          timedOut: r.timedOut,
+          outputTruncated: r.outputTruncated,
+          error: r.error,
+          errorReason: r.errorReason,
+          data: r.data,
+          outputTail: r.outputTail,
+          outputBytes: Number(r.outputBytes),
+          unknownCommand: r.unknownCommand,
+        },
+      };
+    }
+    case "register":
+    case undefined:
+      return undefined;
+  }
+}
+
+type CommandAction = NonNullable<MessageInitShape<typeof WorkspaceCommandSchema>["action"]>;
+
+function actionToProto(action: HostCommand["action"]): CommandAction {
+  switch (action.kind) {
+    case "acquire":
+      return {
+        case: "acquire",
+        value: { workspaceId: action.workspaceId, runId: action.runId, image: action.image, networkAccess: action.networkAccess, env: { ...action.env } },
+      };
+    case "release":
+      return { case: "release", value: { workspaceId: action.workspaceId } };
+    case "exec":
+      return {
+        case: "exec",
+        value: {
+          workspaceId: action.workspaceId,
+          argv: [...action.argv],
+          workingDirectory: action.workingDirectory,
+          env: { ...action.env },
+          timeoutMs: action.timeoutMs,
+          maxOutputBytes: BigInt(action.maxOutputBytes),
+        },
+      };
+    case "read_file":
+      return { case: "readFile", value: { workspaceId: action.workspaceId, path: action.path, maxBytes: BigInt(action.maxBytes) } };
+    case "write_file":
+      return { case: "writeFile", value: { workspaceId: action.workspaceId, path: action.path, content: action.content } };
+    case "list_files":
+      return { case: "listFiles", value: { workspaceId: action.workspaceId, path: action.path } };
+    case "reattach":
+      return { case: "reattach", value: { workspaceId: action.workspaceId } };
+  }
+}
+
+function commandToProto(command: HostCommand): AttachResponse {
+  return create(AttachResponseSchema, {
+    message: { case: "command", value: create(WorkspaceCommandSchema, { commandId: command.commandId, action: actionToProto(command.action) }) },
+  });
 }

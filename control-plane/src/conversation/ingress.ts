@@ -1,4 +1,6 @@
-// Admission of connector messages into runs.
+// Admission of connector messages into runs: the conversation's mailbox.
+import type { AgentSpec } from "../domain/agent.js";
+import type { ConsentAnswer, FollowUpRelation } from "../domain/interrupt.js";
 import type { RunStatus } from "../domain/run.js";
 
 export interface SubmittedMessage {
@@ -12,16 +14,69 @@ export interface SubmittedMessage {
   readonly connector: string;
 }
 
+export interface MessageEdit {
+  readonly agentId: string;
+  readonly conversationId: string;
+  /** The connector's id of the message being edited. */
+  readonly messageId: string;
+  readonly actorId: string;
+  readonly text: string;
+}
+
+export interface ContinuationRequest {
+  /** The run that ended budget_exhausted. */
+  readonly runId: string;
+  readonly actorId: string;
+  /** The requester's reply to the continuation question, as they wrote it. */
+  readonly text: string;
+  /** The connector's id of that reply, when it is a message in the conversation. */
+  readonly messageId: string | undefined;
+}
+
 export interface Admission {
+  /** The run the message now belongs to: new, joined, amended, superseding, continuing or cancelled. */
   readonly runId: string;
   readonly status: RunStatus;
   /** The message id was seen before; nothing new was written. */
   readonly duplicate: boolean;
 }
 
-/** The ingress port: store the message and admit its run in one transaction. */
-export interface IngressStore {
-  submitMessage(message: SubmittedMessage): Promise<Admission>;
+export interface Continuation {
+  /** The fresh run when authorized, else the exhausted run. */
+  readonly runId: string;
+  readonly authorized: boolean;
+}
+
+/** What the API speaks to. Model questions may make a call take as long as their timeout. */
+export interface Mailbox {
+  submitMessage(message: SubmittedMessage, signal: AbortSignal): Promise<Admission>;
+  editMessage(edit: MessageEdit, signal: AbortSignal): Promise<Admission>;
+  continueRun(request: ContinuationRequest, signal: AbortSignal): Promise<Continuation>;
+}
+
+/** Answers the mailbox got from the models, passed back into the next attempt. */
+export interface AdmissionAnswers {
+  /** How the message relates to run `runId`; used only while that run is still the target. */
+  readonly relation?: { readonly runId: string; readonly relation: FollowUpRelation; readonly note: string | undefined };
+  /** Whether the message consents to continuing exhausted run `runId`. */
+  readonly consent?: { readonly runId: string; readonly answer: ConsentAnswer; readonly note: string | undefined };
+}
+
+/**
+ * One attempt, decided and applied in one transaction. When the plan depends on a model's
+ * answer the attempt writes nothing and says which question to ask about which run; the
+ * mailbox asks and tries again with the answer.
+ */
+export type AdmissionAttempt<T> =
+  | { readonly kind: "done"; readonly result: T }
+  | { readonly kind: "needs_relation"; readonly agent: AgentSpec; readonly runId: string; readonly request: string }
+  | { readonly kind: "needs_consent"; readonly agent: AgentSpec; readonly runId: string };
+
+/** The ledger side of the mailbox. `now` is the clock's, so every window is the caller's time. */
+export interface MailboxStore {
+  admit(message: SubmittedMessage, answers: AdmissionAnswers, now: Date): Promise<AdmissionAttempt<Admission>>;
+  edit(edit: MessageEdit, now: Date): Promise<Admission>;
+  continueRun(request: ContinuationRequest, answers: AdmissionAnswers, now: Date): Promise<AdmissionAttempt<Continuation>>;
 }
 
 export const ACK_WORKING_TEXT = "⏳";

@@ -35,6 +35,10 @@ export interface RunRecord {
   readonly requestedByActorId: string;
   readonly replyToMessageId: string | undefined;
   readonly triggers: readonly TriggerRecord[];
+  /** For a queued run: its place in the queue it waits in (its conversation's, else its agent's), from 1; else 0. */
+  readonly queuePosition: number;
+  /** The request a supersession chain answers: the first run's id. */
+  readonly logicalRequestId: string;
   readonly usage: RunUsage;
   readonly finalReply: string | undefined;
   readonly error: string | undefined;

@@ -86,3 +86,11 @@ export function costMicroUsd(
     (usage.inputTokens * prices.inputMicroUsdPerMtok + usage.outputTokens * prices.outputMicroUsdPerMtok) / 1_000_000,
   );
 }
+
+/**
+ * Acks are keyed on the logical request (the first run of a supersession chain), so retries,
+ * merged messages and supersessions never put a second hourglass or a second mark on it.
+ */
+export function ackKey(logicalRequestId: string, state: "working" | "settled"): string {
+  return `ack:${logicalRequestId}:${state}`;
+}

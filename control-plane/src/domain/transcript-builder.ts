@@ -21,10 +21,24 @@ export interface TranscriptStep {
   readonly feedback: string | undefined;
 }
 
+export interface TranscriptRequest {
+  readonly actorId: string;
+  readonly text: string;
+  /** After how many of the run's own steps the message arrived (an amendment); 0 or absent: before any. */
+  readonly afterStep?: number;
+  /** How the message joined: an edit or a continuation consent reads differently from a plain request. */
+  readonly relation?: string;
+}
+
 export interface TranscriptInput {
   readonly systemPrompt: string;
-  readonly requests: readonly { readonly actorId: string; readonly text: string }[];
+  readonly requests: readonly TranscriptRequest[];
   readonly steps: readonly TranscriptStep[];
+  /**
+   * What a superseded or exhausted predecessor was asked and completed. The model sees it
+   * first, as its own earlier work, then this run's messages and steps: a restart resumes.
+   */
+  readonly inherited?: { readonly requests: readonly TranscriptRequest[]; readonly steps: readonly TranscriptStep[] };
 }
 
 /** The text the model sees as one call's result, synthetic where the call never finished. */
@@ -55,21 +69,38 @@ export function toolResultText(invocation: TranscriptInvocation | undefined): st
 export function buildTranscript(input: TranscriptInput): ModelMessage[] {
   const messages: ModelMessage[] = [];
   if (input.systemPrompt.trim() !== "") messages.push({ role: "system", content: input.systemPrompt });
-  const multipleActors = new Set(input.requests.map((r) => r.actorId)).size > 1;
-  for (const request of input.requests) {
-    messages.push({
-      role: "user",
-      content: multipleActors ? `${request.actorId}: ${request.text}` : request.text,
-      actorId: request.actorId,
-    });
-  }
-  for (const step of input.steps) {
+  const inherited = input.inherited ?? { requests: [], steps: [] };
+  const multipleActors = new Set([...inherited.requests, ...input.requests].map((r) => r.actorId)).size > 1;
+  const pushRequest = (request: TranscriptRequest): void => {
+    const text = presented(request);
+    messages.push({ role: "user", content: multipleActors ? `${request.actorId}: ${text}` : text, actorId: request.actorId });
+  };
+  const pushStep = (step: TranscriptStep): void => {
     messages.push({ role: "assistant", content: step.responseText, toolCalls: step.toolCalls });
     for (const call of step.toolCalls) {
       const invocation = step.invocations.find((i) => i.providerCallId === call.id);
       messages.push({ role: "tool", toolCallId: call.id, content: toolResultText(invocation) });
     }
     if (step.feedback !== undefined) messages.push({ role: "user", content: `[keel] ${step.feedback}` });
-  }
+  };
+  inherited.requests.forEach(pushRequest);
+  inherited.steps.forEach(pushStep);
+  const at = (position: number) => input.requests.filter((r) => Math.min(r.afterStep ?? 0, input.steps.length) === position);
+  at(0).forEach(pushRequest);
+  input.steps.forEach((step, i) => {
+    pushStep(step);
+    at(i + 1).forEach(pushRequest);
+  });
   return messages;
+}
+
+function presented(request: TranscriptRequest): string {
+  switch (request.relation) {
+    case "edit":
+      return `(edited message) ${request.text}`;
+    case "continues":
+      return `[keel] The earlier run stopped when its budget ran out; ${request.actorId} replied to the question whether to continue, and a fresh budget was granted: ${request.text}`;
+    default:
+      return request.text;
+  }
 }

@@ -1,7 +1,9 @@
 // Writes that several transactions share: the run's event sequence and emission reservations.
 import { randomUUID } from "node:crypto";
+import { partialResultReply } from "../domain/interrupt.js";
 import type { EmissionDraft } from "../domain/records.js";
-import type { RunEventKind, RunStatus } from "../domain/run.js";
+import { ackKey, type CommitBoundary, type RunEventKind, type RunStatus } from "../domain/run.js";
+import { FAILED_ACK } from "../runner/runner.js";
 import { rows, type SqlTransaction } from "./sql.js";
 
 export interface RunEventDraft {
@@ -51,6 +53,9 @@ export async function insertRunEvents(trx: SqlTransaction, runId: string, firstS
   );
 }
 
+/** Held from before an emission's seq is drawn until commit, so seq order is commit order. */
+export const EMISSION_SEQUENCE_LOCK = 7234001;
+
 export interface EmissionTarget {
   readonly runId: string;
   readonly agentId: string;
@@ -71,7 +76,7 @@ export async function reserveEmissions(
   drafts: readonly EmissionDraft[],
 ): Promise<number> {
   if (drafts.length === 0) return 0;
-  await trx.raw("SELECT pg_advisory_xact_lock(7234001)");
+  await trx.raw(`SELECT pg_advisory_xact_lock(${EMISSION_SEQUENCE_LOCK})`);
   const inserted = await rows<{ id: string }>(
     trx,
     `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
@@ -102,4 +107,67 @@ export async function reserveEmissions(
   );
   if (inserted.length > 0) await trx.raw("SELECT pg_notify('keel_emissions', ?)", [target.connector]);
   return inserted.length;
+}
+
+/** What ending a run that no worker holds needs to know about it. */
+export interface ParkedRunStop extends EmissionTarget {
+  readonly replyToMessageId: string | null;
+  readonly logicalRequestId: string;
+  readonly commitBoundary: CommitBoundary;
+  readonly addressedActorIds: readonly string[];
+  readonly actorId: string;
+  readonly reason: string;
+  /** A superseded run ends without a word: its successor answers and settles the request's ack. */
+  readonly supersededBy?: string;
+}
+
+/**
+ * Ends a run that is queued, awaiting input or waiting, at once. Past the commit boundary the
+ * reply says what was already done; in every case but supersession the request's ack settles
+ * as failed. Wakes a worker: the conversation's next run may start now.
+ */
+export async function stopParkedRun(trx: SqlTransaction, stop: ParkedRunStop): Promise<void> {
+  await trx.raw(
+    `UPDATE runs SET status = 'cancelled', wait_reason = NULL, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+       cancel_requested_by_actor_id = coalesce(cancel_requested_by_actor_id, ?), cancel_reason = coalesce(cancel_reason, ?),
+       superseded_by_run_id = coalesce(?, superseded_by_run_id), updated_at = now()
+     WHERE id = ?`,
+    [stop.actorId, stop.reason, stop.supersededBy ?? null, stop.runId],
+  );
+  await appendRunEvents(trx, stop.runId, [
+    {
+      kind: "status_changed",
+      status: "cancelled",
+      summary: stop.supersededBy === undefined ? `cancelled by ${stop.actorId}: ${stop.reason}` : `superseded by run ${stop.supersededBy}: ${stop.reason}`,
+    },
+  ]);
+  await trx.raw("SELECT pg_notify('keel_runs', ?)", [stop.runId]);
+  if (stop.supersededBy !== undefined) return;
+  const replyTo = stop.replyToMessageId === null ? {} : { replyToMessageId: stop.replyToMessageId };
+  const drafts: EmissionDraft[] = [];
+  if (stop.commitBoundary === "committed") {
+    const [done] = await rows<{ steps: number; effects: string[] | null }>(
+      trx,
+      `SELECT (SELECT count(*)::int FROM run_steps WHERE run_id = ?) AS steps,
+         (SELECT json_agg(tool_name ORDER BY created_at) FROM tool_invocations
+          WHERE run_id = ? AND effect = 'write' AND (status = 'succeeded' OR resolved_outcome = 'applied')) AS effects`,
+      [stop.runId, stop.runId],
+    );
+    drafts.push({
+      kind: "reply",
+      idempotencyKey: `reply:${stop.runId}`,
+      text: partialResultReply({ stoppedBy: stop.actorId, stepsDone: done?.steps ?? 0, effects: done?.effects ?? [] }),
+      ...replyTo,
+      addressedActorIds: stop.addressedActorIds,
+    });
+  }
+  drafts.push({
+    kind: "ack",
+    idempotencyKey: ackKey(stop.logicalRequestId, "settled"),
+    text: FAILED_ACK,
+    ackState: "failed",
+    ...replyTo,
+    addressedActorIds: stop.addressedActorIds,
+  });
+  await reserveEmissions(trx, stop, drafts);
 }

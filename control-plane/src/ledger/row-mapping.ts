@@ -23,7 +23,10 @@ export function toRunRecord(row: Row, triggers: readonly TriggerRecord[]): RunRe
     externalConversationId: row.external_conversation_id ?? "",
     connector: row.connector,
     status: row.status,
-    waitReason: optional(row.wait_reason),
+    // A queued run's reason is worked out when read (run-query.repository.ts); a stored one otherwise.
+    waitReason: optional(row.effective_wait_reason === undefined ? row.wait_reason : row.effective_wait_reason),
+    queuePosition: Number(row.queue_position ?? 0),
+    logicalRequestId: row.logical_request_id ?? row.id,
     shape: row.shape,
     commitBoundary: row.commit_boundary,
     parentRunId: optional(row.parent_run_id),

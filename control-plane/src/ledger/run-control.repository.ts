@@ -1,8 +1,7 @@
 import { FailedPreconditionError, NotFoundError } from "../domain/errors.js";
-import { isTerminal, type RunStatus } from "../domain/run.js";
+import { isTerminal, type CommitBoundary, type RunStatus } from "../domain/run.js";
 import type { RunControl } from "../runner/run-control.js";
-import { FAILED_ACK } from "../runner/runner.js";
-import { appendRunEvents, reserveEmissions } from "./ledger-writes.js";
+import { appendRunEvents, stopParkedRun } from "./ledger-writes.js";
 import { rows, type Sql, type SqlTransaction } from "./sql.js";
 
 interface LockedRun {
@@ -14,6 +13,9 @@ interface LockedRun {
   reply_to_message_id: string | null;
   requested_by_actor_id: string;
   paused: boolean;
+  logical_request_id: string;
+  commit_boundary: CommitBoundary;
+  addressed: string[] | null;
 }
 
 /** Statuses with no worker holding the run: a change applies at once. */
@@ -25,7 +27,8 @@ export function createRunControlRepository(sql: Sql): RunControl {
       const [run] = await rows<LockedRun>(
         trx,
         `SELECT r.status, r.agent_id, r.conversation_id, r.connector, c.external_id, r.reply_to_message_id,
-           r.requested_by_actor_id, r.paused
+           r.requested_by_actor_id, r.paused, coalesce(r.logical_request_id, r.id) AS logical_request_id, r.commit_boundary,
+           (SELECT json_agg(DISTINCT t.actor_id) FROM run_triggers t WHERE t.run_id = r.id AND t.relation <> 'cancels') AS addressed
          FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ? FOR UPDATE OF r`,
         [runId],
       );
@@ -57,25 +60,19 @@ export function createRunControlRepository(sql: Sql): RunControl {
           await appendRunEvents(trx, runId, [{ kind: "status_changed", status: run.status, summary: `cancellation requested by ${actorId}: ${reason}` }]);
           return run.status;
         }
-        await trx.raw(
-          "UPDATE runs SET status = 'cancelled', wait_reason = NULL, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL WHERE id = ?",
-          [runId],
-        );
-        await appendRunEvents(trx, runId, [{ kind: "status_changed", status: "cancelled", summary: `cancelled by ${actorId}: ${reason}` }]);
-        await reserveEmissions(
-          trx,
-          { runId, agentId: run.agent_id, conversationId: run.conversation_id, externalConversationId: run.external_id, connector: run.connector },
-          [
-            {
-              kind: "ack",
-              idempotencyKey: `ack:${runId}:settled`,
-              text: FAILED_ACK,
-              ackState: "failed",
-              ...(run.reply_to_message_id === null ? {} : { replyToMessageId: run.reply_to_message_id }),
-              addressedActorIds: [run.requested_by_actor_id],
-            },
-          ],
-        );
+        await stopParkedRun(trx, {
+          runId,
+          agentId: run.agent_id,
+          conversationId: run.conversation_id,
+          externalConversationId: run.external_id,
+          connector: run.connector,
+          replyToMessageId: run.reply_to_message_id,
+          logicalRequestId: run.logical_request_id,
+          commitBoundary: run.commit_boundary,
+          addressedActorIds: run.addressed ?? [run.requested_by_actor_id],
+          actorId,
+          reason,
+        });
         return "cancelled";
       }),
 

@@ -18,6 +18,8 @@ import {
   toTriggerRecord,
 } from "./row-mapping.js";
 import { asDate, decodePageToken, encodePageToken, rows, type Sql } from "./sql.js";
+import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS } from "../domain/agent.js";
+import { systemClock, type Clock } from "../domain/clock.js";
 
 export interface RunFilter {
   readonly agentId?: string;
@@ -38,15 +40,59 @@ export interface RunQueries {
   listUnknownOutcomes(limit: number): Promise<readonly ToolInvocationRecord[]>;
 }
 
-const RUN_COLUMNS = `r.*, c.external_id AS external_conversation_id`;
+/** Whether run o is ahead of run r in a conversation's queue (see MAILBOX_ORDER_SQL). */
+const AHEAD_SQL = `(coalesce(o.request_received_at, o.created_at), o.created_at, o.id) < (coalesce(r.request_received_at, r.created_at), r.created_at, r.id)`;
 
-export function createRunQueryRepository(sql: Sql): RunQueries {
+/**
+ * Why a queued run has not started, worked out from the ledger as it is now, so the reason is
+ * never stale: paused, still coalescing, behind another run of its conversation, or held by
+ * its agent's or the install's ceiling. Its position is its place in that queue (its
+ * conversation's when that is what holds it, else its agent's), from 1.
+ */
+const WAITING_SQL = `
+  CASE WHEN r.status <> 'queued' THEN r.wait_reason
+    WHEN r.paused THEN 'paused'
+    WHEN r.started_at IS NULL AND r.not_before > ? THEN 'coalescing'
+    WHEN r.started_at IS NULL AND r.parent_run_id IS NULL AND EXISTS (
+      SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.id <> r.id
+        AND ((o.started_at IS NOT NULL AND o.status IN ('queued', 'running', 'awaiting_tool', 'awaiting_input', 'waiting'))
+          OR (o.status = 'queued' AND o.started_at IS NULL AND ${AHEAD_SQL}))) THEN 'conversation_busy'
+    WHEN r.parent_run_id IS NULL AND (
+      (SELECT count(*) FROM runs x WHERE x.agent_id = r.agent_id AND x.parent_run_id IS NULL AND x.status IN ('running', 'awaiting_tool'))
+        >= coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})
+      OR (SELECT count(*) FROM runs x WHERE x.parent_run_id IS NULL AND x.status IN ('running', 'awaiting_tool')) >= ?)
+      THEN 'concurrency_ceiling'
+    ELSE r.wait_reason END`;
+
+const RUN_COLUMNS = `r.*, c.external_id AS external_conversation_id, waiting.reason AS effective_wait_reason,
+  CASE WHEN r.status <> 'queued' OR r.paused THEN 0
+    WHEN waiting.reason = 'conversation_busy' THEN 1 + (
+      SELECT count(*) FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.status = 'queued'
+        AND o.started_at IS NULL AND ${AHEAD_SQL})
+    ELSE 1 + (
+      SELECT count(*) FROM runs o WHERE o.agent_id = r.agent_id AND o.parent_run_id IS NULL AND o.status = 'queued' AND NOT o.paused
+        AND (o.created_at, o.id) < (r.created_at, r.id)) END AS queue_position`;
+
+const RUN_FROM = `runs r JOIN conversations c ON c.id = r.conversation_id JOIN agents a ON a.id = r.agent_id
+  CROSS JOIN LATERAL (SELECT ${WAITING_SQL} AS reason) waiting`;
+
+export interface RunQueryOptions {
+  /** Coalescing is judged on this clock, as admission judges it. */
+  readonly clock?: Clock;
+  readonly maxConcurrentRootRuns?: number;
+}
+
+export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}): RunQueries {
+  const clock = options.clock ?? systemClock;
+  const installCeiling = options.maxConcurrentRootRuns ?? 64;
+  /** Bindings of RUN_FROM's two parameters, which come before any of a query's own. */
+  const view = (): unknown[] => [clock.now(), installCeiling];
   const triggersOf = async (runIds: readonly string[]): Promise<Map<string, TriggerRecord[]>> => {
     const byRun = new Map<string, TriggerRecord[]>(runIds.map((id) => [id, []]));
     if (runIds.length === 0) return byRun;
     const found = await rows<Record<string, unknown>>(
       sql,
-      "SELECT * FROM run_triggers WHERE run_id = ANY(?::uuid[]) ORDER BY received_at",
+      "SELECT * FROM run_triggers WHERE run_id = ANY(?::uuid[]) ORDER BY received_at, ordinal",
       [runIds],
     );
     for (const row of found) byRun.get(row["run_id"] as string)?.push(toTriggerRecord(row));
@@ -92,11 +138,7 @@ export function createRunQueryRepository(sql: Sql): RunQueries {
 
   return {
     async getRun(runId) {
-      const [row] = await rows<Record<string, unknown>>(
-        sql,
-        `SELECT ${RUN_COLUMNS} FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ?`,
-        [runId],
-      );
+      const [row] = await rows<Record<string, unknown>>(sql, `SELECT ${RUN_COLUMNS} FROM ${RUN_FROM} WHERE r.id = ?`, [...view(), runId]);
       if (row === undefined) return undefined;
       return toRunRecord(row, (await triggersOf([runId])).get(runId) ?? []);
     },
@@ -125,10 +167,10 @@ export function createRunQueryRepository(sql: Sql): RunQueries {
       }
       const found = await rows<Record<string, unknown>>(
         sql,
-        `SELECT ${RUN_COLUMNS} FROM runs r JOIN conversations c ON c.id = r.conversation_id
+        `SELECT ${RUN_COLUMNS} FROM ${RUN_FROM}
          ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""}
          ORDER BY r.created_at DESC, r.id DESC LIMIT ?`,
-        [...bindings, pageSize + 1],
+        [...view(), ...bindings, pageSize + 1],
       );
       const page = found.slice(0, pageSize);
       const triggers = await triggersOf(page.map((r) => r["id"] as string));

@@ -1,7 +1,9 @@
 import { randomUUID } from "node:crypto";
-import type { AgentSpec, Policy } from "../domain/agent.js";
+import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS, type AgentSpec, type Policy } from "../domain/agent.js";
+import { systemClock, type Clock } from "../domain/clock.js";
+import { inheritablePrefix } from "../domain/interrupt.js";
 import { LeaseLostError } from "../domain/errors.js";
-import { isTerminal, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
+import { isTerminal, ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type {
   ClaimedRun,
@@ -18,7 +20,10 @@ import type {
 } from "../runner/run-store.js";
 import { appendRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
 import { toArtifactRecord } from "./row-mapping.js";
-import { asDate, optional, rows, type Sql, type SqlTransaction } from "./sql.js";
+import { asDate, optional, optionalDate, preparedRows, rows, type Sql, type SqlTransaction } from "./sql.js";
+
+/** Used when the composition root passes no install ceiling (tests, benchmarks). */
+const DEFAULT_INSTALL_CEILING = 64;
 
 interface ClaimRow {
   id: string;
@@ -30,9 +35,58 @@ interface ClaimRow {
   started_at: Date;
   connector: string;
   cancel_requested_by_actor_id: string | null;
+  superseded_by_run_id: string | null;
   requested_by_actor_id: string;
   reply_to_message_id: string | null;
+  commit_boundary: CommitBoundary;
+  logical_request_id: string;
+  trigger_count: number;
+  messages: TriggerRow[] | null;
+  inherits_from_run_id: string | null;
   spec: AgentSpec;
+}
+
+interface TriggerRow {
+  message_id: string;
+  actor_id: string;
+  text: string;
+  relation: string;
+  after_step: number;
+  inherited: boolean;
+}
+
+/** Non-terminal statuses: a started root run in one of these is its conversation's run in flight. */
+const LIVE_SQL = "'queued', 'running', 'awaiting_tool', 'awaiting_input', 'waiting'";
+/** The agent's own ceiling on concurrent root runs, from its spec (a missing or zero value means the default). */
+const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
+/**
+ * A conversation's queue order: by when its logical request arrived, so a successor keeps the
+ * place of the request it supersedes, ahead of independent requests that came after it.
+ */
+export const MAILBOX_ORDER_SQL = "coalesce(request_received_at, created_at), created_at, id";
+/** Serializes the start of queued runs across every worker and process on the database. */
+const ADMISSION_LOCK = 7234002;
+/** The run's triggers as input messages, in arrival order; `?` is the run id. */
+const TRIGGERS_SQL = `SELECT json_agg(json_build_object('message_id', t.external_message_id, 'actor_id', t.actor_id, 'text', m.text,
+    'relation', t.relation, 'after_step', t.after_step, 'inherited', t.inherited) ORDER BY t.inherited DESC, t.ordinal, t.received_at)
+  FROM run_triggers t JOIN messages m ON m.id = t.message_id WHERE t.run_id = ? AND t.relation <> 'cancels'`;
+
+function toInputMessages(rows: readonly TriggerRow[] | null): RunInputMessage[] {
+  return (rows ?? []).map((m) => ({
+    messageId: m.message_id,
+    actorId: m.actor_id,
+    text: m.text,
+    relation: m.relation,
+    afterStep: Number(m.after_step),
+    inherited: Boolean(m.inherited),
+  }));
+}
+
+export interface RunRepositoryOptions {
+  /** Coalesce windows and admission are decided on this clock, not the database's. */
+  readonly clock?: Clock;
+  /** The install's ceiling on concurrent root runs, across agents. */
+  readonly maxConcurrentRootRuns?: number;
 }
 
 interface FencedRun {
@@ -67,7 +121,9 @@ interface FencedChange {
 /** Statuses in which a worker keeps its lease. */
 const HELD: ReadonlySet<RunStatus> = new Set(["running", "awaiting_tool"]);
 
-export function createRunRepository(sql: Sql): RunStore {
+export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}): RunStore {
+  const clock = options.clock ?? systemClock;
+  const installCeiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_CEILING;
   /**
    * One fenced commit, as ONE statement: it locks the run row, checks the lease owner and
    * epoch, writes the run's new status, and inserts the step, intents, results, artifacts
@@ -100,7 +156,8 @@ export function createRunRepository(sql: Sql): RunStore {
          WHERE r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
            AND r.lease_epoch = ? AND r.lease_owner = ?
          RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
-           c.external_id, r.cancel_requested_by_actor_id, r.paused, a.spec -> 'policy' AS policy)`,
+           c.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
+           a.spec -> 'policy' AS policy)`,
       settlement.status,
       JSON.stringify(settlement.usage),
       change.step === undefined ? 0 : 1,
@@ -233,12 +290,22 @@ export function createRunRepository(sql: Sql): RunStore {
     );
     const statement = `WITH ${ctes.join(",\n")}
       SELECT fence.*, pg_notify('keel_run_events', fence.id::text) AS notified,
-        CASE WHEN ? THEN pg_notify('keel_runs', fence.id::text) END AS woken
+        CASE WHEN ? OR (? AND EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused))
+          THEN pg_notify('keel_runs', fence.id::text) END AS woken
       FROM fence`;
-    // A run handed back (answered, resolved) wakes a worker.
-    bindings.push(settlement.status === "queued");
+    // A run handed back (answered, resolved) wakes a worker; so does one that gives up its
+    // worker slot (settled, parked) while others wait: one held back by its conversation or a
+    // ceiling may go now. With nothing queued, no worker is woken for an empty claim.
+    bindings.push(settlement.status === "queued", !keepsLease);
 
-    type FenceRow = FencedRun & { id: string; cancel_requested_by_actor_id: string | null; paused: boolean; policy: Policy };
+    type FenceRow = FencedRun & {
+      id: string;
+      cancel_requested_by_actor_id: string | null;
+      superseded_by_run_id: string | null;
+      trigger_count: number;
+      paused: boolean;
+      policy: Policy;
+    };
     const apply = async (executor: Sql | SqlTransaction): Promise<FenceRow> => {
       const [run] = await rows<FenceRow>(executor, statement, bindings);
       if (run === undefined) throw new LeaseLostError(fence.runId, fence.epoch);
@@ -256,57 +323,108 @@ export function createRunRepository(sql: Sql): RunStore {
             );
             return fenced;
           });
-    return { cancelRequestedByActorId: run.cancel_requested_by_actor_id ?? undefined, paused: run.paused, policy: run.policy };
+    return {
+      cancelRequestedByActorId: run.cancel_requested_by_actor_id ?? undefined,
+      supersededByRunId: run.superseded_by_run_id ?? undefined,
+      paused: run.paused,
+      policy: run.policy,
+      triggerCount: Number(run.trigger_count),
+    };
   };
 
   return {
     claimNext: (workerId, leaseMs) =>
       sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
-        // A claim lost in a database crash is harmless: the worker's first durable commit flushes it.
-        await trx.raw("SET LOCAL synchronous_commit = off");
-        // Queued runs whose time has come, and runs whose worker stopped renewing its lease.
-        const [claimed] = await rows<ClaimRow>(
+        const now = clock.now();
+        // 1. A candidate: a queued run whose time has come and that admission would let start
+        //    (the head of its conversation's queue, the conversation idle, both ceilings clear),
+        //    or a run whose worker stopped renewing its lease. Then, for a queued one, the
+        //    admission lock: every start of a queued run is serialized by it, so the checks in
+        //    the next statement (a fresh snapshot, taken after the lock) see every start
+        //    committed before them. Holding the row (SKIP LOCKED) keeps other workers off it.
+        //    A claim lost in a database crash is harmless: the first durable commit flushes it.
+        const [candidate] = await preparedRows<{ id: string; status: RunStatus; fresh: boolean }>(
           trx,
-          `WITH candidate AS (
-             SELECT id, status FROM runs
-             WHERE NOT paused
-               AND ((status = 'queued' AND not_before <= now())
-                 OR (status IN ('running', 'awaiting_tool') AND lease_expires_at < now()))
-             ORDER BY created_at
+          `WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting),
+           executing AS (
+             SELECT agent_id, count(*)::int AS n FROM runs
+             WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL GROUP BY agent_id),
+           busy AS (
+             SELECT DISTINCT conversation_id FROM runs
+             WHERE parent_run_id IS NULL AND started_at IS NOT NULL AND status IN (${LIVE_SQL})),
+           heads AS (
+             SELECT DISTINCT ON (conversation_id) id FROM runs
+             WHERE status = 'queued' AND started_at IS NULL AND parent_run_id IS NULL
+             ORDER BY conversation_id, ${MAILBOX_ORDER_SQL}),
+           candidate AS (
+             SELECT r.id, r.status, r.started_at IS NULL AS fresh FROM runs r
+             JOIN agents a ON a.id = r.agent_id
+             LEFT JOIN executing e ON e.agent_id = r.agent_id
+             WHERE NOT r.paused AND (
+               (r.status = 'queued' AND r.not_before <= ?
+                 AND (r.parent_run_id IS NOT NULL OR (
+                   coalesce(e.n, 0) < ${AGENT_CEILING_SQL}
+                   AND (SELECT coalesce(sum(n), 0) FROM executing) < ?
+                   AND (r.started_at IS NOT NULL OR (r.id IN (SELECT id FROM heads) AND r.conversation_id NOT IN (SELECT conversation_id FROM busy))))))
+               OR (r.status IN ('running', 'awaiting_tool') AND r.lease_expires_at < now()))
+             ORDER BY r.created_at
              LIMIT 1
-             FOR UPDATE SKIP LOCKED
-           )
-           UPDATE runs r SET
-             status = 'running', lease_owner = ?, lease_epoch = r.lease_epoch + 1,
-             lease_expires_at = now() + make_interval(secs => ? / 1000.0),
-             started_at = coalesce(r.started_at, now()), updated_at = now()
-           FROM candidate c, agents a
-           WHERE r.id = c.id AND a.id = r.agent_id
-           RETURNING r.id, r.status, c.status AS previous_status, r.lease_epoch, r.step_count, r.usage, r.connector,
-             r.started_at, r.cancel_requested_by_actor_id, r.requested_by_actor_id, r.reply_to_message_id, a.spec`,
-          [workerId, leaseMs],
+             FOR UPDATE OF r SKIP LOCKED)
+           SELECT c.id, c.status, c.fresh, d.setting,
+             CASE WHEN c.status = 'queued' THEN pg_advisory_xact_lock(${ADMISSION_LOCK}) END AS admitted
+           FROM candidate c, durability d`,
+          [now, installCeiling],
         );
-        if (claimed === undefined) return undefined;
-        const epoch = Number(claimed.lease_epoch);
-        await appendRunEvents(trx, claimed.id, [
-          {
-            kind: "status_changed",
-            status: "running",
-            summary:
-              claimed.previous_status === "queued"
-                ? `claimed by ${workerId} at epoch ${epoch}`
-                : `lease expired while ${claimed.previous_status}; reclaimed by ${workerId} at epoch ${epoch}`,
-          },
-        ]);
-        const messages = await rows<{ external_message_id: string; actor_id: string; text: string }>(
+        if (candidate === undefined) return undefined;
+        const queued = candidate.status === "queued";
+        // 2. Admission, checked again under the lock, and the claim, its event and the run's input, in one statement.
+        const [claimed] = await preparedRows<ClaimRow>(
           trx,
-          `SELECT t.external_message_id, t.actor_id, m.text FROM run_triggers t JOIN messages m ON m.id = t.message_id
-           WHERE t.run_id = ? ORDER BY t.received_at, m.created_at`,
-          [claimed.id],
+          `WITH executing AS (
+             SELECT agent_id FROM runs WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL),
+           claimed AS (
+             UPDATE runs r SET
+               status = 'running', lease_owner = ?, lease_epoch = r.lease_epoch + 1,
+               lease_expires_at = now() + make_interval(secs => ? / 1000.0),
+               started_at = coalesce(r.started_at, ?), updated_at = now(), event_seq = r.event_seq + 1
+             FROM agents a
+             WHERE r.id = ? AND a.id = r.agent_id AND NOT r.paused
+               AND CASE WHEN ? THEN
+                 r.status = 'queued' AND r.not_before <= ?
+                 AND (r.parent_run_id IS NOT NULL OR (
+                   (SELECT count(*) FROM executing x WHERE x.agent_id = r.agent_id) < ${AGENT_CEILING_SQL}
+                   AND (SELECT count(*) FROM executing) < ?
+                   AND (r.started_at IS NOT NULL OR NOT EXISTS (
+                     SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.id <> r.id
+                       AND o.started_at IS NOT NULL AND o.status IN (${LIVE_SQL})))))
+               ELSE r.status IN ('running', 'awaiting_tool') AND r.lease_expires_at < now() END
+             RETURNING r.id, r.status, r.lease_epoch, r.step_count, r.usage, r.connector, r.started_at, r.event_seq,
+               r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.requested_by_actor_id, r.reply_to_message_id, r.commit_boundary,
+               coalesce(r.logical_request_id, r.id) AS logical_request_id, r.trigger_count, r.inherits_from_run_id, a.spec),
+           event AS (
+             INSERT INTO run_events (run_id, seq, kind, status, summary)
+             SELECT id, event_seq, 'status_changed', 'running', ? || ' at epoch ' || lease_epoch FROM claimed)
+           SELECT claimed.*, ?::text AS previous_status,
+             (${TRIGGERS_SQL.replace("?", "claimed.id")}) AS messages,
+             pg_notify('keel_run_events', claimed.id::text) AS notified
+           FROM claimed`,
+          [
+            workerId,
+            leaseMs,
+            now,
+            candidate.id,
+            queued,
+            now,
+            installCeiling,
+            queued ? `claimed by ${workerId}` : `lease expired while ${candidate.status}; reclaimed by ${workerId}`,
+            candidate.status,
+          ],
         );
+        // Another start got in first (the conversation, or a ceiling): leave it; a settle wakes a worker.
+        if (claimed === undefined) return undefined;
         return {
           runId: claimed.id,
-          epoch,
+          epoch: Number(claimed.lease_epoch),
           agent: claimed.spec,
           connector: claimed.connector,
           status: claimed.previous_status,
@@ -314,11 +432,34 @@ export function createRunRepository(sql: Sql): RunStore {
           usage: { ...ZERO_USAGE, ...claimed.usage },
           startedAt: asDate(claimed.started_at),
           cancelRequestedByActorId: claimed.cancel_requested_by_actor_id ?? undefined,
-          messages: messages.map((m): RunInputMessage => ({ messageId: m.external_message_id, actorId: m.actor_id, text: m.text })),
+          supersededByRunId: claimed.superseded_by_run_id ?? undefined,
+          messages: toInputMessages(claimed.messages),
+          triggerCount: Number(claimed.trigger_count),
           requestedByActorId: claimed.requested_by_actor_id,
           replyToMessageId: claimed.reply_to_message_id ?? undefined,
+          logicalRequestId: claimed.logical_request_id,
+          commitBoundary: claimed.commit_boundary,
+          inheritsFromRunId: claimed.inherits_from_run_id ?? undefined,
         };
       }),
+
+    async nextDueAt() {
+      const [row] = await preparedRows<{ due: unknown }>(
+        sql,
+        "SELECT min(not_before) AS due FROM runs WHERE status = 'queued' AND NOT paused AND not_before > ?",
+        [clock.now()],
+      );
+      return optionalDate(row?.due);
+    },
+
+    async loadTriggers(runId) {
+      const [row] = await preparedRows<{ messages: TriggerRow[] | null; trigger_count: number }>(
+        sql,
+        `SELECT (${TRIGGERS_SQL}) AS messages, r.trigger_count FROM runs r WHERE r.id = ?`,
+        [runId, runId],
+      );
+      return { messages: toInputMessages(row?.messages ?? null), triggerCount: Number(row?.trigger_count ?? 0) };
+    },
 
     async renewLease(runId, workerId, epoch, leaseMs) {
       const renewed = await rows<{ id: string }>(
@@ -331,44 +472,30 @@ export function createRunRepository(sql: Sql): RunStore {
     },
 
     async loadHistory(runId): Promise<RunHistory> {
-      const [steps, invocations, artifacts] = await Promise.all([
-        rows<{ id: string; index: number; feedback: string | null; response_text: string | null; tool_calls: ToolCallRequest[] | null }>(
+      const [steps, artifacts, chain] = await Promise.all([
+        stepsOf(sql, runId),
+        rows<Record<string, unknown>>(sql, "SELECT * FROM artifacts WHERE run_id = ? ORDER BY created_at", [runId]),
+        // The runs this one inherits from, oldest first, and whether each was continued or superseded.
+        rows<{ id: string; depth: number; continued: boolean }>(
           sql,
-          `SELECT s.id, s.index, s.feedback, m.response_text, m.tool_calls FROM run_steps s
-           LEFT JOIN model_calls m ON m.step_id = s.id WHERE s.run_id = ? ORDER BY s.index`,
+          `WITH RECURSIVE chain(id, heir_id, depth) AS (
+             SELECT r.inherits_from_run_id, r.id, 1 FROM runs r WHERE r.id = ? AND r.inherits_from_run_id IS NOT NULL
+             UNION ALL
+             SELECT p.inherits_from_run_id, p.id, c.depth + 1 FROM chain c JOIN runs p ON p.id = c.id
+             WHERE p.inherits_from_run_id IS NOT NULL AND c.depth < 64)
+           SELECT c.id, c.depth, h.continuation_of_run_id IS NOT DISTINCT FROM c.id AS continued
+           FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`,
           [runId],
         ),
-        rows<Record<string, unknown>>(sql, "SELECT * FROM tool_invocations WHERE run_id = ? ORDER BY created_at, ordinal", [runId]),
-        rows<Record<string, unknown>>(sql, "SELECT * FROM artifacts WHERE run_id = ? ORDER BY created_at", [runId]),
       ]);
-      return {
-        steps: steps.map(
-          (step): StepState => ({
-            index: Number(step.index),
-            responseText: step.response_text ?? "",
-            toolCalls: step.tool_calls ?? [],
-            feedback: step.feedback ?? undefined,
-            invocations: invocations
-              .filter((row) => row["step_id"] === step.id)
-              .map(
-                (row): InvocationState => ({
-                  id: row["id"] as string,
-                  providerCallId: row["provider_call_id"] as string,
-                  toolName: row["tool_name"] as string,
-                  effect: row["effect"] as InvocationState["effect"],
-                  argumentsJson: JSON.stringify(row["arguments"]),
-                  status: row["status"] as InvocationState["status"],
-                  resultText: optional(row["result_text"] as string | null),
-                  refusalReason: optional(row["refusal_reason"] as string | null),
-                  resolvedOutcome: optional(row["resolved_outcome"] as InvocationState["resolvedOutcome"] | null),
-                  resolvedByActorId: optional(row["resolved_by_actor_id"] as string | null),
-                  resolutionReason: optional(row["resolution_reason"] as string | null),
-                }),
-              ),
-          }),
-        ),
-        artifacts: artifacts.map(toArtifactRecord),
-      };
+      // Each ancestor passes on what it inherited plus the completed prefix of its own work.
+      let inherited: StepState[] = [];
+      for (const ancestor of chain) {
+        const own = inheritablePrefix(await stepsOf(sql, ancestor.id), ancestor.continued ? "all_settled" : "replayable_only");
+        // Provider call ids restart with every run; prefixed, inherited ones never collide with the heir's.
+        inherited = [...inherited, ...own.map((step) => withCallPrefix(step, `inherited${ancestor.depth}_`))];
+      }
+      return { steps, artifacts: artifacts.map(toArtifactRecord), inherited };
     },
 
     commitStep: (commit) => {
@@ -419,6 +546,53 @@ export function createRunRepository(sql: Sql): RunStore {
         if (released.length === 0) throw new LeaseLostError(fence.runId, fence.epoch);
         await appendRunEvents(trx, fence.runId, [{ kind: "status_changed", status: "queued", summary }]);
       }),
+  };
+}
+
+/** A run's committed steps with their model turns and tool calls, in order. */
+async function stepsOf(sql: Sql, runId: string): Promise<StepState[]> {
+  const [steps, invocations] = await Promise.all([
+    rows<{ id: string; index: number; replayability: StepState["replayability"]; feedback: string | null; response_text: string | null; tool_calls: ToolCallRequest[] | null }>(
+      sql,
+      `SELECT s.id, s.index, s.replayability, s.feedback, m.response_text, m.tool_calls FROM run_steps s
+       LEFT JOIN model_calls m ON m.step_id = s.id WHERE s.run_id = ? ORDER BY s.index`,
+      [runId],
+    ),
+    rows<Record<string, unknown>>(sql, "SELECT * FROM tool_invocations WHERE run_id = ? ORDER BY created_at, ordinal", [runId]),
+  ]);
+  return steps.map(
+    (step): StepState => ({
+      index: Number(step.index),
+      replayability: step.replayability,
+      responseText: step.response_text ?? "",
+      toolCalls: step.tool_calls ?? [],
+      feedback: step.feedback ?? undefined,
+      invocations: invocations
+        .filter((row) => row["step_id"] === step.id)
+        .map(
+          (row): InvocationState => ({
+            id: row["id"] as string,
+            providerCallId: row["provider_call_id"] as string,
+            toolName: row["tool_name"] as string,
+            effect: row["effect"] as InvocationState["effect"],
+            argumentsJson: JSON.stringify(row["arguments"]),
+            status: row["status"] as InvocationState["status"],
+            resultText: optional(row["result_text"] as string | null),
+            refusalReason: optional(row["refusal_reason"] as string | null),
+            resolvedOutcome: optional(row["resolved_outcome"] as InvocationState["resolvedOutcome"] | null),
+            resolvedByActorId: optional(row["resolved_by_actor_id"] as string | null),
+            resolutionReason: optional(row["resolution_reason"] as string | null),
+          }),
+        ),
+    }),
+  );
+}
+
+function withCallPrefix(step: StepState, prefix: string): StepState {
+  return {
+    ...step,
+    toolCalls: step.toolCalls.map((call) => ({ ...call, id: `${prefix}${call.id}` })),
+    invocations: step.invocations.map((invocation) => ({ ...invocation, providerCallId: `${prefix}${invocation.providerCallId}` })),
   };
 }
 

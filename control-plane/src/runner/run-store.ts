@@ -1,6 +1,6 @@
 import type { AgentSpec, Policy, ToolEffect } from "../domain/agent.js";
 import type { ArtifactRecord, EmissionDraft, ToolInvocationStatus } from "../domain/records.js";
-import type { BudgetDimension, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
+import type { BudgetDimension, CommitBoundary, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
 import type { TranscriptInvocation, TranscriptStep } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type { ArtifactDraft } from "../tools/tool-registry.js";
@@ -9,6 +9,12 @@ export interface RunInputMessage {
   readonly messageId: string;
   readonly actorId: string;
   readonly text: string;
+  /** initial, coalesced, refines, amends, cancels, edit or continues. */
+  readonly relation: string;
+  /** Shown to the model after this many of the run's own steps (an amendment arrives mid-run). */
+  readonly afterStep: number;
+  /** Carried over from the run this one supersedes or continues: shown with the inherited work. */
+  readonly inherited: boolean;
 }
 
 /** A run a worker holds a lease on, with what it needs to take the next step. */
@@ -22,9 +28,18 @@ export interface ClaimedRun {
   readonly usage: RunUsage;
   readonly startedAt: Date;
   readonly cancelRequestedByActorId: string | undefined;
+  /** Superseded while no worker held it (or its worker died): it stops silently at the first safe point. */
+  readonly supersededByRunId: string | undefined;
   readonly messages: readonly RunInputMessage[];
+  /** How many triggers `messages` reflects; a commit reporting more means new input arrived. */
+  readonly triggerCount: number;
   readonly requestedByActorId: string;
   readonly replyToMessageId: string | undefined;
+  /** The request the run answers; its acks are keyed on this, not on the run. */
+  readonly logicalRequestId: string;
+  readonly commitBoundary: CommitBoundary;
+  /** The run whose completed work this one starts from, if any (see RunHistory.inherited). */
+  readonly inheritsFromRunId: string | undefined;
 }
 
 /** A committed tool call: what the transcript needs, plus what recovery and dispatch need. */
@@ -36,6 +51,7 @@ export interface InvocationState extends TranscriptInvocation {
 
 export interface StepState extends TranscriptStep {
   readonly index: number;
+  readonly replayability: Replayability;
   readonly invocations: readonly InvocationState[];
 }
 
@@ -43,6 +59,11 @@ export interface StepState extends TranscriptStep {
 export interface RunHistory {
   readonly steps: readonly StepState[];
   readonly artifacts: readonly ArtifactRecord[];
+  /**
+   * Completed work of the run this one superseded or continues, oldest first, shown to the
+   * model before the run's own steps. Never recovered, never re-executed: it is history.
+   */
+  readonly inherited: readonly StepState[];
 }
 
 export interface ModelCallCommit {
@@ -134,14 +155,26 @@ export interface ToolOutcomeCommit extends Fence, Settlement {
  */
 export interface RunControlState {
   readonly cancelRequestedByActorId: string | undefined;
+  /** Set when a refinement superseded the run: it stops without a reply; its successor answers. */
+  readonly supersededByRunId: string | undefined;
   readonly paused: boolean;
   readonly policy: Policy;
+  /** Triggers on the run as of the commit; more than the worker has read means an amendment arrived. */
+  readonly triggerCount: number;
 }
 
 /** The runner's port to the ledger. Every write but observations is fenced by the lease epoch. */
 export interface RunStore {
-  /** Claims the oldest runnable run (FOR UPDATE SKIP LOCKED), raising its fencing epoch. */
+  /**
+   * Claims the oldest runnable run (FOR UPDATE SKIP LOCKED), raising its fencing epoch. A queued
+   * root run is admitted only when its conversation has no other run in flight and neither its
+   * agent's nor the install's ceiling on concurrent root runs is reached.
+   */
   claimNext(workerId: string, leaseMs: number): Promise<ClaimedRun | undefined>;
+  /** When the earliest run held back by its coalesce window comes due, if any. */
+  nextDueAt(): Promise<Date | undefined>;
+  /** The run's triggers as they are now, after an amendment. */
+  loadTriggers(runId: string): Promise<{ readonly messages: readonly RunInputMessage[]; readonly triggerCount: number }>;
   /** Extends the lease; false when another worker has taken it. */
   renewLease(runId: string, workerId: string, epoch: number, leaseMs: number): Promise<boolean>;
   loadHistory(runId: string): Promise<RunHistory>;

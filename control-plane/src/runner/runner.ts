@@ -9,7 +9,8 @@ import { byteLength } from "../domain/ids.js";
 import { mayDispatch } from "../domain/policy.js";
 import { evaluatorFor, profileFor } from "../domain/profile.js";
 import type { EmissionDraft } from "../domain/records.js";
-import { costMicroUsd, type RunStatus, type RunUsage } from "../domain/run.js";
+import { ackKey, costMicroUsd, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
+import { partialResultReply } from "../domain/interrupt.js";
 import { buildTranscript } from "../domain/transcript-builder.js";
 import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import { ToolOutcomeUnknownError, type RegisteredTool, type ToolRegistry } from "../tools/tool-registry.js";
@@ -21,6 +22,7 @@ import type {
   InvocationState,
   RunControlState,
   RunHistory,
+  RunInputMessage,
   RunStore,
   Settlement,
   StepCommit,
@@ -74,8 +76,12 @@ class RunDriver {
   private stepIndex: number;
   private invalidTurns = 0;
   /** The committed state, kept in step with every commit so an iteration needs no reads. */
-  private history: RunHistory = { steps: [], artifacts: [] };
+  private history: RunHistory = { steps: [], artifacts: [], inherited: [] };
   private control: RunControlState;
+  /** The run's input: its triggers, read again when a commit reports that an amendment arrived. */
+  private messages: readonly RunInputMessage[];
+  private triggerCount: number;
+  private commitBoundary: CommitBoundary;
   private readonly fence: Fence;
   private readonly log: Logger;
 
@@ -87,13 +93,25 @@ class RunDriver {
     this.usage = claimed.usage;
     this.stepIndex = claimed.stepCount;
     this.fence = { runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch };
-    this.control = { cancelRequestedByActorId: claimed.cancelRequestedByActorId, paused: false, policy: claimed.agent.policy };
+    this.control = {
+      cancelRequestedByActorId: claimed.cancelRequestedByActorId,
+      supersededByRunId: claimed.supersededByRunId,
+      paused: false,
+      policy: claimed.agent.policy,
+      triggerCount: claimed.triggerCount,
+    };
+    this.messages = claimed.messages;
+    this.triggerCount = claimed.triggerCount;
+    this.commitBoundary = claimed.commitBoundary;
     this.log = deps.log.child({ runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch });
   }
 
   async run(): Promise<void> {
-    this.history = await this.deps.store.loadHistory(this.claimed.runId);
-    if (await this.recover(this.history)) this.history = await this.deps.store.loadHistory(this.claimed.runId);
+    // A fresh run with nothing to inherit has no history to read: its first model call waits on nothing.
+    if (this.claimed.stepCount > 0 || this.claimed.inheritsFromRunId !== undefined) {
+      this.history = await this.deps.store.loadHistory(this.claimed.runId);
+      if (await this.recover(this.history)) this.history = await this.deps.store.loadHistory(this.claimed.runId);
+    }
     for (;;) {
       await this.checkpoint();
       const check = budgetBeforeModelCall(this.claimed.agent.budget, this.usage, this.elapsed());
@@ -169,6 +187,7 @@ class RunDriver {
         invocationId: invocation.id,
         signal: this.context.signal,
         grant: this.deps.tools.grantFor(this.claimed.agent, invocation.toolName),
+        agent: this.claimed.agent,
         observe: (stream, text) => this.deps.store.appendObservation(this.claimed.runId, invocation.id, ++seq, stream, text),
       });
     } catch (error) {
@@ -203,6 +222,7 @@ class RunDriver {
         invocationId: invocation.id,
         signal: this.context.signal,
         grant: this.deps.tools.grantFor(this.claimed.agent, invocation.toolName),
+        agent: this.claimed.agent,
       });
     } catch (error) {
       this.log.warn({ err: error, tool: invocation.toolName }, "outcome lookup failed; leaving it to an operator");
@@ -217,13 +237,37 @@ class RunDriver {
       throw new RunParked();
     }
     const control = this.control;
-    if (control.cancelRequestedByActorId !== undefined) {
-      await this.settle("cancelled", { summary: `cancelled by ${control.cancelRequestedByActorId}` });
-    }
+    if (control.supersededByRunId !== undefined) await this.endSuperseded(control.supersededByRunId);
+    if (control.cancelRequestedByActorId !== undefined) await this.stopCancelled(control.cancelRequestedByActorId);
     if (control.paused) {
       await this.deps.store.release(this.fence, "paused by an operator");
       throw new RunParked();
     }
+    // An amendment arrived since the run last read its input: the next model call sees it.
+    if (control.triggerCount !== this.triggerCount) {
+      const input = await this.deps.store.loadTriggers(this.claimed.runId);
+      this.messages = input.messages;
+      this.triggerCount = input.triggerCount;
+    }
+  }
+
+  /** Superseded: stop without a reply or an ack; the successor answers the same request and settles its ack. */
+  private async endSuperseded(successorId: string): Promise<never> {
+    this.usage = { ...this.usage, wallClockMs: this.elapsed() };
+    await this.deps.store.commitStep({ ...this.fence, step: undefined, status: "cancelled", usage: this.usage, emissions: [], summary: `superseded by run ${successorId}` });
+    throw new RunParked();
+  }
+
+  /** Past the commit boundary a stop must say what was already done; before it, the failed ack says enough. */
+  private async stopCancelled(actorId: string): Promise<never> {
+    if (this.commitBoundary !== "committed") return this.settle("cancelled", { summary: `cancelled by ${actorId}` });
+    const done = [...this.history.steps];
+    const reply = partialResultReply({
+      stoppedBy: actorId,
+      stepsDone: done.length,
+      effects: done.flatMap((s) => s.invocations).filter((i) => i.effect === "write" && (i.status === "succeeded" || i.resolvedOutcome === "applied")).map((i) => i.toolName),
+    });
+    return this.settle("cancelled", { summary: `cancelled by ${actorId} past the commit boundary; partial result sent`, replyText: reply, finalReply: reply });
   }
 
   private async iterate(history: RunHistory): Promise<void> {
@@ -231,9 +275,14 @@ class RunDriver {
     const profile = profileFor(agent.profile.name, agent.profile.version);
     const catalog = this.deps.tools.catalogFor(agent, this.claimed.connector);
     const systemPrompt = [agent.systemPrompt, profile?.instructions() ?? ""].filter((s) => s.trim() !== "").join("\n\n");
-    const transcript = buildTranscript({ systemPrompt, requests: this.claimed.messages, steps: history.steps });
+    const transcript = buildTranscript({
+      systemPrompt,
+      requests: this.messages.filter((m) => !m.inherited),
+      steps: history.steps,
+      inherited: { requests: this.messages.filter((m) => m.inherited), steps: history.inherited },
+    });
     const refs = Object.fromEntries(
-      history.steps.flatMap((s) => s.invocations).map((i) => [i.providerCallId, i.id] as const),
+      [...history.inherited, ...history.steps].flatMap((s) => s.invocations).map((i) => [i.providerCallId, i.id] as const),
     );
     const messages = compactToolResults(transcript, refs, this.deps.compaction ?? DEFAULT_COMPACTION);
     const tools = catalog.map((t) => t.spec);
@@ -394,13 +443,12 @@ class RunDriver {
     const after: RunStatus = last ? "running" : "awaiting_tool";
     const control = this.control;
     if (control.cancelRequestedByActorId !== undefined) {
+      const why = control.supersededByRunId === undefined ? `cancelled by ${control.cancelRequestedByActorId}` : `superseded by run ${control.supersededByRunId}`;
       for (const remaining of [intent, ...rest]) {
-        await this.settleTool(remaining.id, remaining.effect, "refused", "", "awaiting_tool", {
-          summary: "not run: cancelled",
-          refusalReason: `not run: the run was cancelled by ${control.cancelRequestedByActorId}`,
-        });
+        await this.settleTool(remaining.id, remaining.effect, "refused", "", "awaiting_tool", { summary: "not run: cancelled", refusalReason: `not run: the run was ${why}` });
       }
-      await this.settle("cancelled", { summary: `cancelled by ${control.cancelRequestedByActorId}` });
+      if (control.supersededByRunId !== undefined) await this.endSuperseded(control.supersededByRunId);
+      await this.stopCancelled(control.cancelRequestedByActorId);
     }
     const check = budgetBeforeToolCall(this.claimed.agent.budget, this.usage, this.elapsed());
     if (check !== undefined) {
@@ -439,6 +487,7 @@ class RunDriver {
         invocationId: intent.id,
         signal: this.context.signal,
         grant: this.deps.tools.grantFor(this.claimed.agent, intent.toolName),
+        agent: this.claimed.agent,
         observe: (stream, text) => this.deps.store.appendObservation(this.claimed.runId, intent.id, ++seq, stream, text),
       });
       outcome = result.ok ? "succeeded" : "failed";
@@ -474,6 +523,7 @@ class RunDriver {
   /** Commits a step and keeps the in-memory history and control state in step with the ledger. */
   private async commitStep(commit: StepCommit): Promise<void> {
     this.control = await this.deps.store.commitStep(commit);
+    if (commit.crossesCommitBoundary === true) this.commitBoundary = "committed";
     const step = commit.step;
     if (step === undefined) return;
     this.history = {
@@ -482,6 +532,7 @@ class RunDriver {
         ...this.history.steps,
         {
           index: step.index,
+          replayability: step.replayability,
           responseText: step.modelCall?.responseText ?? "",
           toolCalls: step.modelCall?.toolCalls ?? [],
           feedback: step.feedback,
@@ -518,6 +569,7 @@ class RunDriver {
           };
     const now = this.deps.now();
     this.history = {
+      inherited: this.history.inherited,
       steps: this.history.steps.map((step) => ({ ...step, invocations: step.invocations.map(settle) })),
       artifacts: [
         ...this.history.artifacts,
@@ -640,7 +692,7 @@ class RunDriver {
   private exhaustionSettlement(check: BudgetCheck, history: RunHistory): Settlement {
     const reply = exhaustionReply({
       check,
-      request: this.claimed.messages.map((m) => m.text).join("\n"),
+      request: this.messages.map((m) => m.text).join("\n"),
       stepsDone: history.steps.length,
       toolCallsDone: history.steps.flatMap((s) => s.invocations).filter((i) => i.status === "succeeded").map((i) => i.toolName),
     });
@@ -663,7 +715,7 @@ class RunDriver {
     const succeeded = status === "succeeded";
     emissions.push({
       kind: "ack",
-      idempotencyKey: `ack:${this.claimed.runId}:settled`,
+      idempotencyKey: ackKey(this.claimed.logicalRequestId, "settled"),
       text: succeeded ? SUCCEEDED_ACK : FAILED_ACK,
       ackState: succeeded ? "succeeded" : "failed",
       ...replyTo,
@@ -681,7 +733,7 @@ class RunDriver {
   }
 
   private addressed(): string[] {
-    return [...new Set(this.claimed.messages.map((m) => m.actorId))];
+    return [...new Set(this.messages.map((m) => m.actorId))];
   }
 
   /** Whose input this step acts on: the last answer to keel.ask_user, else the requester. */

@@ -46,6 +46,25 @@ export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, ru
     else missedWakes = Math.min(missedWakes + 1, options.workers);
   });
 
+  // One timer for the pool: when the earliest coalescing run comes due, it wakes one idle
+  // worker, as a notification would. Without it a run would start up to idlePollMs late.
+  let dueTimer: NodeJS.Timeout | undefined;
+  let dueAt = Number.POSITIVE_INFINITY;
+  const wakeWhenDue = (at: Date | undefined): void => {
+    if (at === undefined || stopping.signal.aborted) return;
+    const when = at.getTime();
+    if (when >= dueAt) return;
+    clearTimeout(dueTimer);
+    dueAt = when;
+    dueTimer = setTimeout(() => {
+      dueAt = Number.POSITIVE_INFINITY;
+      const wake = idle.shift();
+      if (wake !== undefined) wake();
+      else missedWakes = Math.min(missedWakes + 1, options.workers);
+    }, Math.max(0, Math.min(when - deps.now().getTime(), options.idlePollMs)) + 1);
+    dueTimer.unref();
+  };
+
   const idleWait = (): Promise<void> => {
     if (missedWakes > 0) {
       missedWakes -= 1;
@@ -76,6 +95,7 @@ export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, ru
         continue;
       }
       if (claimed === undefined) {
+        wakeWhenDue(await deps.store.nextDueAt().catch(() => undefined));
         await idleWait();
         continue;
       }
@@ -103,6 +123,7 @@ export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, ru
   return {
     async stop() {
       stopping.abort(new Error("worker pool stopping"));
+      clearTimeout(dueTimer);
       unsubscribe();
       await Promise.allSettled(loops);
     },

@@ -1,5 +1,6 @@
 // The exec-class tools' port to sandbox hosts, in domain terms. The control plane's
-// sandbox module implements it over SandboxService.Attach streams.
+// sandbox module implements it over SandboxService.Attach streams. When the host running a
+// call goes away mid-call, its methods throw ToolOutcomeUnknownError.
 
 export interface WorkspaceGrant {
   readonly runId: string;
@@ -24,6 +25,10 @@ export interface SandboxExecResult {
   readonly durationMs: number;
   readonly timedOut: boolean;
   readonly outputTruncated: boolean;
+  /** Output bytes the command produced (up to the cap). */
+  readonly outputBytes: number;
+  /** The last few KiB of the output, already redacted: what the model is shown. */
+  readonly outputTail: string;
 }
 
 export interface SandboxDispatcher {
@@ -38,6 +43,11 @@ export interface SandboxDispatcher {
   readFile(workspaceId: string, path: string, maxBytes: number, signal: AbortSignal): Promise<Uint8Array>;
   writeFile(workspaceId: string, path: string, content: Uint8Array, signal: AbortSignal): Promise<void>;
   listFiles(workspaceId: string, path: string, signal: AbortSignal): Promise<readonly { path: string; type: string; sizeBytes: number }[]>;
-  /** Releases the run's workspace (kept for inspection for a configured time). */
+  /**
+   * Waits for the outcome of an exec that outlived the worker (or the control-plane process)
+   * that started it, by its command id. Undefined when no attached host knows the command.
+   */
+  reattach(grant: WorkspaceGrant, commandId: string, onOutput: (stream: "stdout" | "stderr", text: string) => Promise<void>, signal: AbortSignal): Promise<SandboxExecResult | undefined>;
+  /** Releases the run's workspace now (the sweeper does it once the run ended and its inspection time passed). */
   releaseRun(runId: string): Promise<void>;
 }

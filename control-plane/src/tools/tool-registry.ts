@@ -29,6 +29,8 @@ export interface ToolExecutionContext {
   readonly invocationId: string;
   readonly signal: AbortSignal;
   readonly grant: ToolGrant | undefined;
+  /** The run's agent as the run sees it (its sandbox settings, secret grants and policy). */
+  readonly agent: AgentSpec;
   /** Persists a chunk of what the tool sees as it arrives. */
   observe(stream: string, text: string): Promise<void>;
 }

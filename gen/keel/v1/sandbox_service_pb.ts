@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file keel/v1/sandbox_service.proto.
  */
 export const file_keel_v1_sandbox_service: GenFile = /*@__PURE__*/
-  fileDesc("Ch1rZWVsL3YxL3NhbmRib3hfc2VydmljZS5wcm90bxIHa2VlbC52MSJMCgxIb3N0Q2FwYWNpdHkSEgoKd29ya3NwYWNlcxgBIAEoDRISCgpjcHVfbWlsbGlzGAIgASgNEhQKDG1lbW9yeV9ieXRlcxgDIAEoBCJVChBSdW5uaW5nV29ya3NwYWNlEhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSGwoTcnVubmluZ19jb21tYW5kX2lkcxgDIAMoCSKXAgoQSG9zdFJlZ2lzdHJhdGlvbhIPCgdob3N0X2lkGAEgASgJEicKCGNhcGFjaXR5GAIgASgLMhUua2VlbC52MS5Ib3N0Q2FwYWNpdHkSNQoGbGFiZWxzGAMgAygLMiUua2VlbC52MS5Ib3N0UmVnaXN0cmF0aW9uLkxhYmVsc0VudHJ5EhAKCGJhY2tlbmRzGAQgAygJEg4KBmltYWdlcxgFIAMoCRIqCgdydW5uaW5nGAYgAygLMhkua2VlbC52MS5SdW5uaW5nV29ya3NwYWNlEhUKDWFnZW50X3ZlcnNpb24YByABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIoCg1Ib3N0SGVhcnRiZWF0EhcKD2ZyZWVfd29ya3NwYWNlcxgBIAEoDSJ5Cg1Db21tYW5kT3V0cHV0EhIKCmNvbW1hbmRfaWQYASABKAkSJQoGc3RyZWFtGAIgASgOMhUua2VlbC52MS5PdXRwdXRTdHJlYW0SCwoDc2VxGAMgASgNEg0KBWNodW5rGAQgASgMEhEKCXRydW5jYXRlZBgFIAEoCCKhAQoNQ29tbWFuZFJlc3VsdBISCgpjb21tYW5kX2lkGAEgASgJEgoKAm9rGAIgASgIEhEKCWV4aXRfY29kZRgDIAEoBRITCgtkdXJhdGlvbl9tcxgEIAEoDRIRCgl0aW1lZF9vdXQYBSABKAgSGAoQb3V0cHV0X3RydW5jYXRlZBgGIAEoCBINCgVlcnJvchgHIAEoCRIMCgRkYXRhGAggASgMIsoBCg1BdHRhY2hSZXF1ZXN0Ei0KCHJlZ2lzdGVyGAEgASgLMhkua2VlbC52MS5Ib3N0UmVnaXN0cmF0aW9uSAASKwoJaGVhcnRiZWF0GAIgASgLMhYua2VlbC52MS5Ib3N0SGVhcnRiZWF0SAASKAoGb3V0cHV0GAMgASgLMhYua2VlbC52MS5Db21tYW5kT3V0cHV0SAASKAoGcmVzdWx0GAQgASgLMhYua2VlbC52MS5Db21tYW5kUmVzdWx0SABCCQoHbWVzc2FnZSK8AQoQQWNxdWlyZVdvcmtzcGFjZRIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDgoGcnVuX2lkGAIgASgJEg0KBWltYWdlGAMgASgJEhYKDm5ldHdvcmtfYWNjZXNzGAQgASgIEi8KA2VudhgFIAMoCzIiLmtlZWwudjEuQWNxdWlyZVdvcmtzcGFjZS5FbnZFbnRyeRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIigKEFJlbGVhc2VXb3Jrc3BhY2USFAoMd29ya3NwYWNlX2lkGAEgASgJItIBCgtFeGVjQ29tbWFuZBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDAoEYXJndhgCIAMoCRIZChF3b3JraW5nX2RpcmVjdG9yeRgDIAEoCRIqCgNlbnYYBCADKAsyHS5rZWVsLnYxLkV4ZWNDb21tYW5kLkVudkVudHJ5EhIKCnRpbWVvdXRfbXMYBSABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgGIAEoBBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKCFJlYWRGaWxlEhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIMCgRwYXRoGAIgASgJEhEKCW1heF9ieXRlcxgDIAEoBCJACglXcml0ZUZpbGUSFAoMd29ya3NwYWNlX2lkGAEgASgJEgwKBHBhdGgYAiABKAkSDwoHY29udGVudBgDIAEoDCIvCglMaXN0RmlsZXMSFAoMd29ya3NwYWNlX2lkGAEgASgJEgwKBHBhdGgYAiABKAkirgIKEFdvcmtzcGFjZUNvbW1hbmQSEgoKY29tbWFuZF9pZBgBIAEoCRIsCgdhY3F1aXJlGAIgASgLMhkua2VlbC52MS5BY3F1aXJlV29ya3NwYWNlSAASLAoHcmVsZWFzZRgDIAEoCzIZLmtlZWwudjEuUmVsZWFzZVdvcmtzcGFjZUgAEiQKBGV4ZWMYBCABKAsyFC5rZWVsLnYxLkV4ZWNDb21tYW5kSAASJgoJcmVhZF9maWxlGAUgASgLMhEua2VlbC52MS5SZWFkRmlsZUgAEigKCndyaXRlX2ZpbGUYBiABKAsyEi5rZWVsLnYxLldyaXRlRmlsZUgAEigKCmxpc3RfZmlsZXMYByABKAsyEi5rZWVsLnYxLkxpc3RGaWxlc0gAQggKBmFjdGlvbiJcCg5Ib3N0UmVnaXN0ZXJlZBIPCgdob3N0X2lkGAEgASgJEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgCIAEoDRIaChJyZWFwX3dvcmtzcGFjZV9pZHMYAyADKAkieAoOQXR0YWNoUmVzcG9uc2USLQoKcmVnaXN0ZXJlZBgBIAEoCzIXLmtlZWwudjEuSG9zdFJlZ2lzdGVyZWRIABIsCgdjb21tYW5kGAIgASgLMhkua2VlbC52MS5Xb3Jrc3BhY2VDb21tYW5kSABCCQoHbWVzc2FnZSphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAjJPCg5TYW5kYm94U2VydmljZRI9CgZBdHRhY2gSFi5rZWVsLnYxLkF0dGFjaFJlcXVlc3QaFy5rZWVsLnYxLkF0dGFjaFJlc3BvbnNlKAEwAWIGcHJvdG8z");
+  fileDesc("Ch1rZWVsL3YxL3NhbmRib3hfc2VydmljZS5wcm90bxIHa2VlbC52MSJMCgxIb3N0Q2FwYWNpdHkSEgoKd29ya3NwYWNlcxgBIAEoDRISCgpjcHVfbWlsbGlzGAIgASgNEhQKDG1lbW9yeV9ieXRlcxgDIAEoBCJVChBSdW5uaW5nV29ya3NwYWNlEhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSGwoTcnVubmluZ19jb21tYW5kX2lkcxgDIAMoCSKsAgoQSG9zdFJlZ2lzdHJhdGlvbhIPCgdob3N0X2lkGAEgASgJEicKCGNhcGFjaXR5GAIgASgLMhUua2VlbC52MS5Ib3N0Q2FwYWNpdHkSNQoGbGFiZWxzGAMgAygLMiUua2VlbC52MS5Ib3N0UmVnaXN0cmF0aW9uLkxhYmVsc0VudHJ5EhAKCGJhY2tlbmRzGAQgAygJEg4KBmltYWdlcxgFIAMoCRIqCgdydW5uaW5nGAYgAygLMhkua2VlbC52MS5SdW5uaW5nV29ya3NwYWNlEhUKDWFnZW50X3ZlcnNpb24YByABKAkSEwoLaW5zdGFuY2VfaWQYCCABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIoCg1Ib3N0SGVhcnRiZWF0EhcKD2ZyZWVfd29ya3NwYWNlcxgBIAEoDSJ5Cg1Db21tYW5kT3V0cHV0EhIKCmNvbW1hbmRfaWQYASABKAkSJQoGc3RyZWFtGAIgASgOMhUua2VlbC52MS5PdXRwdXRTdHJlYW0SCwoDc2VxGAMgASgNEg0KBWNodW5rGAQgASgMEhEKCXRydW5jYXRlZBgFIAEoCCL7AQoNQ29tbWFuZFJlc3VsdBISCgpjb21tYW5kX2lkGAEgASgJEgoKAm9rGAIgASgIEhEKCWV4aXRfY29kZRgDIAEoBRITCgtkdXJhdGlvbl9tcxgEIAEoDRIRCgl0aW1lZF9vdXQYBSABKAgSGAoQb3V0cHV0X3RydW5jYXRlZBgGIAEoCBINCgVlcnJvchgHIAEoCRIMCgRkYXRhGAggASgMEhMKC291dHB1dF90YWlsGAkgASgMEhcKD3Vua25vd25fY29tbWFuZBgKIAEoCBIUCgxlcnJvcl9yZWFzb24YCyABKAkSFAoMb3V0cHV0X2J5dGVzGAwgASgEIsoBCg1BdHRhY2hSZXF1ZXN0Ei0KCHJlZ2lzdGVyGAEgASgLMhkua2VlbC52MS5Ib3N0UmVnaXN0cmF0aW9uSAASKwoJaGVhcnRiZWF0GAIgASgLMhYua2VlbC52MS5Ib3N0SGVhcnRiZWF0SAASKAoGb3V0cHV0GAMgASgLMhYua2VlbC52MS5Db21tYW5kT3V0cHV0SAASKAoGcmVzdWx0GAQgASgLMhYua2VlbC52MS5Db21tYW5kUmVzdWx0SABCCQoHbWVzc2FnZSK8AQoQQWNxdWlyZVdvcmtzcGFjZRIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDgoGcnVuX2lkGAIgASgJEg0KBWltYWdlGAMgASgJEhYKDm5ldHdvcmtfYWNjZXNzGAQgASgIEi8KA2VudhgFIAMoCzIiLmtlZWwudjEuQWNxdWlyZVdvcmtzcGFjZS5FbnZFbnRyeRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIigKEFJlbGVhc2VXb3Jrc3BhY2USFAoMd29ya3NwYWNlX2lkGAEgASgJItIBCgtFeGVjQ29tbWFuZBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDAoEYXJndhgCIAMoCRIZChF3b3JraW5nX2RpcmVjdG9yeRgDIAEoCRIqCgNlbnYYBCADKAsyHS5rZWVsLnYxLkV4ZWNDb21tYW5kLkVudkVudHJ5EhIKCnRpbWVvdXRfbXMYBSABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgGIAEoBBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKCFJlYWRGaWxlEhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIMCgRwYXRoGAIgASgJEhEKCW1heF9ieXRlcxgDIAEoBCJACglXcml0ZUZpbGUSFAoMd29ya3NwYWNlX2lkGAEgASgJEgwKBHBhdGgYAiABKAkSDwoHY29udGVudBgDIAEoDCIvCglMaXN0RmlsZXMSFAoMd29ya3NwYWNlX2lkGAEgASgJEgwKBHBhdGgYAiABKAkiJwoPUmVhdHRhY2hDb21tYW5kEhQKDHdvcmtzcGFjZV9pZBgBIAEoCSLcAgoQV29ya3NwYWNlQ29tbWFuZBISCgpjb21tYW5kX2lkGAEgASgJEiwKB2FjcXVpcmUYAiABKAsyGS5rZWVsLnYxLkFjcXVpcmVXb3Jrc3BhY2VIABIsCgdyZWxlYXNlGAMgASgLMhkua2VlbC52MS5SZWxlYXNlV29ya3NwYWNlSAASJAoEZXhlYxgEIAEoCzIULmtlZWwudjEuRXhlY0NvbW1hbmRIABImCglyZWFkX2ZpbGUYBSABKAsyES5rZWVsLnYxLlJlYWRGaWxlSAASKAoKd3JpdGVfZmlsZRgGIAEoCzISLmtlZWwudjEuV3JpdGVGaWxlSAASKAoKbGlzdF9maWxlcxgHIAEoCzISLmtlZWwudjEuTGlzdEZpbGVzSAASLAoIcmVhdHRhY2gYCCABKAsyGC5rZWVsLnYxLlJlYXR0YWNoQ29tbWFuZEgAQggKBmFjdGlvbiJcCg5Ib3N0UmVnaXN0ZXJlZBIPCgdob3N0X2lkGAEgASgJEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgCIAEoDRIaChJyZWFwX3dvcmtzcGFjZV9pZHMYAyADKAkieAoOQXR0YWNoUmVzcG9uc2USLQoKcmVnaXN0ZXJlZBgBIAEoCzIXLmtlZWwudjEuSG9zdFJlZ2lzdGVyZWRIABIsCgdjb21tYW5kGAIgASgLMhkua2VlbC52MS5Xb3Jrc3BhY2VDb21tYW5kSABCCQoHbWVzc2FnZSphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAjJPCg5TYW5kYm94U2VydmljZRI9CgZBdHRhY2gSFi5rZWVsLnYxLkF0dGFjaFJlcXVlc3QaFy5rZWVsLnYxLkF0dGFjaFJlc3BvbnNlKAEwAWIGcHJvdG8z");
 
 /**
  * @generated from message keel.v1.HostCapacity
@@ -107,6 +107,14 @@ export type HostRegistration = Message<"keel.v1.HostRegistration"> & {
    * @generated from field: string agent_version = 7;
    */
   agentVersion: string;
+
+  /**
+   * Random per agent process. A host that re-registers with another instance id was
+   * restarted: whatever its previous process was running is gone.
+   *
+   * @generated from field: string instance_id = 8;
+   */
+  instanceId: string;
 };
 
 /**
@@ -215,6 +223,37 @@ export type CommandResult = Message<"keel.v1.CommandResult"> & {
    * @generated from field: bytes data = 8;
    */
   data: Uint8Array;
+
+  /**
+   * The last few KiB of the command's output (stdout and stderr as they came), so the
+   * outcome of an exec that was re-attached after a restart still shows how it ended.
+   *
+   * @generated from field: bytes output_tail = 9;
+   */
+  outputTail: Uint8Array;
+
+  /**
+   * The host has no record of the command (never ran here, or its result expired).
+   *
+   * @generated from field: bool unknown_command = 10;
+   */
+  unknownCommand: boolean;
+
+  /**
+   * Why a workspace operation was refused: "not_found", "path_outside_workspace",
+   * "too_large" or "backend_failure"; empty when ok.
+   *
+   * @generated from field: string error_reason = 11;
+   */
+  errorReason: string;
+
+  /**
+   * Output bytes the command produced (up to the cap), so a reader knows whether
+   * output_tail is all of it.
+   *
+   * @generated from field: uint64 output_bytes = 12;
+   */
+  outputBytes: bigint;
 };
 
 /**
@@ -438,6 +477,27 @@ export const ListFilesSchema: GenMessage<ListFiles> = /*@__PURE__*/
   messageDesc(file_keel_v1_sandbox_service, 12);
 
 /**
+ * Asks the host for the outcome of the command named by WorkspaceCommand.command_id: it
+ * re-sends the result when the command finished recently, keeps streaming when it is still
+ * running, and answers unknown_command otherwise. Never runs anything.
+ *
+ * @generated from message keel.v1.ReattachCommand
+ */
+export type ReattachCommand = Message<"keel.v1.ReattachCommand"> & {
+  /**
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message keel.v1.ReattachCommand.
+ * Use `create(ReattachCommandSchema)` to create a new message.
+ */
+export const ReattachCommandSchema: GenMessage<ReattachCommand> = /*@__PURE__*/
+  messageDesc(file_keel_v1_sandbox_service, 13);
+
+/**
  * @generated from message keel.v1.WorkspaceCommand
  */
 export type WorkspaceCommand = Message<"keel.v1.WorkspaceCommand"> & {
@@ -485,6 +545,12 @@ export type WorkspaceCommand = Message<"keel.v1.WorkspaceCommand"> & {
      */
     value: ListFiles;
     case: "listFiles";
+  } | {
+    /**
+     * @generated from field: keel.v1.ReattachCommand reattach = 8;
+     */
+    value: ReattachCommand;
+    case: "reattach";
   } | { case: undefined; value?: undefined };
 };
 
@@ -493,7 +559,7 @@ export type WorkspaceCommand = Message<"keel.v1.WorkspaceCommand"> & {
  * Use `create(WorkspaceCommandSchema)` to create a new message.
  */
 export const WorkspaceCommandSchema: GenMessage<WorkspaceCommand> = /*@__PURE__*/
-  messageDesc(file_keel_v1_sandbox_service, 13);
+  messageDesc(file_keel_v1_sandbox_service, 14);
 
 /**
  * @generated from message keel.v1.HostRegistered
@@ -522,7 +588,7 @@ export type HostRegistered = Message<"keel.v1.HostRegistered"> & {
  * Use `create(HostRegisteredSchema)` to create a new message.
  */
 export const HostRegisteredSchema: GenMessage<HostRegistered> = /*@__PURE__*/
-  messageDesc(file_keel_v1_sandbox_service, 14);
+  messageDesc(file_keel_v1_sandbox_service, 15);
 
 /**
  * @generated from message keel.v1.AttachResponse
@@ -551,7 +617,7 @@ export type AttachResponse = Message<"keel.v1.AttachResponse"> & {
  * Use `create(AttachResponseSchema)` to create a new message.
  */
 export const AttachResponseSchema: GenMessage<AttachResponse> = /*@__PURE__*/
-  messageDesc(file_keel_v1_sandbox_service, 15);
+  messageDesc(file_keel_v1_sandbox_service, 16);
 
 /**
  * @generated from enum keel.v1.OutputStream

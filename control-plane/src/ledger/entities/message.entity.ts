@@ -16,6 +16,8 @@ export const MessageEntity = defineEntity({
     replyToExternalId: p.text().nullable(),
     runId: p.uuid().nullable(),
     editedAt: p.datetime().nullable(),
+    /** Set on an edit's own row: the message it revises. The original row is never rewritten. */
+    editOfMessageId: p.uuid().nullable(),
     createdAt: p.datetime().defaultRaw("now()"),
   },
 });

@@ -14,6 +14,8 @@ export const RunEventEntity = defineEntity({
     stepId: p.uuid().nullable(),
     toolInvocationId: p.uuid().nullable(),
     summary: p.text().default(""),
-    at: p.datetime().defaultRaw("now()"),
+    // The statement's own time, not its transaction's: a claim that waited on a lock is
+    // stamped after the commit it waited for, so the ledger orders claims and settles truly.
+    at: p.datetime().defaultRaw("clock_timestamp()"),
   },
 });

@@ -13,6 +13,9 @@ export const RunEntity = defineEntity({
     { properties: ["status", "notBefore"] },
     { properties: ["agentId", "conversationId", "createdAt"] },
     { properties: ["conversationId", "status"] },
+    { properties: ["logicalRequestId"] },
+    // At most one continuation per exhausted run: one "yes" buys one fresh run.
+    { name: "runs_continuation_of_run_id_unique", expression: 'create unique index "runs_continuation_of_run_id_unique" on "runs" ("continuation_of_run_id") where "continuation_of_run_id" is not null' },
   ],
   properties: {
     id: p.uuid().primary(),
@@ -27,6 +30,16 @@ export const RunEntity = defineEntity({
     rootRunId: p.uuid().nullable(),
     supersededByRunId: p.uuid().nullable(),
     continuationOfRunId: p.uuid().nullable(),
+    /** The request a chain of supersessions answers: the first run's id. Acks are keyed on it. */
+    logicalRequestId: p.uuid().nullable(),
+    /** When the logical request's first message arrived, by the clock; the interrupt ceiling counts from here. */
+    requestReceivedAt: p.datetime().nullable(),
+    /** Supersessions and amendments the logical request has taken (the starvation bound). */
+    interruptions: p.integer().default(0),
+    /** Bumped with every trigger added, so a running worker knows to read its input again. */
+    triggerCount: p.integer().default(0),
+    /** The run whose completed work this one starts from (the run it superseded, or the exhausted run it continues). */
+    inheritsFromRunId: p.uuid().nullable(),
     requestedByActorId: p.text(),
     replyToMessageId: p.text().nullable(),
     budget: p.json<Record<string, number>>(),

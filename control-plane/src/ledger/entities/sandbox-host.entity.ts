@@ -12,6 +12,8 @@ export const SandboxHostEntity = defineEntity({
     labels: p.json<Record<string, string>>(),
     backends: p.json<string[]>(),
     images: p.json<string[]>(),
+    /** The agent process last registered under this id; another one means the host restarted. */
+    instanceId: p.text().default(""),
     connected: p.boolean().default(false),
     lastHeartbeatAt: p.datetime().nullable(),
     registeredAt: p.datetime().defaultRaw("now()"),

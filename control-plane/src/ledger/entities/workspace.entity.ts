@@ -6,12 +6,13 @@ const p = defineEntity.properties;
 export const WorkspaceEntity = defineEntity({
   name: "Workspace",
   tableName: "workspaces",
-  indexes: [{ properties: ["hostId", "status"] }],
+  indexes: [{ properties: ["hostId", "status"] }, { properties: ["runId", "status"] }],
   properties: {
     id: p.uuid().primary(),
     hostId: p.text(),
     runId: p.uuid(),
     image: p.text(),
+    /** active, released (the run ended and its inspection time passed), lost (its host went away) or failed. */
     status: p.text(),
     acquiredAt: p.datetime().defaultRaw("now()"),
     releasedAt: p.datetime().nullable(),

@@ -1,6 +1,6 @@
 import { Migration } from '@mikro-orm/migrations';
 
-export class Migration20261130002410 extends Migration {
+export class Migration20261130005606 extends Migration {
 
   override async up(): Promise<void> {
     this.addSql(`create table "actors" ("id" text not null, "display_name" text not null default '', "first_seen_at" timestamptz not null default now(), constraint "actors_pkey" primary key ("id"));`);
@@ -48,7 +48,7 @@ export class Migration20261130002410 extends Migration {
 
     this.addSql(`create table "run_triggers" ("run_id" uuid not null, "message_id" uuid not null, "actor_id" text not null, "external_message_id" text not null, "received_at" timestamptz not null default now(), constraint "run_triggers_pkey" primary key ("run_id", "message_id"));`);
 
-    this.addSql(`create table "sandbox_hosts" ("id" text not null, "capacity" jsonb not null, "labels" jsonb not null, "backends" jsonb not null, "images" jsonb not null, "connected" boolean not null default false, "last_heartbeat_at" timestamptz null, "registered_at" timestamptz not null default now(), constraint "sandbox_hosts_pkey" primary key ("id"));`);
+    this.addSql(`create table "sandbox_hosts" ("id" text not null, "capacity" jsonb not null, "labels" jsonb not null, "backends" jsonb not null, "images" jsonb not null, "instance_id" text not null default '', "connected" boolean not null default false, "last_heartbeat_at" timestamptz null, "registered_at" timestamptz not null default now(), constraint "sandbox_hosts_pkey" primary key ("id"));`);
 
     this.addSql(`create table "tool_invocations" ("id" uuid not null, "run_id" uuid not null, "step_id" uuid null, "model_call_id" uuid null, "provider_call_id" text not null, "ordinal" int not null, "tool_name" text not null, "tool_version" text not null, "effect" text not null, "arguments" jsonb not null, "status" text not null, "refusal_reason" text null, "result_text" text null, "exit_code" int null, "duration_ms" int null, "output_truncated" boolean not null default false, "resolved_outcome" text null, "resolved_by_actor_id" text null, "resolution_reason" text null, "created_at" timestamptz not null default now(), "finished_at" timestamptz null, constraint "tool_invocations_pkey" primary key ("id"));`);
     this.addSql(`create index "tool_invocations_run_id_status_index" on "tool_invocations" ("run_id", "status");`);
@@ -65,6 +65,7 @@ export class Migration20261130002410 extends Migration {
 
     this.addSql(`create table "workspaces" ("id" uuid not null, "host_id" text not null, "run_id" uuid not null, "image" text not null, "status" text not null, "acquired_at" timestamptz not null default now(), "released_at" timestamptz null, "keep_until" timestamptz null, constraint "workspaces_pkey" primary key ("id"));`);
     this.addSql(`create index "workspaces_host_id_status_index" on "workspaces" ("host_id", "status");`);
+    this.addSql(`create index "workspaces_run_id_status_index" on "workspaces" ("run_id", "status");`);
   }
 
 }

@@ -1,0 +1,338 @@
+// Ingress benchmark: how long from a connector's SubmitMessage to the run's first model call,
+// with a coalesce window of 0, through a real Keel (embedded PostgreSQL with normal durability,
+// the HTTP/2 server on loopback, in-process workers, an instant scripted model). The clock
+// starts before SubmitMessage is sent over gRPC and stops when the model provider is called.
+// Measured with one conversation and with 50 concurrent ones; each conversation sends its
+// next message a short think time after its previous run settles, so every message is a new
+// request and admission, not follow-up classification, is what is timed. The baseline is one
+// raw SQL transaction writing the rows that path writes (message, run, trigger, event, ack,
+// and the claim), timed on the same database in the same run.
+//
+//   npm run bench -- ingress [--messages 400] [--concurrent 50] [--think-ms 1000] [--warmup 30] [--raw 1000]
+import { randomUUID } from "node:crypto";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import pg from "pg";
+import { pino } from "pino";
+import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { buildApp, type KeelApp } from "../control-plane/src/app.js";
+import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
+import { loadConfig } from "../control-plane/src/config.js";
+import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
+import type { AgentSpec } from "../control-plane/src/domain/agent.js";
+import { isTerminal, ZERO_USAGE } from "../control-plane/src/domain/run.js";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
+import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
+import { freePort, ms, pick, summarize, table } from "./support.js";
+
+const AGENT: AgentSpec = {
+  ...DEMO_AGENT,
+  id: "ingress-bench",
+  interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 },
+  maxConcurrentRootRuns: 1_000,
+};
+const TIMEOUT_MS = 60_000;
+
+interface Options {
+  readonly messages: number;
+  readonly concurrent: number;
+  readonly thinkMs: number;
+  readonly warmup: number;
+  readonly raw: number;
+}
+
+function parseOptions(args: readonly string[]): Options {
+  const { values } = parseArgs({
+    args: [...args],
+    options: {
+      messages: { type: "string", default: "400" },
+      concurrent: { type: "string", default: "50" },
+      "think-ms": { type: "string", default: "1000" },
+      warmup: { type: "string", default: "30" },
+      raw: { type: "string", default: "1000" },
+    },
+  });
+  const whole = (name: string, value: string, min: number): number => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
+    return n;
+  };
+  return {
+    messages: whole("messages", values.messages, 1),
+    concurrent: whole("concurrent", values.concurrent, 1),
+    thinkMs: whole("think-ms", values["think-ms"], 0),
+    warmup: whole("warmup", values.warmup, 0),
+    raw: whole("raw", values.raw, 1),
+  };
+}
+
+/** Per message text: when the model was first called for it, and when its run settled. */
+class Marks {
+  private readonly modelCalled = new Map<string, number>();
+  private readonly waiters = new Map<string, (at: number) => void>();
+  private readonly settled = new Map<string, () => void>();
+  private readonly settledEarly = new Set<string>();
+
+  firstModelCall(text: string, at: number): void {
+    if (this.modelCalled.has(text)) return;
+    this.modelCalled.set(text, at);
+    this.waiters.get(text)?.(at);
+  }
+
+  runSettled(runId: string): void {
+    const done = this.settled.get(runId);
+    if (done === undefined) this.settledEarly.add(runId);
+    else done();
+  }
+
+  untilModelCall(text: string): Promise<number> {
+    const seen = this.modelCalled.get(text);
+    if (seen !== undefined) return Promise.resolve(seen);
+    return withTimeout(new Promise((resolve) => this.waiters.set(text, resolve)), `no model call for ${JSON.stringify(text)}`);
+  }
+
+  untilSettled(runId: string): Promise<void> {
+    if (this.settledEarly.delete(runId)) return Promise.resolve();
+    return withTimeout(new Promise<void>((resolve) => this.settled.set(runId, resolve)), `run ${runId} did not settle`);
+  }
+}
+
+export default async function ingressBench(args: readonly string[]): Promise<void> {
+  const options = parseOptions(args);
+  const progress = (line: string) => process.stderr.write(`[ingress] ${line}\n`);
+
+  const dir = await mkdtemp(path.join(tmpdir(), "keel-bench-ingress-"));
+  let postgres: EmbeddedPostgresHandle | undefined;
+  let app: KeelApp | undefined;
+  try {
+    if (process.getuid?.() === 0) await chmod(dir, 0o755);
+    progress(`starting embedded PostgreSQL in ${dir} (default durability: fsync and synchronous_commit on)`);
+    postgres = await startEmbeddedPostgres({ dataDir: path.join(dir, "data"), port: await freePort() });
+    const env = {
+      DATABASE_URL: postgres.url,
+      KEEL_LOG_LEVEL: "warn",
+      ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
+    };
+    const config = loadConfig(env);
+    const marks = new Marks();
+    app = await buildApp(config, env, {
+      log: pino({ level: "warn" }, pino.destination(2)),
+      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
+        ...deps,
+        providers: {
+          ...deps.providers,
+          scripted: {
+            ...deps.providers.scripted,
+            complete: (request) => {
+              const user = request.messages.findLast((m) => m.role === "user");
+              if (user !== undefined) marks.firstModelCall(user.content, performance.now());
+              return deps.providers.scripted.complete(request);
+            },
+          },
+        },
+        store: {
+          ...deps.store,
+          commitStep: async (commit) => {
+            const control = await deps.store.commitStep(commit);
+            if (isTerminal(commit.status)) marks.runSettled(commit.runId);
+            return control;
+          },
+        },
+      }),
+    });
+    await app.agents.put(AGENT);
+    const { secret: token } = await app.tokens.create("connector", "bench");
+    const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
+    app.startWorkers();
+
+    const db = new pg.Client({ connectionString: postgres.url });
+    await db.connect();
+    let settings: string;
+    let one: number[];
+    let many: number[];
+    let raw: number[];
+    try {
+      const shown = await db.query<{ fsync: string; synchronous_commit: string }>(
+        "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
+      );
+      settings = `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
+      progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
+      const send = sender(url, token, marks);
+      await phase(send, "warmup", options.warmup, Math.min(options.concurrent, 10), options.thinkMs);
+      one = await phase(send, "one", options.messages, 1, options.thinkMs);
+      progress(`1 conversation: ${one.length} messages`);
+      many = await phase(send, "many", options.messages, options.concurrent, options.thinkMs);
+      progress(`${options.concurrent} conversations: ${many.length} messages`);
+      raw = await rawPhase(db, options);
+      progress(`raw: ${raw.length} transactions`);
+    } finally {
+      await db.end();
+    }
+
+    const oneStats = summarize(one);
+    const manyStats = summarize(many);
+    const rawStats = summarize(raw);
+    const lines = [
+      "",
+      `ingress: message→first model call, coalesce window 0, scripted model, ${options.thinkMs} ms think time between a conversation's messages; ` +
+        `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${options.warmup} warm-up messages not counted`,
+      "",
+      ...table(
+        ["metric", "p50_ms", "p99_ms", "n"],
+        [
+          ["message→first model call, 1 conversation", ms(oneStats.p50), ms(oneStats.p99), String(oneStats.n)],
+          [`message→first model call, ${options.concurrent} conversations`, ms(manyStats.p50), ms(manyStats.p99), String(manyStats.n)],
+          ["raw txn, same rows (ingress + claim)", ms(rawStats.p50), ms(rawStats.p99), String(rawStats.n)],
+        ],
+      ),
+      "",
+      "RESULT reports the worse of the two conversation counts for each percentile.",
+      `RESULT p50_ms=${ms(Math.max(oneStats.p50, manyStats.p50))} p99_ms=${ms(Math.max(oneStats.p99, manyStats.p99))} raw_txn_p50_ms=${ms(rawStats.p50)}`,
+    ];
+    process.stdout.write(`${lines.join("\n")}\n`);
+  } finally {
+    await app?.stop();
+    await postgres?.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+type Send = (conversation: string, text: string) => Promise<{ latency: number; settled: Promise<void> }>;
+
+function sender(url: string, token: string, marks: Marks): Send {
+  const bearer: Interceptor = (next) => (request) => {
+    request.header.set("authorization", `Bearer ${token}`);
+    return next(request);
+  };
+  const ingress = createClient(IngressService, createGrpcTransport({ baseUrl: url, interceptors: [bearer] }));
+  return async (conversation, text) => {
+    const started = performance.now();
+    const { runId, duplicate } = await ingress.submitMessage({
+      agentId: AGENT.id,
+      conversationId: conversation,
+      actor: { id: `${conversation}-user` },
+      messageId: randomUUID(),
+      text,
+      connector: "bench",
+    });
+    if (duplicate) throw new Error(`message ${text} was taken for a duplicate`);
+    const at = await marks.untilModelCall(text);
+    return { latency: at - started, settled: marks.untilSettled(runId) };
+  };
+}
+
+/** `count` messages over `conversations` lanes; a lane waits for its run to settle, thinks, and sends the next. */
+async function phase(send: Send, label: string, count: number, conversations: number, thinkMs: number): Promise<number[]> {
+  const latencies: number[] = [];
+  let next = 0;
+  const lane = async (index: number): Promise<void> => {
+    // Staggered starts, so the lanes do not march in step.
+    await sleep(Math.floor((index * thinkMs) / Math.max(1, conversations)));
+    while (next < count) {
+      const i = next++;
+      const { latency, settled } = await send(`${label}-conversation-${index}`, `${label} message ${i}`);
+      latencies.push(latency);
+      await settled;
+      if (thinkMs > 0) await sleep(thinkMs);
+    }
+  };
+  await Promise.all(Array.from({ length: conversations }, (_, index) => lane(index)));
+  return latencies;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Baseline: the rows from message to claimed run, written by one raw transaction
+
+const RUN_BUDGET = JSON.stringify(AGENT.budget);
+const ZERO_USAGE_JSON = JSON.stringify(ZERO_USAGE);
+
+async function rawPhase(db: pg.Client, options: Options): Promise<number[]> {
+  await db.query("INSERT INTO agents (id, spec, revision) VALUES ('ingress-raw', $1::jsonb, 1) ON CONFLICT (id) DO NOTHING", [JSON.stringify(AGENT)]);
+  for (let i = 0; i < options.warmup; i++) await rawTransaction(db, `warmup-${i}`);
+  const latencies: number[] = [];
+  for (let i = 0; i < options.raw; i++) {
+    const started = performance.now();
+    await rawTransaction(db, `raw-${i}`);
+    latencies.push(performance.now() - started);
+  }
+  return latencies;
+}
+
+/**
+ * What Keel writes between a message arriving and its run being claimed (ingress, then the
+ * claim), as one transaction of plain statements with no reads, locks or notifications: a
+ * floor, not a re-implementation.
+ */
+async function rawTransaction(db: pg.Client, key: string): Promise<void> {
+  const actorId = `${key}-user`;
+  const runId = randomUUID();
+  const messageRowId = randomUUID();
+  const conversationId = randomUUID();
+  const externalMessageId = randomUUID();
+  await db.query("BEGIN");
+  try {
+    await db.query("INSERT INTO actors (id, display_name) VALUES ($1, '') ON CONFLICT (id) DO NOTHING", [actorId]);
+    await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, 'ingress-raw', $2, 'bench-raw')", [conversationId, `${key}-conversation`]);
+    await db.query("INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($1, $2, $3, $4, $5, $6)", [
+      messageRowId,
+      conversationId,
+      externalMessageId,
+      actorId,
+      `${key} message`,
+      runId,
+    ]);
+    await db.query(
+      `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage,
+         logical_request_id, request_received_at, trigger_count, event_seq)
+       VALUES ($1, 'ingress-raw', $2, 'bench-raw', 'queued', $3, $4, $5::jsonb, $6::jsonb, $1, now(), 1, 1)`,
+      [runId, conversationId, actorId, externalMessageId, RUN_BUDGET, ZERO_USAGE_JSON],
+    );
+    await db.query("INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, ordinal) VALUES ($1, $2, $3, $4, 1)", [
+      runId,
+      messageRowId,
+      actorId,
+      externalMessageId,
+    ]);
+    await db.query("INSERT INTO run_events (run_id, seq, kind, status, summary) VALUES ($1, 1, 'created', 'queued', 'message')", [runId]);
+    await db.query(
+      `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
+         reply_to_message_id, text, ack_state, addressed_actor_ids)
+       VALUES ($1, $2, 'bench-raw', 'ack', $3, 'ingress-raw', $4, $5, $6, $7, 'working', $8::jsonb)`,
+      [randomUUID(), `ack:${runId}:working`, runId, conversationId, `${key}-conversation`, externalMessageId, ACK_WORKING_TEXT, JSON.stringify([actorId])],
+    );
+    // The claim.
+    await db.query(
+      `UPDATE runs SET status = 'running', lease_owner = 'raw', lease_epoch = 1, lease_expires_at = now() + interval '15 seconds',
+         started_at = now(), updated_at = now(), event_seq = 2 WHERE id = $1`,
+      [runId],
+    );
+    await db.query("INSERT INTO run_events (run_id, seq, kind, status, summary) VALUES ($1, 2, 'status_changed', 'running', 'claimed')", [runId]);
+    await db.query("COMMIT");
+  } catch (error) {
+    await db.query("ROLLBACK").catch(() => {});
+    throw error;
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function withTimeout<T>(promise: Promise<T>, what: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} within ${TIMEOUT_MS} ms`)), TIMEOUT_MS);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+  });
+}

@@ -1,0 +1,85 @@
+// The mailbox's loop over a fake store: it asks the models only when the store says the plan
+// depends on them, ties each answer to the run it was asked about, and settles with the safe
+// fallbacks when the conversation keeps changing under it.
+import { pino } from "pino";
+import { describe, expect, it } from "vitest";
+import { DEMO_AGENT } from "../cli/serve-command.js";
+import type { AgentSpec, ScriptedTurn } from "../domain/agent.js";
+import { createScriptedModelProvider } from "../models/scripted-model-provider.js";
+import type { Admission, AdmissionAnswers, AdmissionAttempt, MailboxStore, SubmittedMessage } from "./ingress.js";
+import { createMailbox } from "./mailbox.js";
+
+const turn = (replyText: string): ScriptedTurn => ({ replyText, toolCalls: [], delayMs: 0, inputTokens: 0, outputTokens: 0 });
+const agentAnswering = (fast: string, decision: string): AgentSpec => ({
+  ...DEMO_AGENT,
+  models: { primary: DEMO_AGENT.models.primary, fast: { ...DEMO_AGENT.models.fast, scriptedTurns: [turn(fast)] }, decision: { ...DEMO_AGENT.models.decision, scriptedTurns: [turn(decision)] } },
+});
+
+const message: SubmittedMessage = {
+  agentId: "demo",
+  conversationId: "c",
+  actorId: "alice",
+  actorDisplayName: "",
+  messageId: "m",
+  text: "actually, in rust",
+  replyToMessageId: undefined,
+  connector: "test",
+};
+
+function storeScript(steps: ((answers: AdmissionAnswers) => AdmissionAttempt<Admission>)[]): MailboxStore & { seen: AdmissionAnswers[] } {
+  const seen: AdmissionAnswers[] = [];
+  return {
+    seen,
+    admit: (_message, answers) => {
+      seen.push(answers);
+      const next = steps[Math.min(seen.length - 1, steps.length - 1)]!;
+      return Promise.resolve(next(answers));
+    },
+    edit: () => Promise.reject(new Error("unused")),
+    continueRun: () => Promise.reject(new Error("unused")),
+  };
+}
+
+const done = (runId: string): AdmissionAttempt<Admission> => ({ kind: "done", result: { runId, status: "queued", duplicate: false } });
+const mailboxOver = (store: MailboxStore) =>
+  createMailbox({ store, providers: { scripted: createScriptedModelProvider(), openai: createScriptedModelProvider() }, clock: { now: () => new Date(0) }, log: pino({ level: "silent" }) });
+
+describe("the mailbox", () => {
+  it("admits at once when no model question is needed", async () => {
+    const store = storeScript([() => done("r1")]);
+    expect(await mailboxOver(store).submitMessage(message, new AbortController().signal)).toMatchObject({ runId: "r1" });
+    expect(store.seen).toEqual([{}]);
+  });
+
+  it("asks the fast model about the run the store named, then passes the answer tied to that run", async () => {
+    const agent = agentAnswering("refines", "unclear");
+    const store = storeScript([() => ({ kind: "needs_relation", agent, runId: "running", request: "build me a url shortener" }), () => done("successor")]);
+    expect(await mailboxOver(store).submitMessage(message, new AbortController().signal)).toMatchObject({ runId: "successor" });
+    expect(store.seen[1]?.relation).toMatchObject({ runId: "running", relation: "refines" });
+  });
+
+  it("falls back to independent when the fast model answers off the list", async () => {
+    const agent = agentAnswering("maybe?", "unclear");
+    const store = storeScript([() => ({ kind: "needs_relation", agent, runId: "running", request: "x" }), () => done("queued")]);
+    await mailboxOver(store).submitMessage(message, new AbortController().signal);
+    expect(store.seen[1]?.relation).toMatchObject({ relation: "independent" });
+    expect(store.seen[1]?.relation?.note).toMatch(/fell back/);
+  });
+
+  it("asks the decision model for consent, and an off-list answer is unclear", async () => {
+    const agent = agentAnswering("independent", "sure thing!");
+    const store = storeScript([() => ({ kind: "needs_consent", agent, runId: "exhausted" }), () => done("new")]);
+    await mailboxOver(store).submitMessage(message, new AbortController().signal);
+    expect(store.seen[1]?.consent).toMatchObject({ runId: "exhausted", answer: "unclear" });
+  });
+
+  it("settles with the safe fallbacks when the conversation keeps changing under its answers", async () => {
+    const agent = agentAnswering("refines", "yes");
+    let n = 0;
+    const store = storeScript([
+      (answers) => (answers.relation?.relation === "independent" ? done("settled") : { kind: "needs_relation", agent, runId: `run-${++n}`, request: "x" }),
+    ]);
+    expect(await mailboxOver(store).submitMessage(message, new AbortController().signal)).toMatchObject({ runId: "settled" });
+    expect(store.seen.at(-1)?.consent?.answer).toBe("unclear");
+  });
+});

@@ -1,0 +1,59 @@
+import { describe, expect, it } from "vitest";
+import { buildTranscript, type TranscriptStep } from "./transcript-builder.js";
+
+const step = (id: string, result: string): TranscriptStep => ({
+  responseText: "",
+  toolCalls: [{ id, name: "test.echo.v1", argumentsJson: "{}" }],
+  invocations: [
+    { providerCallId: id, toolName: "test.echo.v1", status: "succeeded", resultText: result, refusalReason: undefined, resolvedOutcome: undefined, resolvedByActorId: undefined, resolutionReason: undefined },
+  ],
+  feedback: undefined,
+});
+
+const roles = (messages: ReturnType<typeof buildTranscript>) => messages.map((m) => `${m.role}:${m.content}`);
+
+describe("buildTranscript", () => {
+  it("shows an amendment after the steps that were committed when it arrived", () => {
+    const messages = buildTranscript({
+      systemPrompt: "",
+      requests: [
+        { actorId: "alice", text: "deploy it" },
+        { actorId: "alice", text: "use blue", afterStep: 1 },
+      ],
+      steps: [step("a", "one"), step("b", "two")],
+    });
+    expect(roles(messages)).toEqual(["user:deploy it", "assistant:", "tool:one", "user:use blue", "assistant:", "tool:two"]);
+  });
+
+  it("puts inherited requests and work first, then the message that superseded them", () => {
+    const messages = buildTranscript({
+      systemPrompt: "sys",
+      requests: [{ actorId: "alice", text: "actually, in rust" }],
+      steps: [],
+      inherited: { requests: [{ actorId: "alice", text: "build me a url shortener" }], steps: [step("p_a", "researched")] },
+    });
+    expect(roles(messages)).toEqual(["system:sys", "user:build me a url shortener", "assistant:", "tool:researched", "user:actually, in rust"]);
+  });
+
+  it("names actors when several asked, and marks edits and continuation consent", () => {
+    const messages = buildTranscript({
+      systemPrompt: "",
+      requests: [
+        { actorId: "bob", text: "in french", relation: "edit" },
+        { actorId: "alice", text: "yes", relation: "continues" },
+      ],
+      steps: [],
+      inherited: { requests: [{ actorId: "alice", text: "summarize" }], steps: [] },
+    });
+    expect(messages.map((m) => m.content)).toEqual([
+      "alice: summarize",
+      "bob: (edited message) in french",
+      expect.stringMatching(/^alice: \[keel\] .*fresh budget was granted: yes$/),
+    ]);
+  });
+
+  it("an amendment that arrived before any step goes with the request", () => {
+    const messages = buildTranscript({ systemPrompt: "", requests: [{ actorId: "a", text: "x" }, { actorId: "a", text: "y", afterStep: 5 }], steps: [] });
+    expect(roles(messages)).toEqual(["user:x", "user:y"]);
+  });
+});

@@ -1,0 +1,72 @@
+// What the control plane and a sandbox host say to each other over SandboxService.Attach,
+// in the sandbox module's own terms; api/sandbox-service.ts converts to and from proto.
+
+import type { HostCapacity } from "./workspace-lease-store.js";
+
+export interface RunningWorkspace {
+  readonly workspaceId: string;
+  readonly runId: string;
+  readonly runningCommandIds: readonly string[];
+}
+
+export interface HostRegistration {
+  readonly hostId: string;
+  readonly instanceId: string;
+  readonly capacity: HostCapacity;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly backends: readonly string[];
+  readonly images: readonly string[];
+  readonly running: readonly RunningWorkspace[];
+  readonly agentVersion: string;
+}
+
+export interface HostRegistered {
+  readonly hostId: string;
+  readonly heartbeatIntervalMs: number;
+  readonly reapWorkspaceIds: readonly string[];
+}
+
+export type HostAction =
+  | { readonly kind: "acquire"; readonly workspaceId: string; readonly runId: string; readonly image: string; readonly networkAccess: boolean; readonly env: Readonly<Record<string, string>> }
+  | { readonly kind: "release"; readonly workspaceId: string }
+  | {
+      readonly kind: "exec";
+      readonly workspaceId: string;
+      readonly argv: readonly string[];
+      readonly workingDirectory: string;
+      readonly env: Readonly<Record<string, string>>;
+      readonly timeoutMs: number;
+      readonly maxOutputBytes: number;
+    }
+  | { readonly kind: "read_file"; readonly workspaceId: string; readonly path: string; readonly maxBytes: number }
+  | { readonly kind: "write_file"; readonly workspaceId: string; readonly path: string; readonly content: Uint8Array }
+  | { readonly kind: "list_files"; readonly workspaceId: string; readonly path: string }
+  | { readonly kind: "reattach"; readonly workspaceId: string };
+
+export interface HostCommand {
+  readonly commandId: string;
+  readonly action: HostAction;
+}
+
+export type OutputStreamName = "stdout" | "stderr";
+
+export interface CommandOutcome {
+  readonly commandId: string;
+  readonly ok: boolean;
+  readonly exitCode: number;
+  readonly durationMs: number;
+  readonly timedOut: boolean;
+  readonly outputTruncated: boolean;
+  readonly error: string;
+  readonly errorReason: string;
+  readonly data: Uint8Array;
+  readonly outputTail: Uint8Array;
+  /** All output the command produced (up to the cap): more than the tail means the tail was cut. */
+  readonly outputBytes: number;
+  readonly unknownCommand: boolean;
+}
+
+export type HostMessage =
+  | { readonly kind: "heartbeat"; readonly freeWorkspaces: number }
+  | { readonly kind: "output"; readonly commandId: string; readonly stream: OutputStreamName; readonly chunk: Uint8Array }
+  | { readonly kind: "result"; readonly outcome: CommandOutcome };

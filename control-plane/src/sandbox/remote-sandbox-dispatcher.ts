@@ -1,0 +1,298 @@
+// SandboxDispatcher over attached sandbox hosts: one workspace per run, placed on a host
+// with capacity and matching labels, commands sent through the hub, output persisted as it
+// streams in and redacted of the run's secrets on the way.
+
+import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
+import { grantedSecrets, redactOutputTail, redactSecrets, type GrantedSecret } from "../domain/sandbox.js";
+import type { SandboxDispatcher, SandboxExecResult, WorkspaceGrant } from "../tools/sandbox-dispatcher.js";
+import { ToolOutcomeUnknownError } from "../tools/tool-registry.js";
+import type { CommandOutcome, HostCommand } from "./host-protocol.js";
+import { createObservationPump } from "./observation-pump.js";
+import { HostLostError, HostUnavailableError, type HostView, type SandboxHub } from "./sandbox-hub.js";
+import type { WorkspaceLease, WorkspaceLeaseStore } from "./workspace-lease-store.js";
+
+export interface RemoteSandboxOptions {
+  /** How long placement waits for an attached host with room before the tool fails. */
+  readonly placementWaitMs: number;
+  /** How long recovery waits for the host of an interrupted exec to attach again. */
+  readonly reattachWaitMs: number;
+  /** Output past this many bytes per exec is dropped and the call marked truncated. */
+  readonly maxOutputBytes: number;
+  /** Bound on an exec that is re-attached without knowing its own timeout. */
+  readonly maxExecTimeoutMs: number;
+  /** How long a finished run's workspace is kept for inspection. */
+  readonly keepMs: number;
+}
+
+/** Time a host gets on top of a command's own timeout to report its outcome. */
+const OUTCOME_SLACK_MS = 30_000;
+/** Creating a workspace may mean creating and starting a container. */
+const ACQUIRE_TIMEOUT_MS = 120_000;
+const FILE_TIMEOUT_MS = 60_000;
+
+export interface RemoteSandboxDispatcher extends SandboxDispatcher {
+  /** Releases workspaces whose run ended and whose inspection time passed; returns how many. */
+  sweep(signal: AbortSignal): Promise<number>;
+}
+
+interface Known {
+  readonly hostId: string;
+  readonly runId: string;
+  readonly secrets: readonly GrantedSecret[];
+}
+
+/** "k=v" needs the label with that value; "k" needs the label at all. */
+export function labelsMatch(required: readonly string[], labels: Readonly<Record<string, string>>): boolean {
+  return required.every((label) => {
+    const at = label.indexOf("=");
+    if (at < 0) return label in labels;
+    return labels[label.slice(0, at)] === label.slice(at + 1);
+  });
+}
+
+export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceLeaseStore, options: RemoteSandboxOptions, log: Logger): RemoteSandboxDispatcher {
+  /** Workspaces this process has handed out: their host and the secrets to redact from their output. */
+  const known = new Map<string, Known>();
+  /** One placement at a time, so two runs never take the same last free slot. */
+  let placement: Promise<unknown> = Promise.resolve();
+  /** Per run, so one run never gets two workspaces. */
+  const acquiring = new Map<string, Promise<string>>();
+
+  const waitAttached = async (hostId: string, waitMs: number, signal: AbortSignal): Promise<boolean> => {
+    const deadline = Date.now() + waitMs;
+    while (!hub.isAttached(hostId)) {
+      const left = deadline - Date.now();
+      if (left <= 0 || signal.aborted) return false;
+      await hub.changed(Math.min(left, 250), signal);
+    }
+    return true;
+  };
+
+  const failureText = (outcome: CommandOutcome, secrets: readonly GrantedSecret[]) =>
+    redactSecrets(outcome.error || `failed (${outcome.errorReason || "no reason given"})`, secrets);
+
+  /** Sends a file command; a host lost mid-call leaves the outcome unknown. */
+  const fileCommand = async (workspaceId: string, action: HostCommand["action"], signal: AbortSignal): Promise<CommandOutcome> => {
+    const ws = known.get(workspaceId);
+    if (ws === undefined) throw new Error(`workspace ${workspaceId} was not acquired through this control plane`);
+    let outcome: CommandOutcome;
+    try {
+      outcome = await hub.send(ws.hostId, { commandId: randomUUID(), action }, {}, signal, FILE_TIMEOUT_MS);
+    } catch (error) {
+      if (error instanceof HostLostError) throw new ToolOutcomeUnknownError(error.message);
+      throw error;
+    }
+    if (!outcome.ok) throw new Error(failureText(outcome, ws.secrets));
+    return outcome;
+  };
+
+  const pickHost = async (grant: WorkspaceGrant): Promise<HostView | undefined> => {
+    const counts = await store.activeCountsByHost();
+    const candidates = hub
+      .hosts()
+      .filter((host) => labelsMatch(grant.labels, host.labels))
+      .filter((host) => host.images.length === 0 || host.images.includes(grant.image))
+      .map((host) => ({ host, free: host.capacity.workspaces - (counts.get(host.hostId) ?? 0) }))
+      .filter((c) => c.free > 0)
+      .sort((a, b) => b.free - a.free || a.host.hostId.localeCompare(b.host.hostId));
+    return candidates[0]?.host;
+  };
+
+  /** Under the placement lock: choose a host and record the lease before anything is created. */
+  const reserve = (grant: WorkspaceGrant): Promise<WorkspaceLease | undefined> => {
+    const attempt = placement.then(async () => {
+      const host = await pickHost(grant);
+      if (host === undefined) return undefined;
+      const lease = { id: randomUUID(), hostId: host.hostId, runId: grant.runId, image: grant.image };
+      await store.createWorkspace(lease);
+      return { ...lease, status: "active" as const };
+    });
+    placement = attempt.catch(() => undefined);
+    return attempt;
+  };
+
+  const acquire = async (grant: WorkspaceGrant, signal: AbortSignal): Promise<string> => {
+    const secrets = grantedSecrets(grant.secrets);
+    const existing = await store.activeWorkspaceOfRun(grant.runId);
+    if (existing !== undefined) {
+      // Its host may be reconnecting (or attaching to this process after a restart).
+      if (await waitAttached(existing.hostId, options.placementWaitMs, signal)) {
+        known.set(existing.id, { hostId: existing.hostId, runId: grant.runId, secrets });
+        return existing.id;
+      }
+      signal.throwIfAborted();
+      await store.finish(existing.id, "lost");
+      log.warn({ runId: grant.runId, workspaceId: existing.id, hostId: existing.hostId }, "the run's workspace host did not come back; placing a new workspace");
+    }
+
+    const deadline = Date.now() + options.placementWaitMs;
+    for (;;) {
+      signal.throwIfAborted();
+      const lease = await reserve(grant);
+      if (lease !== undefined) {
+        let outcome: CommandOutcome;
+        try {
+          outcome = await hub.send(
+            lease.hostId,
+            {
+              commandId: randomUUID(),
+              action: { kind: "acquire", workspaceId: lease.id, runId: grant.runId, image: grant.image, networkAccess: grant.networkAccess, env: grant.secrets },
+            },
+            {},
+            signal,
+            ACQUIRE_TIMEOUT_MS,
+          );
+        } catch (error) {
+          await store.finish(lease.id, "failed");
+          if (error instanceof HostLostError || error instanceof HostUnavailableError) {
+            throw new Error(`the sandbox host went away while creating the workspace: ${error.message}`);
+          }
+          throw error;
+        }
+        if (!outcome.ok) {
+          await store.finish(lease.id, "failed");
+          throw new Error(`sandbox host ${lease.hostId} could not create a workspace from image ${grant.image}: ${failureText(outcome, secrets)}`);
+        }
+        known.set(lease.id, { hostId: lease.hostId, runId: grant.runId, secrets });
+        log.info({ runId: grant.runId, workspaceId: lease.id, hostId: lease.hostId, image: grant.image }, "workspace acquired");
+        return lease.id;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        const labels = grant.labels.length === 0 ? "" : ` and labels ${grant.labels.join(", ")}`;
+        throw new Error(
+          `no sandbox host with free capacity for image ${grant.image}${labels} was attached within ${Math.round(options.placementWaitMs / 1000)} s; start one with \`keel sandbox-agent\``,
+        );
+      }
+      await hub.changed(Math.min(left, 500), signal);
+    }
+  };
+
+  const runExec = async (
+    secrets: readonly GrantedSecret[],
+    onOutput: (stream: "stdout" | "stderr", text: string) => Promise<void>,
+    send: (watch: { onOutput: (stream: "stdout" | "stderr", chunk: Uint8Array) => void }) => Promise<CommandOutcome>,
+  ): Promise<{ outcome: CommandOutcome; result: SandboxExecResult }> => {
+    const pump = createObservationPump({ secrets, maxBytes: options.maxOutputBytes, sink: onOutput });
+    let outcome: CommandOutcome;
+    try {
+      outcome = await send({ onOutput: (stream, chunk) => pump.push(stream, chunk) });
+    } catch (error) {
+      await pump.finish().catch(() => {}); // keep what was observed before the host vanished
+      if (error instanceof HostLostError) throw new ToolOutcomeUnknownError(error.message);
+      if (error instanceof HostUnavailableError) throw new Error(`${error.message}; the command was not sent`);
+      throw error;
+    }
+    await pump.finish();
+    const tail = new TextDecoder().decode(outcome.outputTail);
+    return {
+      outcome,
+      result: {
+        exitCode: outcome.exitCode,
+        durationMs: outcome.durationMs,
+        timedOut: outcome.timedOut,
+        outputTruncated: outcome.outputTruncated || pump.truncated,
+        outputBytes: Math.max(outcome.outputBytes, pump.bytes),
+        outputTail: redactOutputTail(tail, outcome.outputBytes > outcome.outputTail.byteLength, secrets),
+      },
+    };
+  };
+
+  const release = async (lease: WorkspaceLease, why: string, signal: AbortSignal): Promise<boolean> => {
+    if (hub.isAttached(lease.hostId)) {
+      try {
+        const outcome = await hub.send(lease.hostId, { commandId: randomUUID(), action: { kind: "release", workspaceId: lease.id } }, {}, signal, FILE_TIMEOUT_MS);
+        if (!outcome.ok) log.warn({ workspaceId: lease.id, hostId: lease.hostId, error: outcome.error }, "host could not release a workspace; it reaps it later");
+      } catch (error) {
+        if (signal.aborted) return false;
+        log.warn({ err: error, workspaceId: lease.id, hostId: lease.hostId }, "releasing a workspace failed; the host reaps it when it next registers");
+      }
+    } else if (await store.isHostConnected(lease.hostId)) {
+      return false; // attached to another control-plane process: its sweeper releases it
+    }
+    known.delete(lease.id);
+    const released = await store.finish(lease.id, "released");
+    if (released) log.info({ workspaceId: lease.id, hostId: lease.hostId, runId: lease.runId, why }, "workspace released");
+    return released;
+  };
+
+  return {
+    workspaceFor(grant, signal) {
+      const inFlight = acquiring.get(grant.runId);
+      if (inFlight !== undefined) return inFlight;
+      const attempt = acquire(grant, signal).finally(() => acquiring.delete(grant.runId));
+      acquiring.set(grant.runId, attempt);
+      return attempt;
+    },
+
+    async exec(workspaceId, commandId, command, onOutput, signal) {
+      const ws = known.get(workspaceId);
+      if (ws === undefined) throw new Error(`workspace ${workspaceId} was not acquired through this control plane`);
+      const { outcome, result } = await runExec(ws.secrets, onOutput, (watch) =>
+        hub.send(
+          ws.hostId,
+          {
+            commandId,
+            action: {
+              kind: "exec",
+              workspaceId,
+              argv: command.argv,
+              workingDirectory: command.workingDirectory,
+              env: command.env,
+              timeoutMs: command.timeoutMs,
+              maxOutputBytes: Math.min(command.maxOutputBytes, options.maxOutputBytes),
+            },
+          },
+          watch,
+          signal,
+          command.timeoutMs + OUTCOME_SLACK_MS,
+        ),
+      );
+      if (!outcome.ok) throw new Error(failureText(outcome, ws.secrets));
+      return result;
+    },
+
+    async reattach(grant, commandId, onOutput, signal) {
+      const lease = await store.activeWorkspaceOfRun(grant.runId);
+      if (lease === undefined) return undefined;
+      if (!(await waitAttached(lease.hostId, options.reattachWaitMs, signal))) return undefined;
+      const secrets = grantedSecrets(grant.secrets);
+      known.set(lease.id, { hostId: lease.hostId, runId: grant.runId, secrets });
+      const { outcome, result } = await runExec(secrets, onOutput, (watch) =>
+        hub.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS),
+      );
+      if (outcome.unknownCommand) return undefined;
+      if (!outcome.ok) throw new Error(failureText(outcome, secrets));
+      log.info({ runId: grant.runId, commandId, hostId: lease.hostId }, "re-attached to a command that outlived its worker");
+      return result;
+    },
+
+    async readFile(workspaceId, path, maxBytes, signal) {
+      return (await fileCommand(workspaceId, { kind: "read_file", workspaceId, path, maxBytes }, signal)).data;
+    },
+
+    async writeFile(workspaceId, path, content, signal) {
+      await fileCommand(workspaceId, { kind: "write_file", workspaceId, path, content }, signal);
+    },
+
+    async listFiles(workspaceId, path, signal) {
+      const outcome = await fileCommand(workspaceId, { kind: "list_files", workspaceId, path }, signal);
+      return JSON.parse(new TextDecoder().decode(outcome.data)) as { path: string; type: string; sizeBytes: number }[];
+    },
+
+    async releaseRun(runId) {
+      const lease = await store.activeWorkspaceOfRun(runId);
+      if (lease !== undefined) await release(lease, "released on request", AbortSignal.timeout(FILE_TIMEOUT_MS));
+    },
+
+    async sweep(signal) {
+      let released = 0;
+      for (const lease of await store.dueForRelease(options.keepMs, 50)) {
+        if (signal.aborted) break;
+        if (await release(lease, "the run ended and its inspection time passed", signal)) released += 1;
+      }
+      return released;
+    },
+  };
+}

@@ -1,0 +1,111 @@
+// `keel sandbox-agent`: composes a sandbox host (its backend, its identity, its logger) and
+// keeps it attached to the control plane until SIGINT or SIGTERM.
+
+import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { cpus, hostname, totalmem } from "node:os";
+import path from "node:path";
+import { pino, type Level } from "pino";
+import { requireSlug } from "../../control-plane/src/domain/ids.js";
+import { createDockerWorkspaceBackend } from "./docker-workspace-backend.js";
+import { createProcessWorkspaceBackend } from "./process-workspace-backend.js";
+import { createSandboxAgent } from "./sandbox-agent.js";
+import type { WorkspaceBackend } from "./workspace-backend.js";
+
+export const SANDBOX_AGENT_VERSION = "0.1.0";
+
+export interface SandboxAgentCommandOptions {
+  readonly controlPlaneUrl: string;
+  readonly token: string;
+  readonly backend: "docker" | "process";
+  readonly hostId: string | undefined;
+  readonly capacity: number;
+  /** "k=v" pairs. */
+  readonly labels: readonly string[];
+  readonly images: readonly string[];
+  readonly warmPool: number;
+  readonly dataDir: string;
+  readonly logLevel: Level | "silent";
+}
+
+export class SandboxAgentUsageError extends Error {}
+
+function parseLabels(labels: readonly string[]): Record<string, string> {
+  const parsed: Record<string, string> = {};
+  for (const label of labels) {
+    const at = label.indexOf("=");
+    if (at <= 0) throw new SandboxAgentUsageError(`--label ${JSON.stringify(label)} must look like key=value`);
+    parsed[label.slice(0, at)] = label.slice(at + 1);
+  }
+  return parsed;
+}
+
+/** The host id: given, or made once and kept in the data folder so a restarted agent is the same host. */
+async function hostIdentity(dataDir: string, given: string | undefined): Promise<string> {
+  if (given !== undefined) return requireSlug("--host-id", given);
+  const file = path.join(dataDir, "host-id");
+  if (existsSync(file)) return requireSlug(`${file}`, (await readFile(file, "utf8")).trim());
+  const base = hostname().toLowerCase().replace(/[^a-z0-9._-]/g, "-").replace(/^[^a-z0-9]+/, "").slice(0, 48) || "host";
+  const id = `${base}-${randomBytes(3).toString("hex")}`;
+  await writeFile(file, `${id}\n`);
+  return id;
+}
+
+export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): Promise<number> {
+  if (!Number.isInteger(options.capacity) || options.capacity < 1 || options.capacity > 10_000) {
+    throw new SandboxAgentUsageError("--capacity must be a whole number of workspaces, 1 to 10000");
+  }
+  if (!Number.isInteger(options.warmPool) || options.warmPool < 0 || options.warmPool > 100) {
+    throw new SandboxAgentUsageError("--warm-pool must be 0 to 100 containers");
+  }
+  if (options.token === "") throw new SandboxAgentUsageError("a sandbox-host token is required: --token T or KEEL_SANDBOX_TOKEN");
+  const labels = parseLabels(options.labels);
+  const dataDir = path.resolve(options.dataDir);
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  const hostId = await hostIdentity(dataDir, options.hostId);
+  const log = pino({ level: options.logLevel, base: { service: "keel-sandbox-agent", hostId } });
+  const workspaceRoot = path.join(dataDir, "workspaces");
+  const backendLog = (message: string) => log.info({ component: options.backend }, message);
+
+  let backend: WorkspaceBackend;
+  if (options.backend === "docker") {
+    const image = options.images[0];
+    backend = createDockerWorkspaceBackend({
+      hostId,
+      workspaceRoot,
+      log: backendLog,
+      ...(options.warmPool > 0 && image !== undefined ? { warmPool: [{ image, size: options.warmPool }] } : {}),
+    });
+  } else {
+    log.warn("the process backend runs commands as child processes of this agent: weaker isolation than docker (bubblewrap is used when installed)");
+    backend = createProcessWorkspaceBackend({ workspaceRoot, hostId, log: backendLog });
+  }
+
+  const agent = createSandboxAgent({
+    controlPlaneUrl: options.controlPlaneUrl,
+    token: options.token,
+    hostId,
+    capacity: options.capacity,
+    labels,
+    images: options.images,
+    backend,
+    log,
+    agentVersion: SANDBOX_AGENT_VERSION,
+    cpuMillis: cpus().length * 1000,
+    memoryBytes: totalmem(),
+  });
+  log.info(
+    { controlPlane: options.controlPlaneUrl, backend: options.backend, capacity: options.capacity, labels, images: options.images, instanceId: agent.instanceId },
+    "sandbox agent starting",
+  );
+  const stop = (signal: string) => {
+    log.info({ signal }, "stopping");
+    void agent.stop();
+  };
+  process.once("SIGINT", () => stop("SIGINT"));
+  process.once("SIGTERM", () => stop("SIGTERM"));
+  await agent.run();
+  await agent.stop();
+  return 0;
+}

@@ -1,0 +1,445 @@
+// The sandbox host's side of SandboxService.Attach: register, heartbeat, run workspace
+// commands on a WorkspaceBackend and stream what they print back, and keep doing so across
+// lost connections.
+//
+// While disconnected, output and results wait in a bounded buffer and are sent after the next
+// registration. Results of finished execs are also kept for a while (RECENT_RESULTS_MS), so a
+// control plane that restarted, or whose copy of a result was lost on the wire, can ask for a
+// command again by id (a reattach) and get its real outcome instead of declaring it unknown.
+
+import { randomUUID } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import type { Logger } from "pino";
+import {
+  AttachRequestSchema,
+  CommandResultSchema,
+  OutputStream,
+  SandboxService,
+  type AttachRequest,
+  type WorkspaceCommand,
+} from "../../gen/keel/v1/sandbox_service_pb.js";
+import { DEFAULT_WORKSPACE_LIMITS, WorkspaceError, type OutputStreamName, type WorkspaceBackend, type WorkspaceLimits } from "./workspace-backend.js";
+
+export interface SandboxAgentOptions {
+  readonly controlPlaneUrl: string;
+  readonly token: string;
+  readonly hostId: string;
+  readonly capacity: number;
+  readonly labels: Readonly<Record<string, string>>;
+  /** Images this host offers; empty means any image its backend can run. */
+  readonly images: readonly string[];
+  readonly backend: WorkspaceBackend;
+  readonly log: Logger;
+  readonly agentVersion: string;
+  readonly limits?: WorkspaceLimits;
+  readonly cpuMillis: number;
+  readonly memoryBytes: number;
+  /** First reconnect delay; it doubles per failed attempt up to maxBackoffMs. */
+  readonly initialBackoffMs?: number;
+  readonly maxBackoffMs?: number;
+}
+
+export interface SandboxAgent {
+  readonly instanceId: string;
+  /** Resolves when the agent stops (after stop()). */
+  run(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** How long a finished exec's result is kept for a control plane that asks again. */
+const RECENT_RESULTS_MS = 10 * 60_000;
+const MAX_RECENT_RESULTS = 2_000;
+/** Output waiting for a connection beyond this is dropped (results are always kept). */
+const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+/** Output chunks are merged up to this size, or for this long, before they are sent. */
+const COALESCE_BYTES = 32 * 1024;
+const COALESCE_MS = 20;
+/** The last bytes of each exec's output, returned with its result. */
+const TAIL_BYTES = 4 * 1024;
+const DEFAULT_EXEC_TIMEOUT_MS = 120_000;
+const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
+const DEFAULT_READ_BYTES = 1024 * 1024;
+
+type RequestInit = MessageInitShape<typeof AttachRequestSchema>;
+type ResultInit = MessageInitShape<typeof CommandResultSchema>;
+
+/** A request stream fed by pushes; what the transport has not taken yet can be taken back. */
+class RequestQueue implements AsyncIterable<AttachRequest> {
+  private readonly items: AttachRequest[] = [];
+  private wake: (() => void) | undefined;
+  private ended = false;
+
+  push(item: AttachRequest): void {
+    if (this.ended) return;
+    this.items.push(item);
+    this.wake?.();
+  }
+
+  /** Ends the stream and returns what was never handed to the transport. */
+  end(): AttachRequest[] {
+    this.ended = true;
+    this.wake?.();
+    return this.items.splice(0);
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<AttachRequest> {
+    while (!this.ended) {
+      const next = this.items.shift();
+      if (next !== undefined) {
+        yield next;
+        continue;
+      }
+      await new Promise<void>((resolve) => (this.wake = resolve));
+      this.wake = undefined;
+    }
+  }
+}
+
+interface RunningExec {
+  readonly workspaceId: string;
+  readonly abort: AbortController;
+}
+
+/** Merges an exec's output into fewer, larger messages and keeps its tail. */
+class OutputBatcher {
+  private stream: OutputStreamName = "stdout";
+  private parts: Uint8Array[] = [];
+  private size = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private tail: Buffer = Buffer.alloc(0);
+  bytes = 0;
+
+  constructor(
+    private readonly commandId: string,
+    private readonly send: (message: RequestInit) => void,
+  ) {}
+
+  push(stream: OutputStreamName, chunk: Uint8Array): void {
+    if (chunk.byteLength === 0) return;
+    this.bytes += chunk.byteLength;
+    this.tail = chunk.byteLength >= TAIL_BYTES ? Buffer.from(chunk.subarray(chunk.byteLength - TAIL_BYTES)) : Buffer.concat([this.tail, chunk]);
+    if (this.tail.byteLength > TAIL_BYTES) this.tail = this.tail.subarray(this.tail.byteLength - TAIL_BYTES);
+    if (stream !== this.stream) this.flush();
+    this.stream = stream;
+    // A big chunk goes out in slices: no message comes near the control plane's size limit.
+    for (let offset = 0; offset < chunk.byteLength; offset += COALESCE_BYTES) {
+      const part = chunk.subarray(offset, offset + COALESCE_BYTES);
+      this.parts.push(part);
+      this.size += part.byteLength;
+      if (this.size >= COALESCE_BYTES) this.flush();
+    }
+    if (this.size > 0) this.timer ??= setTimeout(() => this.flush(), COALESCE_MS);
+  }
+
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.size === 0) return;
+    const chunk = Buffer.concat(this.parts);
+    this.parts = [];
+    this.size = 0;
+    this.send({
+      message: {
+        case: "output",
+        value: { commandId: this.commandId, stream: this.stream === "stderr" ? OutputStream.STDERR : OutputStream.STDOUT, chunk },
+      },
+    });
+  }
+
+  tailBytes(): Uint8Array {
+    return new Uint8Array(this.tail);
+  }
+}
+
+function failure(commandId: string, error: unknown): ResultInit {
+  const reason = error instanceof WorkspaceError ? error.reason : "backend_failure";
+  return { commandId, ok: false, error: error instanceof Error ? error.message : String(error), errorReason: reason };
+}
+
+export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
+  const log = options.log;
+  const backend = options.backend;
+  const limits = options.limits ?? DEFAULT_WORKSPACE_LIMITS;
+  const instanceId = randomUUID();
+  const initialBackoffMs = options.initialBackoffMs ?? 200;
+  const maxBackoffMs = options.maxBackoffMs ?? 5_000;
+
+  const running = new Map<string, RunningExec>();
+  const recent = new Map<string, { result: ResultInit; at: number }>();
+  /** Workspaces this host holds and the run each belongs to (from acquires and the backend's own list). */
+  const workspaces = new Map<string, string>();
+  const stopping = new AbortController();
+
+  let live: RequestQueue | undefined;
+  let buffered: AttachRequest[] = [];
+  let bufferedBytes = 0;
+  let droppedBytes = 0;
+
+  const sizeOf = (request: AttachRequest) => (request.message.case === "output" ? request.message.value.chunk.byteLength : 64);
+
+  const send = (init: RequestInit) => {
+    const request = create(AttachRequestSchema, init);
+    if (live !== undefined) {
+      live.push(request);
+      return;
+    }
+    const size = sizeOf(request);
+    if (request.message.case === "output" && bufferedBytes + size > MAX_BUFFERED_BYTES) {
+      droppedBytes += size;
+      return;
+    }
+    buffered.push(request);
+    bufferedBytes += size;
+  };
+
+  const sendResult = (result: ResultInit) => send({ message: { case: "result", value: result } });
+
+  const forgetOldResults = () => {
+    const now = Date.now();
+    for (const [id, entry] of recent) if (now - entry.at > RECENT_RESULTS_MS) recent.delete(id);
+    while (recent.size >= MAX_RECENT_RESULTS) recent.delete(recent.keys().next().value!);
+  };
+
+  const exec = async (commandId: string, command: Extract<WorkspaceCommand["action"], { case: "exec" }>["value"]) => {
+    const abort = new AbortController();
+    running.set(commandId, { workspaceId: command.workspaceId, abort });
+    const batcher = new OutputBatcher(commandId, send);
+    let result: ResultInit;
+    try {
+      const outcome = await backend.exec(
+        command.workspaceId,
+        {
+          commandId,
+          argv: command.argv,
+          workingDirectory: command.workingDirectory || "/workspace",
+          env: command.env,
+          timeoutMs: command.timeoutMs > 0 ? command.timeoutMs : DEFAULT_EXEC_TIMEOUT_MS,
+          maxOutputBytes: command.maxOutputBytes > 0n ? Number(command.maxOutputBytes) : DEFAULT_MAX_OUTPUT_BYTES,
+        },
+        (stream, chunk) => batcher.push(stream, chunk),
+        AbortSignal.any([abort.signal, stopping.signal]),
+      );
+      batcher.flush();
+      result = {
+        commandId,
+        ok: true,
+        exitCode: outcome.exitCode,
+        durationMs: Math.round(outcome.durationMs),
+        timedOut: outcome.timedOut,
+        outputTruncated: outcome.outputTruncated,
+        outputTail: batcher.tailBytes(),
+        outputBytes: BigInt(batcher.bytes),
+      };
+    } catch (error) {
+      batcher.flush();
+      result = failure(commandId, error);
+    }
+    running.delete(commandId);
+    if (stopping.signal.aborted) return;
+    forgetOldResults();
+    recent.set(commandId, { result, at: Date.now() });
+    log.info({ commandId, workspaceId: command.workspaceId, ok: result.ok, exitCode: result.exitCode, durationMs: result.durationMs }, "exec finished");
+    sendResult(result);
+  };
+
+  const handle = async (command: WorkspaceCommand): Promise<void> => {
+    const commandId = command.commandId;
+    const action = command.action;
+    try {
+      switch (action.case) {
+        case "acquire": {
+          const a = action.value;
+          // The env carries granted secrets: it goes to the backend and nowhere else (never logged).
+          await backend.acquire(
+            { workspaceId: a.workspaceId, runId: a.runId, image: a.image, networkAccess: a.networkAccess, env: a.env, limits },
+            stopping.signal,
+          );
+          workspaces.set(a.workspaceId, a.runId);
+          log.info({ commandId, workspaceId: a.workspaceId, runId: a.runId, image: a.image, networkAccess: a.networkAccess }, "workspace acquired");
+          sendResult({ commandId, ok: true });
+          return;
+        }
+        case "release":
+          await backend.release(action.value.workspaceId);
+          workspaces.delete(action.value.workspaceId);
+          log.info({ commandId, workspaceId: action.value.workspaceId }, "workspace released");
+          sendResult({ commandId, ok: true });
+          return;
+        case "exec": {
+          // Idempotent on the command id: a command already running or finished is never run again.
+          if (running.has(commandId)) return;
+          const done = recent.get(commandId);
+          if (done !== undefined) return sendResult(done.result);
+          log.info({ commandId, workspaceId: action.value.workspaceId }, "exec started");
+          await exec(commandId, action.value);
+          return;
+        }
+        case "reattach": {
+          if (running.has(commandId)) return; // its output and result follow on this stream
+          const done = recent.get(commandId);
+          if (done !== undefined) return sendResult(done.result);
+          sendResult({ commandId, ok: false, unknownCommand: true, error: `this host has no record of command ${commandId}` });
+          return;
+        }
+        case "readFile": {
+          const maxBytes = action.value.maxBytes > 0n ? Number(action.value.maxBytes) : DEFAULT_READ_BYTES;
+          const data = await backend.readFile(action.value.workspaceId, action.value.path, maxBytes);
+          sendResult({ commandId, ok: true, data });
+          return;
+        }
+        case "writeFile":
+          await backend.writeFile(action.value.workspaceId, action.value.path, action.value.content);
+          sendResult({ commandId, ok: true });
+          return;
+        case "listFiles": {
+          const entries = await backend.listFiles(action.value.workspaceId, action.value.path);
+          sendResult({ commandId, ok: true, data: new TextEncoder().encode(JSON.stringify(entries)) });
+          return;
+        }
+        case undefined:
+          sendResult({ commandId, ok: false, error: "this host does not know the command", errorReason: "backend_failure" });
+          return;
+      }
+    } catch (error) {
+      if (stopping.signal.aborted) return;
+      log.warn({ commandId, command: action.case, error: error instanceof Error ? error.message : String(error) }, "workspace command failed");
+      sendResult(failure(commandId, error));
+    }
+  };
+
+  /** What this host has: every workspace its backend knows, with the execs still running in each. */
+  const announcement = async () => {
+    for (const summary of await backend.list()) if (!workspaces.has(summary.workspaceId)) workspaces.set(summary.workspaceId, summary.runId);
+    const commands = new Map<string, string[]>();
+    for (const [commandId, exec] of running) commands.set(exec.workspaceId, [...(commands.get(exec.workspaceId) ?? []), commandId]);
+    return [...workspaces].map(([workspaceId, runId]) => ({ workspaceId, runId, runningCommandIds: commands.get(workspaceId) ?? [] }));
+  };
+
+  const reap = async (ids: readonly string[]) => {
+    if (ids.length === 0) return;
+    const doomed = new Set(ids);
+    const removed = await backend.reap((workspaceId) => !doomed.has(workspaceId));
+    for (const id of removed) workspaces.delete(id);
+    log.info({ reaped: removed }, "reaped workspaces the control plane no longer knows");
+  };
+
+  const bearer: Interceptor = (next) => (request) => {
+    request.header.set("authorization", `Bearer ${options.token}`);
+    return next(request);
+  };
+
+  /** One Attach stream, from registration to its end. Returns whether the host got registered. */
+  const session = async (): Promise<boolean> => {
+    const transport = createGrpcTransport({
+      baseUrl: options.controlPlaneUrl,
+      interceptors: [bearer],
+      // A control plane that vanished without closing the connection is noticed by pings.
+      pingIntervalMs: 10_000,
+      pingTimeoutMs: 10_000,
+    });
+    const client = createClient(SandboxService, transport);
+    const queue = new RequestQueue();
+    const hangUp = new AbortController();
+    const onStop = () => hangUp.abort();
+    stopping.signal.addEventListener("abort", onStop, { once: true });
+    let registered = false;
+    let heartbeat: NodeJS.Timeout | undefined;
+    try {
+      queue.push(
+        create(AttachRequestSchema, {
+          message: {
+            case: "register",
+            value: {
+              hostId: options.hostId,
+              instanceId,
+              capacity: { workspaces: options.capacity, cpuMillis: options.cpuMillis, memoryBytes: BigInt(options.memoryBytes) },
+              labels: { ...options.labels },
+              backends: [backend.name],
+              images: [...options.images],
+              running: await announcement(),
+              agentVersion: options.agentVersion,
+            },
+          },
+        }),
+      );
+      for await (const response of client.attach(queue, { signal: hangUp.signal })) {
+        const message = response.message;
+        if (message.case === "registered") {
+          registered = true;
+          live = queue;
+          const waiting = buffered;
+          buffered = [];
+          bufferedBytes = 0;
+          for (const request of waiting) queue.push(request);
+          if (droppedBytes > 0) log.warn({ droppedBytes }, "output produced while disconnected was dropped past the buffer limit");
+          droppedBytes = 0;
+          const interval = Math.max(100, message.value.heartbeatIntervalMs);
+          heartbeat = setInterval(
+            () => send({ message: { case: "heartbeat", value: { freeWorkspaces: Math.max(0, options.capacity - workspaces.size) } } }),
+            interval,
+          );
+          log.info({ instanceId, replayed: waiting.length, reap: message.value.reapWorkspaceIds.length }, "attached to the control plane");
+          void reap(message.value.reapWorkspaceIds).catch((error: unknown) => log.warn({ err: error }, "reaping failed"));
+        } else if (message.case === "command") {
+          void handle(message.value);
+        }
+      }
+      log.warn("the control plane ended the attach stream");
+    } catch (error) {
+      if (!stopping.signal.aborted) log.warn({ error: error instanceof Error ? error.message : String(error) }, "attach stream failed");
+    } finally {
+      clearInterval(heartbeat);
+      stopping.signal.removeEventListener("abort", onStop);
+      if (live === queue) live = undefined;
+      // Output and results the transport never took go out again on the next stream; a
+      // registration or heartbeat belongs to this stream only.
+      const untaken = queue.end().filter((request) => request.message.case === "output" || request.message.case === "result");
+      buffered = [...untaken, ...buffered];
+      bufferedBytes = buffered.reduce((sum, request) => sum + sizeOf(request), 0);
+      hangUp.abort();
+    }
+    return registered;
+  };
+
+  const sleep = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        stopping.signal.removeEventListener("abort", done);
+        resolve();
+      }
+      stopping.signal.addEventListener("abort", done, { once: true });
+    });
+
+  let finished: Promise<void> | undefined;
+  let stopped: Promise<void> | undefined;
+  return {
+    instanceId,
+    run() {
+      finished ??= (async () => {
+        let backoff = initialBackoffMs;
+        while (!stopping.signal.aborted) {
+          if (await session()) backoff = initialBackoffMs;
+          if (stopping.signal.aborted) break;
+          const delay = Math.round(backoff * (0.8 + Math.random() * 0.4));
+          log.info({ delayMs: delay }, "reconnecting to the control plane");
+          await sleep(delay);
+          backoff = Math.min(maxBackoffMs, backoff * 2);
+        }
+      })();
+      return finished;
+    },
+    stop() {
+      stopped ??= (async () => {
+        stopping.abort();
+        for (const exec of running.values()) exec.abort.abort();
+        await finished;
+        await backend.close();
+      })();
+      return stopped;
+    },
+  };
+}
