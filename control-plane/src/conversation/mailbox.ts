@@ -5,6 +5,7 @@
 import type { Logger } from "pino";
 import type { AgentSpec, ModelProviderName, ModelSpec } from "../domain/agent.js";
 import type { Clock } from "../domain/clock.js";
+import { UnavailableError } from "../domain/errors.js";
 import {
   CONSENT_ANSWERS,
   CONSENT_FALLBACK,
@@ -27,6 +28,8 @@ export interface MailboxDeps {
 
 /** Attempts with fresh answers before the safe defaults settle a conversation that keeps changing. */
 const MAX_ASKED_ATTEMPTS = 3;
+/** Past this, the caller is told to retry rather than the mailbox spinning on a churning conversation. */
+const MAX_ATTEMPTS = 8;
 
 export function createMailbox(deps: MailboxDeps): Mailbox {
   const timeoutOf = (spec: ModelSpec): number => Math.min(spec.timeoutMs > 0 ? spec.timeoutMs : FOLLOW_UP_DECISION_TIMEOUT_MS, FOLLOW_UP_DECISION_TIMEOUT_MS);
@@ -61,6 +64,7 @@ export function createMailbox(deps: MailboxDeps): Mailbox {
     for (let i = 0; ; i++) {
       const outcome = await retryingRaces(() => attempt(answers));
       if (outcome.kind === "done") return outcome.result;
+      if (i >= MAX_ATTEMPTS) throw new UnavailableError("the conversation changed on every attempt to place this message; retry it");
       if (i >= MAX_ASKED_ATTEMPTS) {
         // The conversation changed under every answer; the fallbacks are safe whatever the target.
         answers = {

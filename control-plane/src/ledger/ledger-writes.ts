@@ -4,7 +4,7 @@ import { partialResultReply } from "../domain/interrupt.js";
 import type { EmissionDraft } from "../domain/records.js";
 import { ackKey, type CommitBoundary, type RunEventKind, type RunStatus } from "../domain/run.js";
 import { FAILED_ACK } from "../runner/runner.js";
-import { rows, type SqlTransaction } from "./sql.js";
+import { preparedRows, rows, type SqlTransaction } from "./sql.js";
 
 export interface RunEventDraft {
   readonly kind: RunEventKind;
@@ -76,16 +76,20 @@ export async function reserveEmissions(
   drafts: readonly EmissionDraft[],
 ): Promise<number> {
   if (drafts.length === 0) return 0;
-  await trx.raw(`SELECT pg_advisory_xact_lock(${EMISSION_SEQUENCE_LOCK})`);
-  const inserted = await rows<{ id: string }>(
+  // One statement: the rows are selected FROM the lock, so no seq is drawn before it is held,
+  // and the lock is held for the rest of the transaction only, not for two more round trips.
+  const [reserved] = await preparedRows<{ n: number }>(
     trx,
-    `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
-       external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
-     SELECT * FROM jsonb_to_recordset(?::jsonb) AS e(id uuid, idempotency_key text, connector text, kind text,
-       run_id uuid, agent_id text, conversation_id uuid, external_conversation_id text, reply_to_message_id text,
-       text text, ack_state text, addressed_actor_ids jsonb)
-     ON CONFLICT (idempotency_key) DO NOTHING
-     RETURNING id`,
+    `WITH ordered AS (SELECT pg_advisory_xact_lock(${EMISSION_SEQUENCE_LOCK}) AS held),
+     inserted AS (
+       INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
+         external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
+       SELECT e.* FROM ordered, jsonb_to_recordset(?::jsonb) AS e(id uuid, idempotency_key text, connector text, kind text,
+         run_id uuid, agent_id text, conversation_id uuid, external_conversation_id text, reply_to_message_id text,
+         text text, ack_state text, addressed_actor_ids jsonb)
+       ON CONFLICT (idempotency_key) DO NOTHING
+       RETURNING id)
+     SELECT count(*)::int AS n, CASE WHEN count(*) > 0 THEN pg_notify('keel_emissions', ?) END AS notified FROM inserted`,
     [
       JSON.stringify(
         drafts.map((draft) => ({
@@ -103,10 +107,10 @@ export async function reserveEmissions(
           addressed_actor_ids: draft.addressedActorIds,
         })),
       ),
+      target.connector,
     ],
   );
-  if (inserted.length > 0) await trx.raw("SELECT pg_notify('keel_emissions', ?)", [target.connector]);
-  return inserted.length;
+  return reserved?.n ?? 0;
 }
 
 /** What ending a run that no worker holds needs to know about it. */
