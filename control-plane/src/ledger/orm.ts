@@ -21,6 +21,8 @@ export function ledgerConfig(options: LedgerOptions) {
     pool: { min: 0, max: options.poolMax },
     debug: options.debug ?? false,
     logger: options.log ?? (() => {}),
+    // Messages go into JSON log lines; terminal colour codes would only garble them.
+    colors: false,
     // Every RPC and worker iteration forks its own EntityManager; the global one is a bug.
     allowGlobalContext: false,
     discovery: { warnWhenNoEntities: true },
