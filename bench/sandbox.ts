@@ -43,7 +43,7 @@ import { loadConfig } from "../control-plane/src/config.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import { createRunRepository } from "../control-plane/src/ledger/run.repository.js";
 import type { SandboxExec, WorkspaceGrant } from "../control-plane/src/tools/sandbox-dispatcher.js";
-import { createDockerWorkspaceBackend, LABELS, SANDBOX_USER } from "../sandbox-agent/src/docker-workspace-backend.js";
+import { createDemuxer, createDockerWorkspaceBackend, LABELS, SANDBOX_USER } from "../sandbox-agent/src/docker-workspace-backend.js";
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceSpec } from "../sandbox-agent/src/workspace-backend.js";
 import { freePort, ms, pick, summarize, table } from "./support.js";
 
@@ -398,33 +398,14 @@ async function waitAttached(app: KeelApp, agent: AgentChild, hostId: string): Pr
 // ---------------------------------------------------------------------------------------------
 // Raw dockerode exec: the baseline for 2 and 3
 
-/** Counts the payload bytes of Docker's multiplexed stream: [type, 0, 0, 0, size (4, big-endian)] + payload. */
+/** Counts the payload bytes of Docker's multiplexed stream with the backend's own demuxer. */
 function payloadCounter(): { feed(chunk: Buffer): void; readonly bytes: number } {
-  const header = Buffer.alloc(8);
-  let headerBytes = 0;
-  let remaining = 0;
   let bytes = 0;
+  const feed = createDemuxer((_stream, chunk) => {
+    bytes += chunk.length;
+  });
   return {
-    feed(chunk) {
-      let offset = 0;
-      while (offset < chunk.length) {
-        if (remaining === 0) {
-          const n = Math.min(8 - headerBytes, chunk.length - offset);
-          chunk.copy(header, headerBytes, offset, offset + n);
-          headerBytes += n;
-          offset += n;
-          if (headerBytes === 8) {
-            remaining = header.readUInt32BE(4);
-            headerBytes = 0;
-          }
-          continue;
-        }
-        const n = Math.min(remaining, chunk.length - offset);
-        bytes += n;
-        offset += n;
-        remaining -= n;
-      }
-    },
+    feed,
     get bytes() {
       return bytes;
     },

@@ -231,7 +231,7 @@ async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
 }
 
 /** Parses Docker's multiplexed attach stream: [type, 0, 0, 0, size(4, big-endian)] + payload. */
-function createDemuxer(emit: (stream: OutputStreamName, chunk: Uint8Array) => void): (chunk: Buffer) => void {
+export function createDemuxer(emit: (stream: OutputStreamName, chunk: Uint8Array) => void): (chunk: Buffer) => void {
   const header = Buffer.alloc(8);
   let headerBytes = 0;
   let remaining = 0;

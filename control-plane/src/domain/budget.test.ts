@@ -48,7 +48,7 @@ const limitOf: Record<BudgetDimension, number> = {
 };
 
 /** Usage and elapsed time with one dimension set to `used` and everything else at zero. */
-function only(dimension: BudgetDimension, used: number): [RunUsage, number] {
+function usageAt(dimension: BudgetDimension, used: number): [RunUsage, number] {
   if (dimension === "wall_clock") return [ZERO_USAGE, used];
   return [usage({ [usageKey[dimension]]: used }), 0];
 }
@@ -106,9 +106,9 @@ describe("budget checks, one dimension at a time", () => {
     for (const [dimension, rule] of Object.entries(rules) as [BudgetDimension, "at" | "over" | undefined][]) {
       it(`${name}: ${dimension} ${rule ?? "not checked"}`, () => {
         const limit = limitOf[dimension];
-        expect(check(budget, ...only(dimension, limit - 1))).toBeUndefined();
-        const atLimit = check(budget, ...only(dimension, limit));
-        const pastLimit = check(budget, ...only(dimension, limit + 1));
+        expect(check(budget, ...usageAt(dimension, limit - 1))).toBeUndefined();
+        const atLimit = check(budget, ...usageAt(dimension, limit));
+        const pastLimit = check(budget, ...usageAt(dimension, limit + 1));
         if (rule === undefined) {
           expect(atLimit).toBeUndefined();
           expect(pastLimit).toBeUndefined();
@@ -175,7 +175,7 @@ describe("budget checks report the first dimension in the fixed order", () => {
     fc.assert(
       fc.property(fc.constantFrom(...order), fc.nat({ max: 100 }), (dimension, slack) => {
         // Every other dimension has plenty of room; only `dimension` is past its limit.
-        const [used, elapsed] = only(dimension, limitOf[dimension] + 1 + slack);
+        const [used, elapsed] = usageAt(dimension, limitOf[dimension] + 1 + slack);
         expect(budgetOverrun(budget, used, elapsed)?.exhausted).toBe(dimension);
       }),
     );
