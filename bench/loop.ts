@@ -17,11 +17,12 @@ import { z } from "zod";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
 import { loadConfig } from "../control-plane/src/config.js";
-import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
+import { withBudgetDefaults, type AgentSpec, type ScriptedTurn } from "../control-plane/src/domain/agent.js";
+
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
-import { freePort, ms, pick, summarize, table } from "./support.js";
+import { freePort, ms, nodeCpuMs, pick, postgresCpuMs, summarize, table } from "./support.js";
 
 interface Options {
   readonly iterations: number;
@@ -50,9 +51,11 @@ function benchAgent(iterations: number): AgentSpec {
   };
   const done: ScriptedTurn = { ...call, toolCalls: [], replyText: "done" };
   const model = { ...DEMO_AGENT.models.primary, scriptedTurns: [...Array.from({ length: iterations - 1 }, () => call), done] };
+  const room = iterations + 10;
   return {
     ...DEMO_AGENT,
     id: "loop-bench",
+    budget: withBudgetDefaults({ maxIterations: room, maxModelCalls: room, maxToolCalls: room, maxInputTokens: room * 1000, maxOutputTokens: room * 1000 }),
     models: { primary: model, fast: model, decision: model },
     tools: [{ toolName: "bench.read.v1", connectors: [], readOnlyCommands: [] }],
   };
@@ -72,7 +75,8 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
   try {
     if (process.getuid?.() === 0) await chmod(dir, 0o755);
     progress(`starting embedded PostgreSQL in ${dir} (default durability)`);
-    postgres = await startEmbeddedPostgres({ dataDir: path.join(dir, "data"), port: await freePort() });
+    const dataDir = path.join(dir, "data");
+    postgres = await startEmbeddedPostgres({ dataDir, port: await freePort() });
     const env = {
       DATABASE_URL: postgres.url,
       KEEL_LOG_LEVEL: "warn",
@@ -104,19 +108,22 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
     await app.agents.put(benchAgent(options.iterations));
     app.startWorkers();
     const db = new pg.Client({ connectionString: postgres.url });
+    db.on("error", (error) => progress(`benchmark connection: ${error.message}`));
     await db.connect();
 
     const runPhase = async (runs: number) => {
       marks.clear();
+      const cpuBefore = { node: nodeCpuMs(), postgres: postgresCpuMs(dataDir) };
       const began = performance.now();
       const ids: string[] = [];
       for (let i = 0; i < runs; i++) ids.push(await submit(db, `phase-${runs}-${i}`));
       await waitForAll(db, ids);
       const wallMs = performance.now() - began;
+      const cpu = { node: nodeCpuMs() - cpuBefore.node, postgres: postgresCpuMs(dataDir) - cpuBefore.postgres };
       const gaps = [...marks.values()].flatMap((list) => list.slice(1).map((t, i) => t - list[i]!));
       const steps = [...marks.values()].reduce((n, list) => n + list.length, 0);
       progress(`${runs} run(s): ${steps} steps in ${(wallMs / 1000).toFixed(2)} s`);
-      return { gaps, steps, wallMs };
+      return { gaps, steps, wallMs, cpu };
     };
 
     await runPhase(2); // warm-up
@@ -137,12 +144,14 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
         return client;
       }),
     );
+    const rawCpuBefore = { node: nodeCpuMs(), postgres: postgresCpuMs(dataDir) };
     const rawBegan = performance.now();
     let next = 0;
     await Promise.all(clients.map(async (client) => {
       while (next++ < options.raw) await rawIteration(client);
     }));
     const rawPerSecond = options.raw / ((performance.now() - rawBegan) / 1000);
+    const rawCpu = { node: nodeCpuMs() - rawCpuBefore.node, postgres: postgresCpuMs(dataDir) - rawCpuBefore.postgres };
     await Promise.all(clients.map((c) => c.end()));
     await db.end();
 
@@ -165,10 +174,10 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
       ),
       "",
       ...table(
-        ["throughput", "per_s"],
+        ["throughput", "per_s", "node_cpu_ms_each", "postgres_cpu_ms_each"],
         [
-          [`keel steps, ${options.concurrent} runs`, stepsPerSecond.toFixed(1)],
-          [`raw txns, ${options.concurrent} connections`, rawPerSecond.toFixed(1)],
+          [`keel steps, ${options.concurrent} runs`, stepsPerSecond.toFixed(1), ms(concurrent.cpu.node / concurrent.steps), ms(concurrent.cpu.postgres / concurrent.steps)],
+          [`raw txns, ${options.concurrent} connections`, rawPerSecond.toFixed(1), ms(rawCpu.node / options.raw), ms(rawCpu.postgres / options.raw)],
         ],
       ),
       "",

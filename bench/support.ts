@@ -1,5 +1,7 @@
 // Shared by the benchmarks: percentiles, the printed table, ports and settings.
+import { readdirSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
+import path from "node:path";
 
 export interface Stats {
   readonly n: number;
@@ -43,4 +45,44 @@ export function freePort(): Promise<number> {
       server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))));
     });
   });
+}
+
+/**
+ * CPU time (ms) used so far by a PostgreSQL server: the postmaster, its live backends and the
+ * backends that already exited (counted in the postmaster's children totals). Linux only; 0 elsewhere.
+ */
+export function postgresCpuMs(dataDir: string): number {
+  try {
+    const postmaster = Number(readFileSync(path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
+    const ticks = (pid: number, children: boolean): number => {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      // Fields 14-17 of stat (utime, stime, cutime, cstime) are 11-14 here, after pid and comm.
+      const [utime, stime, cutime, cstime] = [11, 12, 13, 14].map((i) => Number(fields[i]));
+      return utime! + stime! + (children ? cutime! + cstime! : 0);
+    };
+    let total = ticks(postmaster, true);
+    for (const entry of readdirSync("/proc")) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const status = readFileSync(`/proc/${entry}/stat`, "utf8");
+        const ppid = Number(status.slice(status.lastIndexOf(")") + 2).split(" ")[1]);
+        if (ppid === postmaster) total += ticks(Number(entry), false);
+      } catch {
+        // the process exited while we looked
+      }
+    }
+    return (total * 1000) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
+}
+
+/** USER_HZ: 100 on every Linux this runs on. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/** CPU time (ms) this Node process has used so far. */
+export function nodeCpuMs(): number {
+  const usage = process.cpuUsage();
+  return (usage.user + usage.system) / 1000;
 }

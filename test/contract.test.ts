@@ -486,8 +486,8 @@ describe("bad inputs are refused with the right code and leave no trace", () => 
   ];
 
   const count = async (table: "runs" | "messages"): Promise<number> => {
-    const result = (await keel.app.ledger.sql.raw(`select count(*)::int as n from ${table}`)) as { rows: { n: number }[] };
-    return result.rows[0]!.n;
+    const [row] = await keel.app.ledger.sql.query<{ n: number }>(`select count(*)::int as n from ${table}`);
+    return row!.n;
   };
 
   for (const clientName of [GRPC_JS, CONNECT_ES]) {

@@ -158,7 +158,7 @@ const TERMINAL = [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, Ru
 /** Moves the clock and wakes every worker, as the end of a window would. */
 async function advance(ms: number): Promise<void> {
   clock.advance(ms);
-  await keel.app.ledger.sql.raw("SELECT pg_notify('keel_runs', '')");
+  await keel.app.ledger.sql.query("SELECT pg_notify('keel_runs', '')");
 }
 
 /** What the fast model will answer the next follow-up question with. */

@@ -21,7 +21,7 @@ import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
 import { createRunControlRepository } from "./ledger/run-control.repository.js";
 import { createRunRepository } from "./ledger/run.repository.js";
-import { sqlOf, type Sql } from "./ledger/sql.js";
+import { createSqlPool, type SqlPool } from "./ledger/sql.js";
 import { createOpenAiModelProvider } from "./models/openai-model-provider.js";
 import { createScriptedModelProvider } from "./models/scripted-model-provider.js";
 import type { RunnerDeps } from "./runner/runner.js";
@@ -35,10 +35,13 @@ import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.j
 
 export interface Ledger {
   readonly orm: LedgerOrm;
-  readonly sql: Sql;
+  readonly sql: SqlPool;
   readonly url: string;
   close(): Promise<void>;
 }
+
+/** MikroORM serves migrations and the agent and token repositories; the hot paths use the SQL pool. */
+const ORM_POOL_MAX = 4;
 
 /** Opens the ledger: DATABASE_URL if set, else the embedded PostgreSQL in the data folder. */
 export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<Ledger> {
@@ -52,12 +55,14 @@ export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<L
     });
     url = embedded.url;
   }
-  const orm = await openLedger({ url, poolMax: config.dbPoolMax, log: (message) => log.info({ component: "ledger" }, message) });
+  const orm = await openLedger({ url, poolMax: ORM_POOL_MAX, log: (message) => log.info({ component: "ledger" }, message) });
+  const sql = createSqlPool({ url, max: config.dbPoolMax, onError: (error) => log.warn({ component: "ledger", err: error }, "idle database connection failed") });
   return {
     orm,
-    sql: sqlOf(orm),
+    sql,
     url,
     async close() {
+      await sql.close();
       await orm.close();
       await embedded?.stop();
     },

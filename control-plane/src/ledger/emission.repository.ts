@@ -24,7 +24,7 @@ export function createEmissionRepository(sql: Sql): EmissionQueries {
       return found.map(toEmissionRecord);
     },
     async acknowledge(emissionId, outcome, remoteRef, detail) {
-      await sql.raw(
+      await sql.query(
         `UPDATE emissions SET delivery_status = ?, remote_ref = nullif(?, ''), delivery_detail = nullif(?, ''), settled_at = now()
          WHERE id = ? AND delivery_status = 'pending'`,
         [outcome, remoteRef, detail, emissionId],

@@ -267,11 +267,11 @@ export function createIngressRepository(sql: Sql): MailboxStore {
         }
         // The edit is a message of its own, so the original and every version stay in the ledger.
         const editRowId = randomUUID();
-        await trx.raw(
+        await trx.query(
           `INSERT INTO messages (id, conversation_id, external_id, actor_id, text, edit_of_message_id) VALUES (?, ?, ?, ?, ?, ?)`,
           [editRowId, conversation.id, `${edit.messageId}#edit-${original.edits + 1}`, edit.actorId, edit.text, original.id],
         );
-        await trx.raw("UPDATE messages SET edited_at = ? WHERE id = ?", [now, original.id]);
+        await trx.query("UPDATE messages SET edited_at = ? WHERE id = ?", [now, original.id]);
 
         const room: Mailroom = { trx, agent: conversation.spec, conversationId: conversation.id, externalConversationId: edit.conversationId, now };
         const incoming: Incoming = {
@@ -296,7 +296,7 @@ export function createIngressRepository(sql: Sql): MailboxStore {
         if (state.target === undefined) {
           // Nothing in flight carries the message: the edit is recorded against the run that answered it.
           const runId = original.run_id;
-          await trx.raw("UPDATE messages SET run_id = ? WHERE id = ?", [runId, editRowId]);
+          await trx.query("UPDATE messages SET run_id = ? WHERE id = ?", [runId, editRowId]);
           if (runId !== null) {
             await appendRunEvents(trx, runId, [{ kind: "trigger_added", summary: `message ${edit.messageId} edited by ${edit.actorId} after the run ended; nothing restarted` }]);
           }
@@ -354,7 +354,7 @@ export function createIngressRepository(sql: Sql): MailboxStore {
           ]);
           return { kind: "done", result: { runId: run.id, authorized: false } };
         }
-        await trx.raw("INSERT INTO actors (id) VALUES (?) ON CONFLICT (id) DO NOTHING", [request.actorId]);
+        await trx.query("INSERT INTO actors (id) VALUES (?) ON CONFLICT (id) DO NOTHING", [request.actorId]);
         const externalId = request.messageId ?? `continue-${randomUUID()}`;
         const [message] = await rows<{ id: string }>(
           trx,
@@ -411,7 +411,7 @@ async function applyPlan(room: Mailroom, plan: AdmissionPlan, incoming: Incoming
       break;
     case "record": {
       const run = byId(plan.runId);
-      await room.trx.raw("UPDATE messages SET run_id = ? WHERE id = ?", [run.id, incoming.rowId]);
+      await room.trx.query("UPDATE messages SET run_id = ? WHERE id = ?", [run.id, incoming.rowId]);
       await appendRunEvents(room.trx, run.id, [{ kind: "trigger_added", summary: `message ${incoming.externalId} from ${incoming.actorId}: ${why}` }]);
       admission = { runId: run.id, status: run.status, duplicate: false };
       break;
@@ -423,7 +423,7 @@ async function applyPlan(room: Mailroom, plan: AdmissionPlan, incoming: Incoming
   // A worker may have skipped a run this transaction held locked; let one look again. (A new
   // run's insert has already said so.)
   if (plan.kind !== "new_request" && plan.kind !== "supersede" && plan.kind !== "continue") {
-    await room.trx.raw("SELECT pg_notify('keel_runs', ?)", [admission.runId]);
+    await room.trx.query("SELECT pg_notify('keel_runs', ?)", [admission.runId]);
   }
   return admission;
 }
@@ -558,7 +558,7 @@ async function addTrigger(
   how: { relation: string; notBefore: Date | undefined; amends: boolean },
   why: string,
 ): Promise<Admission> {
-  await room.trx.raw(
+  await room.trx.query(
     `WITH trigger AS (
        INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)
        SELECT r.id, ?, ?, ?, ?, ?, CASE WHEN ? THEN r.step_count ELSE 0 END, false, r.trigger_count + 1 FROM runs r WHERE r.id = ?)
@@ -567,7 +567,7 @@ async function addTrigger(
      WHERE id = ?`,
     [incoming.rowId, incoming.actorId, incoming.externalId, room.now, how.relation, how.amends, run.id, how.amends ? 1 : 0, how.notBefore ?? null, run.id],
   );
-  await room.trx.raw("UPDATE messages SET run_id = ? WHERE id = ?", [run.id, incoming.rowId]);
+  await room.trx.query("UPDATE messages SET run_id = ? WHERE id = ?", [run.id, incoming.rowId]);
   await appendRunEvents(room.trx, run.id, [
     { kind: "trigger_added", summary: `message ${incoming.externalId} from ${incoming.actorId} ${how.amends ? "amends the run at its next step" : "joins the run"}: ${why}` },
   ]);
@@ -609,7 +609,7 @@ async function supersede(room: Mailroom, run: ConversationRun, incoming: Incomin
       supersededBy: successorId,
     });
   } else {
-    await room.trx.raw(
+    await room.trx.query(
       `UPDATE runs SET superseded_by_run_id = ?, cancel_requested_by_actor_id = ?, cancel_reason = ?, updated_at = now() WHERE id = ?`,
       [successorId, incoming.actorId, reason, run.id],
     );
@@ -620,14 +620,14 @@ async function supersede(room: Mailroom, run: ConversationRun, incoming: Incomin
 
 /** "never mind, stop": the message is recorded on the run it stops. */
 async function cancelByMessage(room: Mailroom, run: ConversationRun, incoming: Incoming, why: string): Promise<Admission> {
-  await room.trx.raw(
+  await room.trx.query(
     `WITH trigger AS (
        INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)
        SELECT r.id, ?, ?, ?, ?, 'cancels', r.step_count, false, r.trigger_count + 1 FROM runs r WHERE r.id = ?)
      UPDATE runs SET cancel_requested_by_actor_id = ?, cancel_reason = ?, trigger_count = trigger_count + 1, updated_at = now() WHERE id = ?`,
     [incoming.rowId, incoming.actorId, incoming.externalId, room.now, run.id, incoming.actorId, `message ${incoming.externalId}: ${why}`, run.id],
   );
-  await room.trx.raw("UPDATE messages SET run_id = ? WHERE id = ?", [run.id, incoming.rowId]);
+  await room.trx.query("UPDATE messages SET run_id = ? WHERE id = ?", [run.id, incoming.rowId]);
   if (PARKED.has(run.status)) {
     await stopParkedRun(room.trx, {
       ...emissionTarget(room, run),

@@ -29,7 +29,7 @@ export async function appendRunEvents(trx: SqlTransaction, runId: string, events
 /** Inserts events numbered from `firstSeq` (already reserved on the run row) and wakes watchers, in one statement. */
 export async function insertRunEvents(trx: SqlTransaction, runId: string, firstSeq: number, events: readonly RunEventDraft[]): Promise<void> {
   if (events.length === 0) return;
-  await trx.raw(
+  await trx.query(
     `WITH inserted AS (
        INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
        SELECT ?::uuid, e.seq, e.kind, e.status, e.step_id, e.tool_invocation_id, e.summary
@@ -131,7 +131,7 @@ export interface ParkedRunStop extends EmissionTarget {
  * as failed. Wakes a worker: the conversation's next run may start now.
  */
 export async function stopParkedRun(trx: SqlTransaction, stop: ParkedRunStop): Promise<void> {
-  await trx.raw(
+  await trx.query(
     `UPDATE runs SET status = 'cancelled', wait_reason = NULL, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
        cancel_requested_by_actor_id = coalesce(cancel_requested_by_actor_id, ?), cancel_reason = coalesce(cancel_reason, ?),
        superseded_by_run_id = coalesce(?, superseded_by_run_id), updated_at = now()
@@ -145,7 +145,7 @@ export async function stopParkedRun(trx: SqlTransaction, stop: ParkedRunStop): P
       summary: stop.supersededBy === undefined ? `cancelled by ${stop.actorId}: ${stop.reason}` : `superseded by run ${stop.supersededBy}: ${stop.reason}`,
     },
   ]);
-  await trx.raw("SELECT pg_notify('keel_runs', ?)", [stop.runId]);
+  await trx.query("SELECT pg_notify('keel_runs', ?)", [stop.runId]);
   if (stop.supersededBy !== undefined) return;
   const replyTo = stop.replyToMessageId === null ? {} : { replyToMessageId: stop.replyToMessageId };
   const drafts: EmissionDraft[] = [];

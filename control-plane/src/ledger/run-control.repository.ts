@@ -37,13 +37,13 @@ export function createRunControlRepository(sql: Sql): RunControl {
     });
 
   const requeue = async (trx: SqlTransaction, runId: string, summary: string): Promise<RunStatus> => {
-    await trx.raw(
+    await trx.query(
       `UPDATE runs SET status = 'queued', wait_reason = CASE WHEN paused THEN 'paused' ELSE NULL END,
          lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = ?`,
       [runId],
     );
     await appendRunEvents(trx, runId, [{ kind: "status_changed", status: "queued", summary }]);
-    await trx.raw("SELECT pg_notify('keel_runs', ?)", [runId]);
+    await trx.query("SELECT pg_notify('keel_runs', ?)", [runId]);
     return "queued";
   };
 
@@ -55,7 +55,7 @@ export function createRunControlRepository(sql: Sql): RunControl {
     cancel: (runId, actorId, reason) =>
       locked(runId, async (trx, run) => {
         mustBeLive(run, runId);
-        await trx.raw("UPDATE runs SET cancel_requested_by_actor_id = ?, cancel_reason = ?, updated_at = now() WHERE id = ?", [actorId, reason, runId]);
+        await trx.query("UPDATE runs SET cancel_requested_by_actor_id = ?, cancel_reason = ?, updated_at = now() WHERE id = ?", [actorId, reason, runId]);
         if (!PARKED.has(run.status)) {
           await appendRunEvents(trx, runId, [{ kind: "status_changed", status: run.status, summary: `cancellation requested by ${actorId}: ${reason}` }]);
           return run.status;
@@ -86,7 +86,7 @@ export function createRunControlRepository(sql: Sql): RunControl {
           [`Answer from ${actorId}: ${text}`, actorId, runId],
         );
         if (answered.length === 0) throw new FailedPreconditionError(`run ${runId} has no open question`);
-        await trx.raw("INSERT INTO actors (id) VALUES (?) ON CONFLICT (id) DO NOTHING", [actorId]);
+        await trx.query("INSERT INTO actors (id) VALUES (?) ON CONFLICT (id) DO NOTHING", [actorId]);
         await appendRunEvents(trx, runId, [{ kind: "tool_settled", toolInvocationId: answered[0]!.id, summary: `answered by ${actorId}` }]);
         return requeue(trx, runId, `answered by ${actorId}`);
       }),
@@ -116,7 +116,7 @@ export function createRunControlRepository(sql: Sql): RunControl {
     pause: (runId, actorId, reason) =>
       locked(runId, async (trx, run) => {
         mustBeLive(run, runId);
-        await trx.raw(
+        await trx.query(
           "UPDATE runs SET paused = true, wait_reason = CASE WHEN status = 'queued' THEN 'paused' ELSE wait_reason END, updated_at = now() WHERE id = ?",
           [runId],
         );
@@ -128,12 +128,12 @@ export function createRunControlRepository(sql: Sql): RunControl {
       locked(runId, async (trx, run) => {
         mustBeLive(run, runId);
         if (!run.paused) throw new FailedPreconditionError(`run ${runId} is not paused`);
-        await trx.raw(
+        await trx.query(
           "UPDATE runs SET paused = false, wait_reason = CASE WHEN wait_reason = 'paused' THEN NULL ELSE wait_reason END, updated_at = now() WHERE id = ?",
           [runId],
         );
         await appendRunEvents(trx, runId, [{ kind: "status_changed", status: run.status, summary: `resumed by ${actorId}: ${reason}` }]);
-        await trx.raw("SELECT pg_notify('keel_runs', ?)", [runId]);
+        await trx.query("SELECT pg_notify('keel_runs', ?)", [runId]);
         return run.status;
       }),
 

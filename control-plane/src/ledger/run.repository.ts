@@ -307,7 +307,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       policy: Policy;
     };
     const apply = async (executor: Sql | SqlTransaction): Promise<FenceRow> => {
-      const [run] = await rows<FenceRow>(executor, statement, bindings);
+      const [run] = await preparedRows<FenceRow>(executor, statement, bindings);
       if (run === undefined) throw new LeaseLostError(fence.runId, fence.epoch);
       return run;
     };
@@ -531,7 +531,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       }),
 
     async appendObservation(runId, invocationId, seq, stream, text) {
-      await sql("observations").insert({ id: randomUUID(), run_id: runId, tool_invocation_id: invocationId, seq, stream, text });
+      await sql.query("INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES (?, ?, ?, ?, ?, ?)", [randomUUID(), runId, invocationId, seq, stream, text]);
     },
 
     release: (fence, summary) =>

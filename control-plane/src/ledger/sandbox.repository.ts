@@ -38,11 +38,11 @@ export function createSandboxRepository(sql: Sql): WorkspaceLeaseStore {
     },
 
     async hostDisconnected(hostId) {
-      await sql.raw("UPDATE sandbox_hosts SET connected = false WHERE id = ?", [hostId]);
+      await sql.query("UPDATE sandbox_hosts SET connected = false WHERE id = ?", [hostId]);
     },
 
     async heartbeat(hostId) {
-      await sql.raw("UPDATE sandbox_hosts SET last_heartbeat_at = now(), connected = true WHERE id = ?", [hostId]);
+      await sql.query("UPDATE sandbox_hosts SET last_heartbeat_at = now(), connected = true WHERE id = ?", [hostId]);
     },
 
     async isHostConnected(hostId) {
@@ -85,7 +85,7 @@ export function createSandboxRepository(sql: Sql): WorkspaceLeaseStore {
     },
 
     async createWorkspace(workspace) {
-      await sql.raw("INSERT INTO workspaces (id, host_id, run_id, image, status) VALUES (?, ?, ?, ?, 'active')", [
+      await sql.query("INSERT INTO workspaces (id, host_id, run_id, image, status) VALUES (?, ?, ?, ?, 'active')", [
         workspace.id,
         workspace.hostId,
         workspace.runId,
@@ -104,7 +104,7 @@ export function createSandboxRepository(sql: Sql): WorkspaceLeaseStore {
 
     async dueForRelease(keepMs, limit) {
       // keep_until records, for operators, how long a finished run's workspace stays for inspection.
-      await sql.raw(
+      await sql.query(
         `UPDATE workspaces w SET keep_until = coalesce(r.finished_at, r.updated_at) + (? * interval '1 millisecond')
          FROM runs r WHERE r.id = w.run_id AND w.status = 'active' AND w.keep_until IS NULL AND r.status = ANY(?::text[])`,
         [keepMs, TERMINAL_RUN_STATUSES],
