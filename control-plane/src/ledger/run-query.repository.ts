@@ -8,6 +8,7 @@ import type {
   TriggerRecord,
 } from "../domain/records.js";
 import type { RunStatus } from "../domain/run.js";
+import { expandModelRequests, type StoredModelRequest } from "../domain/model-request.js";
 import {
   toArtifactRecord,
   toModelCallRecord,
@@ -103,7 +104,7 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
     const stepIds = stepRows.map((s) => s["id"] as string);
     if (stepIds.length === 0) return [];
     const [calls, invocations] = await Promise.all([
-      rows<Record<string, unknown>>(sql, "SELECT * FROM model_calls WHERE step_id = ANY(?::uuid[])", [stepIds]),
+      rows<Record<string, unknown>>(sql, "SELECT * FROM model_calls WHERE step_id = ANY(?::uuid[])", [stepIds]).then((found) => withWholeRequests(sql, found)),
       rows<Record<string, unknown>>(sql, "SELECT * FROM tool_invocations WHERE step_id = ANY(?::uuid[]) ORDER BY ordinal", [stepIds]),
     ]);
     const observations = await rows<Record<string, unknown>>(
@@ -238,4 +239,16 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       return found.map(toRunEventRecord);
     },
   };
+}
+
+/**
+ * Model calls with their whole requests: a request stored as a delta on an earlier call is
+ * expanded from the run's chain of calls (read only when a delta is present).
+ */
+async function withWholeRequests(sql: Sql, calls: Record<string, unknown>[]): Promise<Record<string, unknown>[]> {
+  const deltaRuns = [...new Set(calls.filter((c) => typeof (c["request"] as { base?: unknown } | null)?.base === "string").map((c) => c["run_id"] as string))];
+  if (deltaRuns.length === 0) return calls;
+  const chain = await rows<{ id: string; request: StoredModelRequest }>(sql, "SELECT id, request FROM model_calls WHERE run_id = ANY(?::uuid[])", [deltaRuns]);
+  const whole = expandModelRequests(chain);
+  return calls.map((call) => ({ ...call, request: whole.get(call["id"] as string) ?? call["request"] }));
 }

@@ -1,4 +1,5 @@
 import type { AgentSpec, Policy, ToolEffect } from "../domain/agent.js";
+import type { StoredModelRequest } from "../domain/model-request.js";
 import type { ArtifactRecord, EmissionDraft, ToolInvocationStatus } from "../domain/records.js";
 import type { BudgetDimension, CommitBoundary, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
 import type { TranscriptInvocation, TranscriptStep } from "../domain/transcript-builder.js";
@@ -71,7 +72,8 @@ export interface ModelCallCommit {
   readonly role: ModelRole;
   readonly provider: string;
   readonly model: string;
-  readonly request: unknown;
+  /** Whole, or a delta on the run's previous call (see domain/model-request.ts). */
+  readonly request: StoredModelRequest;
   readonly responseText: string;
   readonly toolCalls: readonly ToolCallRequest[];
   readonly inputTokens: number;

@@ -11,6 +11,7 @@ import { evaluatorFor, profileFor } from "../domain/profile.js";
 import type { EmissionDraft } from "../domain/records.js";
 import { ackKey, costMicroUsd, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
 import { partialResultReply } from "../domain/interrupt.js";
+import { requestForStorage, type PreviousModelRequest } from "../domain/model-request.js";
 import { buildTranscript } from "../domain/transcript-builder.js";
 import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import { ToolOutcomeUnknownError, type RegisteredTool, type ToolRegistry } from "../tools/tool-registry.js";
@@ -84,6 +85,8 @@ class RunDriver {
   private commitBoundary: CommitBoundary;
   private readonly fence: Fence;
   private readonly log: Logger;
+  /** This worker's last model call on the run: the next one is stored as a delta on it. */
+  private previousRequest: PreviousModelRequest | undefined;
 
   constructor(
     private readonly deps: RunnerDeps,
@@ -302,17 +305,20 @@ class RunDriver {
       costMicroUsd: this.usage.costMicroUsd + cost,
       wallClockMs: this.elapsed(),
     };
+    const callId = randomUUID();
+    const request = requestForStorage(callId, { messages, tools }, this.previousRequest);
+    this.previousRequest = request.remembered;
     const step = {
       id: randomUUID(),
       index: this.stepIndex,
       actorId: this.actorOfStep(history),
       startedAt,
       modelCall: {
-        id: randomUUID(),
+        id: callId,
         role: "primary" as const,
         provider: spec.provider,
         model: spec.model === "" ? spec.provider : spec.model,
-        request: { messages, tools },
+        request: request.stored,
         responseText: turn.text,
         toolCalls: turn.toolCalls,
         inputTokens: turn.usage.inputTokens,

@@ -1,0 +1,108 @@
+// How a model call's request is kept in the ledger. Each call of a run sends the whole
+// transcript, which grows by a turn and a result every iteration: stored whole, a run of n
+// iterations would write O(n²) bytes. So a call's request is stored as a delta on the run's
+// previous call: how many of its messages are kept, the messages after them, and the tool
+// catalog only when it changed. Compaction rewrites old results, so "kept" is the common
+// prefix, not a fixed count. The first call a worker makes after claiming a run is stored
+// whole, so a chain never depends on a call another worker remembered.
+
+/** What a model call was asked: the messages and the tool catalog, as sent. */
+export interface ModelRequestRecord {
+  readonly messages: readonly unknown[];
+  readonly tools: readonly unknown[];
+}
+
+/** A stored request: whole, or a delta on the call `base` of the same run. */
+export type StoredModelRequest =
+  | ModelRequestRecord
+  | {
+      readonly base: string;
+      /** Messages taken from the base request, from its start. */
+      readonly keep: number;
+      /** The messages after them. */
+      readonly messages: readonly unknown[];
+      /** Present only when the catalog differs from the base's. */
+      readonly tools?: readonly unknown[];
+    };
+
+/** The previous call of a run, as the runner remembers it to store the next one as a delta. */
+export interface PreviousModelRequest {
+  readonly callId: string;
+  /** Each message serialized, to compare without walking objects. */
+  readonly messageJson: readonly string[];
+  readonly toolsJson: string;
+}
+
+export interface RequestForStorage {
+  readonly stored: StoredModelRequest;
+  /** Remember this for the next call. */
+  readonly remembered: PreviousModelRequest;
+}
+
+export function requestForStorage(
+  callId: string,
+  request: ModelRequestRecord,
+  previous: PreviousModelRequest | undefined,
+): RequestForStorage {
+  const messageJson = request.messages.map((m) => JSON.stringify(m));
+  const toolsJson = JSON.stringify(request.tools);
+  const remembered = { callId, messageJson, toolsJson };
+  if (previous === undefined) return { stored: request, remembered };
+  let keep = 0;
+  while (keep < messageJson.length && keep < previous.messageJson.length && messageJson[keep] === previous.messageJson[keep]) keep++;
+  const delta = {
+    base: previous.callId,
+    keep,
+    messages: request.messages.slice(keep),
+    ...(toolsJson === previous.toolsJson ? {} : { tools: request.tools }),
+  };
+  return { stored: delta, remembered };
+}
+
+function isDelta(stored: StoredModelRequest): stored is Extract<StoredModelRequest, { base: string }> {
+  return typeof (stored as { base?: unknown }).base === "string";
+}
+
+/**
+ * Whole requests from stored ones. `calls` must hold every call the wanted ones build on
+ * (all calls of their runs, in any order). A delta whose base is missing comes back with
+ * the messages it has and `incomplete: true`, never invented ones.
+ */
+export function expandModelRequests(
+  calls: readonly { readonly id: string; readonly request: StoredModelRequest }[],
+): Map<string, ModelRequestRecord & { readonly incomplete?: true }> {
+  const byId = new Map(calls.map((call) => [call.id, call.request] as const));
+  const expanded = new Map<string, ModelRequestRecord & { readonly incomplete?: true }>();
+  const expand = (id: string): (ModelRequestRecord & { readonly incomplete?: true }) | undefined => {
+    const done = expanded.get(id);
+    if (done !== undefined) return done;
+    // Walk back to a whole request (iteratively: a long run has a long chain), then forward.
+    const chain: string[] = [];
+    let cursor: string | undefined = id;
+    while (cursor !== undefined && !expanded.has(cursor)) {
+      const stored = byId.get(cursor);
+      if (stored === undefined || chain.includes(cursor)) break;
+      chain.push(cursor);
+      cursor = isDelta(stored) ? stored.base : undefined;
+    }
+    let base = cursor === undefined ? undefined : expanded.get(cursor);
+    for (const link of chain.reverse()) {
+      const stored = byId.get(link)!;
+      let whole: ModelRequestRecord & { readonly incomplete?: true };
+      if (!isDelta(stored)) whole = stored;
+      else if (base === undefined) whole = { messages: stored.messages, tools: stored.tools ?? [], incomplete: true };
+      else {
+        whole = {
+          messages: [...base.messages.slice(0, stored.keep), ...stored.messages],
+          tools: stored.tools ?? base.tools,
+          ...(base.incomplete === true ? { incomplete: true as const } : {}),
+        };
+      }
+      expanded.set(link, whole);
+      base = whole;
+    }
+    return expanded.get(id);
+  };
+  for (const call of calls) expand(call.id);
+  return expanded;
+}
