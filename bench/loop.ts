@@ -21,6 +21,7 @@ import { withBudgetDefaults, type AgentSpec, type ScriptedTurn } from "../contro
 
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
+import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
 import { freePort, ms, nodeCpuMs, pick, postgresCpuMs, summarize, table } from "./support.js";
 
@@ -132,27 +133,28 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
 
     progress(`raw transactions: ${options.raw} serial, then ${options.raw} over ${options.concurrent} connections`);
     const rawSerial: number[] = [];
+    const serialRun = await rawRun(db, "raw-serial");
     for (let i = 0; i < options.raw; i++) {
       const started = performance.now();
-      await rawIteration(db);
+      await rawIteration(db, serialRun);
       rawSerial.push(performance.now() - started);
     }
     const clients = await Promise.all(
       Array.from({ length: options.concurrent }, async () => {
         const client = new pg.Client({ connectionString: postgres!.url });
         await client.connect();
-        return client;
+        return { client, run: await rawRun(client, `raw-${randomUUID()}`) };
       }),
     );
     const rawCpuBefore = { node: nodeCpuMs(), postgres: postgresCpuMs(dataDir) };
     const rawBegan = performance.now();
     let next = 0;
-    await Promise.all(clients.map(async (client) => {
-      while (next++ < options.raw) await rawIteration(client);
+    await Promise.all(clients.map(async ({ client, run }) => {
+      while (next++ < options.raw) await rawIteration(client, run);
     }));
     const rawPerSecond = options.raw / ((performance.now() - rawBegan) / 1000);
     const rawCpu = { node: nodeCpuMs() - rawCpuBefore.node, postgres: postgresCpuMs(dataDir) - rawCpuBefore.postgres };
-    await Promise.all(clients.map((c) => c.end()));
+    await Promise.all(clients.map(({ client }) => client.end()));
     await db.end();
 
     const one = summarize(single.gaps);
@@ -193,7 +195,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
   }
 }
 
-async function submit(db: pg.Client, key: string): Promise<string> {
+async function submit(db: pg.Client, key: string, status: "queued" | "running" = "queued"): Promise<string> {
   // Submitting through SQL keeps the gRPC path out of this benchmark; first-slice covers it.
   const runId = randomUUID();
   const conversationId = randomUUID();
@@ -209,8 +211,8 @@ async function submit(db: pg.Client, key: string): Promise<string> {
   ]);
   await db.query(
     `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage)
-     VALUES ($1, 'loop-bench', $2, 'bench', 'queued', 'bench', $3, $4::jsonb, '{}'::jsonb)`,
-    [runId, conversationId, key, JSON.stringify(DEMO_AGENT.budget)],
+     VALUES ($1, 'loop-bench', $2, 'bench', $5, 'bench', $3, $4::jsonb, '{}'::jsonb)`,
+    [runId, conversationId, key, JSON.stringify(DEMO_AGENT.budget), status],
   );
   await db.query("INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($1, $2, 'bench', $3)", [runId, messageId, key]);
   await db.query("SELECT pg_notify('keel_runs', $1)", [runId]);
@@ -234,40 +236,75 @@ async function waitForAll(db: pg.Client, ids: readonly string[]): Promise<void> 
   }
 }
 
-const RAW_REQUEST = JSON.stringify({ messages: [{ role: "user", content: "go" }], tools: [] });
+/** Like a stored request after the first: the previous call's messages kept, the new turn and result appended. */
+const RAW_REQUEST = JSON.stringify({
+  base: randomUUID(),
+  keep: 2,
+  messages: [
+    { role: "assistant", content: "", toolCalls: [{ id: "call_1", name: "bench.read.v1", argumentsJson: '{"key":"k"}' }] },
+    { role: "tool", toolCallId: "call_1", content: "value of k: 42" },
+  ],
+});
 
-/** One iteration's rows (step, model call, intent, result, observation, run status, events) in one transaction. */
-async function rawIteration(db: pg.Client): Promise<void> {
-  const runId = randomUUID();
+/** A run row of its own for a raw connection, held as a running run would be (no lease a worker could take over). */
+async function rawRun(db: pg.Client, key: string): Promise<RawRun> {
+  const runId = await submit(db, key, "running");
+  return { runId, iteration: 0, eventSeq: 0 };
+}
+
+interface RawRun {
+  readonly runId: string;
+  iteration: number;
+  eventSeq: number;
+}
+
+/**
+ * The rows one iteration of the loop writes, in one transaction: the run row (status, usage,
+ * step count, event sequence), the step, its model call, the tool call (intent and result),
+ * the result's observation, and the five events Keel records (tool invoked, step committed,
+ * status change, tool settled, status change).
+ */
+async function rawIteration(db: pg.Client, run: RawRun): Promise<void> {
   const stepId = randomUUID();
   const invocationId = randomUUID();
+  const index = run.iteration++;
+  const firstSeq = run.eventSeq + 1;
+  run.eventSeq += 5;
   await db.query("BEGIN");
   try {
     await db.query(
+      `UPDATE runs SET status = $2, usage = $3::jsonb, step_count = step_count + 1, event_seq = $4, updated_at = now() WHERE id = $1`,
+      [run.runId, index % 2 === 0 ? "awaiting_tool" : "running", JSON.stringify({ ...ZERO_USAGE, iterations: index + 1, modelCalls: index + 1 }), run.eventSeq],
+    );
+    await db.query(
       `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at)
-       VALUES ($1, $2, 0, 'replayable', 'running', 'bench', 1, now())`,
-      [stepId, runId],
+       VALUES ($1, $2, $3, 'replayable', 'running', 'bench', 1, now())`,
+      [stepId, run.runId, index],
     );
     await db.query(
       `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens,
          output_tokens, latency_ms, finish_reason, cost_micro_usd)
        VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted', $4::jsonb, '', '[{"id":"c","name":"bench.read.v1"}]'::jsonb, 100, 10, 0, 'tool_calls', 0)`,
-      [randomUUID(), runId, stepId, RAW_REQUEST],
+      [randomUUID(), run.runId, stepId, RAW_REQUEST],
     );
     await db.query(
       `INSERT INTO tool_invocations (id, run_id, step_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status,
          result_text, finished_at)
        VALUES ($1, $2, $3, 'c', 0, 'bench.read.v1', 'v1', 'read', '{"key":"k"}'::jsonb, 'succeeded', 'value of k: 42', now())`,
-      [invocationId, runId, stepId],
+      [invocationId, run.runId, stepId],
     );
     await db.query(
       `INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES ($1, $2, $3, 1, 'result', 'value of k: 42')`,
-      [randomUUID(), runId, invocationId],
+      [randomUUID(), run.runId, invocationId],
     );
     await db.query(
-      `INSERT INTO run_events (run_id, seq, kind, status, step_id, summary) VALUES
-         ($1, 1, 'step_committed', 'awaiting_tool', $2, 'step'), ($1, 2, 'tool_settled', NULL, NULL, 'succeeded')`,
-      [runId, stepId],
+      `INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary) VALUES
+         ($1, $2, 'tool_invoked', NULL, $3, $4, 'bench.read.v1 intent recorded'),
+         ($1, $2 + 1, 'step_committed', 'awaiting_tool', $3, NULL, 'step'),
+         ($1, $2 + 2, 'status_changed', 'awaiting_tool', NULL, NULL, '1 tool call(s) to dispatch'),
+         ($1, $2 + 3, 'tool_settled', NULL, NULL, $4, 'succeeded: value of k: 42'),
+         ($1, $2 + 4, 'status_changed', 'running', NULL, NULL, 'bench.read.v1 succeeded')`,
+      [run.runId, firstSeq, stepId, invocationId],
     );
     await db.query("COMMIT");
   } catch (error) {
