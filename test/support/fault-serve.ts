@@ -10,7 +10,8 @@
 //   during_read        inside test.echo.v1's execute, after it ran, before it returns
 //   during_write       inside test.append_line.v1's execute, after its effect line was appended,
 //                      before it returns (effect done, result lost)
-//   after_tool_result  start of commitToolOutcome for a succeeded/failed outcome (result known, not committed)
+//   after_tool_result  start of the commit carrying a succeeded/failed result (result known, not committed): a
+//                      write's own commitToolOutcome, or the next commit for a read's result held back to ride with it
 // A marker file per run in KEEL_FAULT_DIR is written synchronously before the kill, so a
 // restarted process never kills again for that run.
 //
@@ -27,7 +28,7 @@ import path from "node:path";
 import { buildApp } from "../../control-plane/src/app.js";
 import { loadConfig } from "../../control-plane/src/config.js";
 import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
-import type { RunStore } from "../../control-plane/src/runner/run-store.js";
+import type { Fence, RunStore, Settlement } from "../../control-plane/src/runner/run-store.js";
 import type { RunnerDeps } from "../../control-plane/src/runner/runner.js";
 import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
 import { createTestTools } from "./test-tools.js";
@@ -108,20 +109,43 @@ function createFaultInjector(point: FaultPoint, faultDir: string, workers: numbe
     if (set.size === 0) inFlight.delete(runId);
   };
 
+  /** Read results the runner held back to commit with this commit (see read-outcome-batching.ts). */
+  const heldIds = (commit: Settlement): string[] => (commit.priorOutcomes ?? []).map((o) => o.invocationId);
+  const heldResultKnown = (commit: Settlement): boolean => (commit.priorOutcomes ?? []).some((o) => o.outcome === "succeeded" || o.outcome === "failed");
+  /** Commits, then marks the held reads it carried as finished. */
+  const carrying = async <T>(commit: Fence & Settlement, work: () => Promise<T>): Promise<T> => {
+    try {
+      return await work();
+    } finally {
+      close(commit.runId, heldIds(commit));
+    }
+  };
+
   const wrapStore = (store: RunStore): RunStore => ({
     ...store,
     async commitStep(commit) {
       if (point === "after_model_call" && commit.step?.modelCall !== undefined && due(commit.runId)) {
         return crashHere(commit.runId, `step ${commit.step.index} model call answered, not committed`);
       }
+      if (point === "after_tool_result" && heldResultKnown(commit) && due(commit.runId)) {
+        return crashHere(commit.runId, `held read results ${heldIds(commit).join(",")} known, not committed`);
+      }
       const pending = (commit.step?.invocations ?? []).filter((i) => i.status === "pending").map((i) => i.id);
-      if (pending.length === 0) return store.commitStep(commit);
-      // The kill is coming: start no new tool call (this step stays uncommitted; its model call replays).
-      if (quiescing) return never();
+      if (pending.length === 0) return carrying(commit, () => store.commitStep(commit));
+      if (quiescing) {
+        // The kill is coming: start no new tool call (this step stays uncommitted; its model call
+        // replays). The read results it carried are committed on their own, so those calls finish.
+        if (heldIds(commit).length > 0) {
+          const { runId, workerId, epoch, usage } = commit;
+          const priorOutcomes = commit.priorOutcomes ?? [];
+          await carrying(commit, () => store.commitStep({ runId, workerId, epoch, step: undefined, priorOutcomes, status: "running", usage, emissions: [], summary: "read results" }));
+        }
+        return never();
+      }
       open(commit.runId, pending);
       let control;
       try {
-        control = await store.commitStep(commit);
+        control = await carrying(commit, () => store.commitStep(commit));
       } catch (error) {
         close(commit.runId, pending);
         throw error;
@@ -132,11 +156,11 @@ function createFaultInjector(point: FaultPoint, faultDir: string, workers: numbe
       return control;
     },
     async commitToolOutcome(commit) {
-      if (point === "after_tool_result" && (commit.outcome === "succeeded" || commit.outcome === "failed") && due(commit.runId)) {
+      if (point === "after_tool_result" && (commit.outcome === "succeeded" || commit.outcome === "failed" || heldResultKnown(commit)) && due(commit.runId)) {
         return crashHere(commit.runId, `tool ${commit.invocationId} ${commit.outcome}, not committed`);
       }
       try {
-        return await store.commitToolOutcome(commit);
+        return await carrying(commit, () => store.commitToolOutcome(commit));
       } finally {
         close(commit.runId, [commit.invocationId]);
       }

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { expandModelRequests, requestForStorage, type ModelRequestRecord, type PreviousModelRequest, type StoredModelRequest } from "./model-request.js";
+import { expandModelRequests, requestForStorage, sameJson, type ModelRequestRecord, type PreviousModelRequest, type StoredModelRequest } from "./model-request.js";
 
 const message = fc.record({ role: fc.constantFrom("user", "assistant", "tool"), content: fc.string({ maxLength: 20 }) });
 const tools = fc.array(fc.record({ name: fc.constantFrom("a.read.v1", "b.write.v1") }), { maxLength: 2 });
@@ -60,5 +60,18 @@ describe("model requests stored as deltas", () => {
       { id: "b", request: { base: "a", keep: 0, messages: [] } },
     ];
     expect(expandModelRequests(stored).get("a")?.incomplete).toBe(true);
+  });
+
+  it("compares messages as JSON would: equal after a round trip, different when any value differs", () => {
+    const sorted = (value: unknown): unknown =>
+      Array.isArray(value) ? value.map(sorted) : typeof value === "object" && value !== null
+        ? Object.fromEntries(Object.entries(value).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => [k, sorted(v)]))
+        : value;
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.jsonValue(), (a, b) => {
+        expect(sameJson(a, JSON.parse(JSON.stringify(a)))).toBe(true);
+        expect(sameJson(a, b)).toBe(JSON.stringify(sorted(a)) === JSON.stringify(sorted(b)));
+      }),
+    );
   });
 });

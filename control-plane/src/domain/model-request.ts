@@ -28,9 +28,7 @@ export type StoredModelRequest =
 /** The previous call of a run, as the runner remembers it to store the next one as a delta. */
 export interface PreviousModelRequest {
   readonly callId: string;
-  /** Each message serialized, to compare without walking objects. */
-  readonly messageJson: readonly string[];
-  readonly toolsJson: string;
+  readonly request: ModelRequestRecord;
 }
 
 export interface RequestForStorage {
@@ -44,19 +42,33 @@ export function requestForStorage(
   request: ModelRequestRecord,
   previous: PreviousModelRequest | undefined,
 ): RequestForStorage {
-  const messageJson = request.messages.map((m) => JSON.stringify(m));
-  const toolsJson = JSON.stringify(request.tools);
-  const remembered = { callId, messageJson, toolsJson };
+  const remembered = { callId, request };
   if (previous === undefined) return { stored: request, remembered };
+  const before = previous.request.messages;
   let keep = 0;
-  while (keep < messageJson.length && keep < previous.messageJson.length && messageJson[keep] === previous.messageJson[keep]) keep++;
+  while (keep < request.messages.length && keep < before.length && sameJson(request.messages[keep], before[keep])) keep++;
   const delta = {
     base: previous.callId,
     keep,
     messages: request.messages.slice(keep),
-    ...(toolsJson === previous.toolsJson ? {} : { tools: request.tools }),
+    ...(sameJson(request.tools, previous.request.tools) ? {} : { tools: request.tools }),
   };
   return { stored: delta, remembered };
+}
+
+/** Whether two JSON-shaped values serialize alike (undefined properties count as absent, as in JSON). */
+export function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) {
+    const other = b as unknown[];
+    return a.length === other.length && a.every((item, i) => sameJson(item, other[i]));
+  }
+  const left = Object.entries(a).filter(([, v]) => v !== undefined);
+  const right = b as Record<string, unknown>;
+  const rightSize = Object.values(right).filter((v) => v !== undefined).length;
+  return left.length === rightSize && left.every(([key, value]) => sameJson(value, right[key]));
 }
 
 function isDelta(stored: StoredModelRequest): stored is Extract<StoredModelRequest, { base: string }> {

@@ -15,7 +15,7 @@ import type {
   RunStore,
   Settlement,
   StepCommit,
-  ToolOutcomeCommit,
+  ToolOutcome,
   StepState,
 } from "../runner/run-store.js";
 import { appendRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
@@ -111,7 +111,8 @@ function mayCommitAsync(settlement: Settlement, writes: boolean): boolean {
 /** What one fenced commit writes besides the run row. */
 interface FencedChange {
   readonly step: StepCommit["step"];
-  readonly outcome: ToolOutcomeCommit | undefined;
+  /** Results settled by this commit, in the order they finished. */
+  readonly outcomes: readonly ToolOutcome[];
   readonly crossesCommitBoundary: boolean;
   /** A write intent or outcome: the commit must be durable before anything else happens. */
   readonly writes: boolean;
@@ -220,39 +221,52 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         );
       }
     }
-    const outcome = change.outcome;
-    if (outcome !== undefined) {
+    const outcomes = change.outcomes;
+    if (outcomes.length > 0) {
       cte(
         `settled AS (
-           UPDATE tool_invocations t SET status = ?, result_text = ?, refusal_reason = coalesce(?, t.refusal_reason),
-             exit_code = ?, duration_ms = ?, output_truncated = ?, finished_at = now(),
-             resolved_by_actor_id = coalesce(?, t.resolved_by_actor_id), resolved_outcome = coalesce(?, t.resolved_outcome)
-           FROM fence WHERE t.id = ? AND t.run_id = fence.id RETURNING t.id)`,
-        outcome.outcome, outcome.resultText, outcome.refusalReason ?? null, outcome.exitCode ?? null, outcome.durationMs ?? null,
-        outcome.truncated ?? false, outcome.answeredByActorId ?? null, outcome.resolvedOutcome ?? null, outcome.invocationId,
+           UPDATE tool_invocations t SET status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason),
+             exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(),
+             resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)
+           FROM fence, jsonb_to_recordset(?::jsonb) AS x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int,
+             duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)
+           WHERE t.id = x.id AND t.run_id = fence.id
+           RETURNING t.id, x.outcome, x.result_text, x.truncated, x.observation_id),
+         result_observation AS (
+           INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
+           SELECT s.observation_id, fence.id, s.id, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = s.id),
+             'result', s.result_text, s.truncated
+           FROM fence, settled s WHERE s.result_text <> '' AND s.outcome <> 'refused')`,
+        // The whole result is an observation too (observation_id), so compaction can point at it.
+        JSON.stringify(
+          outcomes.map((outcome) => ({
+            id: outcome.invocationId,
+            outcome: outcome.outcome,
+            result_text: outcome.resultText,
+            refusal_reason: outcome.refusalReason ?? null,
+            exit_code: outcome.exitCode ?? null,
+            duration_ms: outcome.durationMs ?? null,
+            truncated: outcome.truncated ?? false,
+            answered_by: outcome.answeredByActorId ?? null,
+            resolved_outcome: outcome.resolvedOutcome ?? null,
+            observation_id: randomUUID(),
+          })),
+        ),
       );
-      // The whole result is an observation too, so compaction can point at it.
-      if (outcome.resultText !== "" && outcome.outcome !== "refused") {
-        cte(
-          `result_observation AS (
-             INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
-             SELECT ?, fence.id, settled.id, (SELECT coalesce(max(seq), 0) + 1 FROM observations WHERE tool_invocation_id = ?), 'result', ?, ?
-             FROM fence, settled)`,
-          randomUUID(), outcome.invocationId, outcome.resultText, outcome.truncated ?? false,
-        );
-      }
-      if (outcome.artifacts.length > 0) {
+      const artifacts = outcomes.flatMap((outcome) => outcome.artifacts.map((artifact) => ({ ...artifact, invocationId: outcome.invocationId })));
+      if (artifacts.length > 0) {
         cte(
           `new_artifacts AS (
              INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
                subject_artifact_id, conclusion)
-             SELECT x.id, fence.id, ?, x.type, x.schema_version, x.provenance, x.inline_data, x.reference, x.subject_artifact_id, x.conclusion
-             FROM fence, jsonb_to_recordset(?::jsonb) AS x(id uuid, type text, schema_version text, provenance text,
+             SELECT x.id, fence.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
+               x.subject_artifact_id, x.conclusion
+             FROM fence, jsonb_to_recordset(?::jsonb) AS x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text,
                inline_data text, reference text, subject_artifact_id uuid, conclusion text))`,
-          outcome.invocationId,
           JSON.stringify(
-            outcome.artifacts.map((artifact) => ({
+            artifacts.map((artifact) => ({
               id: artifact.id,
+              tool_invocation_id: artifact.invocationId,
               type: artifact.type,
               schema_version: artifact.schemaVersion,
               provenance: artifact.provenance,
@@ -500,7 +514,8 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
 
     commitStep: (commit) => {
       const step = commit.step;
-      const events: RunEventDraft[] = [];
+      const prior = commit.priorOutcomes ?? [];
+      const events: RunEventDraft[] = settledEvents(prior);
       if (step !== undefined) {
         for (const intent of step.invocations) {
           events.push({
@@ -514,24 +529,51 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       }
       return commitFenced(commit, commit, {
         step,
-        outcome: undefined,
+        outcomes: prior,
         crossesCommitBoundary: commit.crossesCommitBoundary ?? false,
         writes: step?.invocations.some((intent) => intent.effect === "write" && intent.status === "pending") ?? false,
         events,
       });
     },
 
-    commitToolOutcome: (commit) =>
-      commitFenced(commit, commit, {
+    commitToolOutcome: (commit) => {
+      const outcomes = [...(commit.priorOutcomes ?? []), commit];
+      return commitFenced(commit, commit, {
         step: undefined,
-        outcome: commit,
+        outcomes,
         crossesCommitBoundary: false,
         writes: commit.effect === "write",
-        events: [{ kind: "tool_settled", toolInvocationId: commit.invocationId, summary: `${commit.outcome}: ${commit.resultText.slice(0, 120)}` }],
-      }),
+        events: settledEvents(outcomes),
+      });
+    },
+
+    async readControl(runId) {
+      const [row] = await preparedRows<{ cancel_requested_by_actor_id: string | null; superseded_by_run_id: string | null; paused: boolean; trigger_count: number; policy: Policy }>(
+        sql,
+        `SELECT r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy
+         FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ?`,
+        [runId],
+      );
+      if (row === undefined) throw new Error(`run ${runId} vanished`);
+      return {
+        cancelRequestedByActorId: row.cancel_requested_by_actor_id ?? undefined,
+        supersededByRunId: row.superseded_by_run_id ?? undefined,
+        paused: row.paused,
+        policy: row.policy,
+        triggerCount: Number(row.trigger_count),
+      };
+    },
 
     async appendObservation(runId, invocationId, seq, stream, text) {
-      await sql.query("INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES (?, ?, ?, ?, ?, ?)", [randomUUID(), runId, invocationId, seq, stream, text]);
+      // Prepared: a streaming exec appends one row per MiB or so, all with this statement.
+      await preparedRows(sql, "INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES (?, ?, ?, ?, ?, ?)", [
+        randomUUID(),
+        runId,
+        invocationId,
+        seq,
+        stream,
+        text,
+      ]);
     },
 
     release: (fence, summary) =>
@@ -547,6 +589,14 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         await appendRunEvents(trx, fence.runId, [{ kind: "status_changed", status: "queued", summary }]);
       }),
   };
+}
+
+function settledEvents(outcomes: readonly ToolOutcome[]): RunEventDraft[] {
+  return outcomes.map((outcome) => ({
+    kind: "tool_settled",
+    toolInvocationId: outcome.invocationId,
+    summary: `${outcome.outcome}: ${outcome.resultText.slice(0, 120)}`,
+  }));
 }
 
 /** A run's committed steps with their model turns and tool calls, in order. */

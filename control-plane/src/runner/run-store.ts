@@ -104,6 +104,12 @@ export interface Fence {
 }
 
 export interface Settlement {
+  /**
+   * Results of read calls that finished since the last commit, committed atomically with this
+   * one, before it (see read-outcome-batching.ts). Until then a crash finds them pending,
+   * and recovery marks them interrupted, as for any read.
+   */
+  readonly priorOutcomes?: readonly ToolOutcome[];
   readonly status: RunStatus;
   readonly usage: RunUsage;
   readonly finalReply?: string;
@@ -133,7 +139,10 @@ export interface StepCommit extends Fence, Settlement {
 }
 
 /** One tool call's result, with its artifacts, committed atomically. */
-export interface ToolOutcomeCommit extends Fence, Settlement {
+export interface ToolOutcomeCommit extends Fence, Settlement, ToolOutcome {}
+
+/** A tool call's result and artifacts. */
+export interface ToolOutcome {
   readonly invocationId: string;
   /** The call's effect class: a write's outcome must be durable before anything else happens. */
   readonly effect: ToolEffect;
@@ -182,6 +191,8 @@ export interface RunStore {
   loadHistory(runId: string): Promise<RunHistory>;
   /** Commits one model turn and its calls' intents; returns the run's control state as of the commit. */
   commitStep(commit: StepCommit): Promise<RunControlState>;
+  /** The run's control state as it is now, without committing anything. */
+  readControl(runId: string): Promise<RunControlState>;
   /** Commits one call's result with its artifacts; returns the run's control state as of the commit. */
   commitToolOutcome(commit: ToolOutcomeCommit): Promise<RunControlState>;
   /** Appends an observation chunk as it arrives (not fenced: it is evidence of what happened). */

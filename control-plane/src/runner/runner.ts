@@ -16,6 +16,7 @@ import { buildTranscript } from "../domain/transcript-builder.js";
 import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import { ToolOutcomeUnknownError, type RegisteredTool, type ToolRegistry } from "../tools/tool-registry.js";
 import type { ModelProvider } from "./model-provider.js";
+import { batchReadOutcomes, DEFAULT_READ_FLUSH_MS } from "./read-outcome-batching.js";
 import type {
   ClaimedRun,
   Fence,
@@ -39,6 +40,11 @@ export interface RunnerDeps {
   /** Consecutive turns the model may get wrong (bad tool, bad arguments, unmet contract) before the run fails. */
   readonly maxInvalidTurns: number;
   readonly compaction?: CompactionOptions;
+  /**
+   * How long a finished read's result may wait to be committed with the run's next commit
+   * (read-outcome-batching.ts); 0 commits every result on its own. Default DEFAULT_READ_FLUSH_MS.
+   */
+  readonly readFlushMs?: number;
 }
 
 export interface StepContext {
@@ -63,13 +69,33 @@ class StepContinues extends Error {}
  * fenced by the lease epoch, so a worker that lost its lease changes nothing.
  */
 export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context: StepContext): Promise<void> {
-  const driver = new RunDriver(deps, claimed, context);
+  const flushAfterMs = deps.readFlushMs ?? DEFAULT_READ_FLUSH_MS;
+  const store =
+    flushAfterMs <= 0
+      ? undefined
+      : batchReadOutcomes(deps.store, {
+          flushAfterMs,
+          onFlushError: (error) => deps.log.warn({ err: error, runId: claimed.runId }, "committing held read results failed; the next commit reports it"),
+        });
+  const driver = new RunDriver(store === undefined ? deps : { ...deps, store }, claimed, context);
   try {
     await driver.run();
   } catch (error) {
     if (error instanceof RunParked) return;
     throw error;
+  } finally {
+    store?.close();
   }
+}
+
+function initialControl(claimed: ClaimedRun): RunControlState {
+  return {
+    cancelRequestedByActorId: claimed.cancelRequestedByActorId,
+    supersededByRunId: claimed.supersededByRunId,
+    paused: false,
+    policy: claimed.agent.policy,
+    triggerCount: claimed.triggerCount,
+  };
 }
 
 class RunDriver {
@@ -96,13 +122,7 @@ class RunDriver {
     this.usage = claimed.usage;
     this.stepIndex = claimed.stepCount;
     this.fence = { runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch };
-    this.control = {
-      cancelRequestedByActorId: claimed.cancelRequestedByActorId,
-      supersededByRunId: claimed.supersededByRunId,
-      paused: false,
-      policy: claimed.agent.policy,
-      triggerCount: claimed.triggerCount,
-    };
+    this.control = initialControl(claimed);
     this.messages = claimed.messages;
     this.triggerCount = claimed.triggerCount;
     this.commitBoundary = claimed.commitBoundary;
@@ -743,12 +763,16 @@ class RunDriver {
   }
 
   /** Whose input this step acts on: the last answer to keel.ask_user, else the requester. */
+  /** Who the step acts for: the last actor who answered a question in this run, else the requester. */
   private actorOfStep(history: RunHistory): string {
-    const answered = history.steps
-      .flatMap((s) => s.invocations)
-      .filter((i) => i.resolvedByActorId !== undefined && i.status === "succeeded")
-      .at(-1);
-    return answered?.resolvedByActorId ?? this.claimed.requestedByActorId;
+    for (let s = history.steps.length - 1; s >= 0; s--) {
+      const invocations = history.steps[s]!.invocations;
+      for (let i = invocations.length - 1; i >= 0; i--) {
+        const invocation = invocations[i]!;
+        if (invocation.resolvedByActorId !== undefined && invocation.status === "succeeded") return invocation.resolvedByActorId;
+      }
+    }
+    return this.claimed.requestedByActorId;
   }
 
   private elapsed(): number {
