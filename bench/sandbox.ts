@@ -24,9 +24,15 @@
 //
 // MB here is MiB (2^20 bytes).
 //
+// Beside the throughput, the CPU each party spent per MB of the stream (this process, the agent,
+// PostgreSQL, the Docker engine; from /proc, Linux only): steadier than wall time on a shared
+// machine, and it shows where a stream's cost goes. KEEL_BENCH_AGENT_NODE_ARGS passes Node flags to
+// the agent child (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") for profiling it.
+//
 //   npm run bench -- sandbox [--acquisitions 30] [--cold 30] [--pool-size 4] [--execs 100] [--warmup 10] [--stream-mib 64]
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
 import { chmod, chown, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -43,9 +49,9 @@ import { loadConfig } from "../control-plane/src/config.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import { createRunRepository } from "../control-plane/src/ledger/run.repository.js";
 import type { SandboxExec, WorkspaceGrant } from "../control-plane/src/tools/sandbox-dispatcher.js";
-import { createDemuxer, createDockerWorkspaceBackend, LABELS, SANDBOX_USER } from "../sandbox-agent/src/docker-workspace-backend.js";
+import { createDemuxer, createDockerWorkspaceBackend, hardenedContainerConfig, LABELS, SANDBOX_USER } from "../sandbox-agent/src/docker-workspace-backend.js";
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceSpec } from "../sandbox-agent/src/workspace-backend.js";
-import { freePort, ms, pick, summarize, table } from "./support.js";
+import { freePort, ms, nodeCpuMs, pick, postgresCpuMs, summarize, table } from "./support.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const KEEL_BIN = path.join(ROOT, "bin", "keel.js");
@@ -168,7 +174,16 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     try {
       const store = createRunRepository(app.ledger.sql, { maxConcurrentRootRuns: config.maxConcurrentRootRuns });
       stream = await streamPhase(
-        { dispatcher, workspaceId, runId, container, db, maxOutputBytes: config.sandbox.maxOutputBytes, streamBytes },
+        {
+          dispatcher,
+          workspaceId,
+          runId,
+          container,
+          db,
+          maxOutputBytes: config.sandbox.maxOutputBytes,
+          streamBytes,
+          cpu: { agentPid: agent.child.pid, postgresDataDir: path.join(dir, "data") },
+        },
         (invocationId, seq, streamName, text) => store.appendObservation(runId, invocationId, seq, streamName, text),
         progress,
       );
@@ -183,6 +198,8 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     const rawExec = summarize(exec.raw);
     const ratio = keelExec.p50 / rawExec.p50;
     const verdict = (ok: boolean) => (ok ? "met" : "MISSED");
+    const perMb = (lap: CpuLap) =>
+      [lap.controlPlane, lap.agent, lap.postgres, lap.docker].map((msSpent) => (msSpent / options.streamMib).toFixed(1)).join(" / ");
     const lines = [
       "",
       `sandbox: image ${options.image}; warm pool of ${options.poolSize}, ${warm.length} warm takes vs ${cold.length} cold create+start; ` +
@@ -205,6 +222,8 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
       "",
       `stream: ${stream.bytes} bytes in ${stream.observations} observations, ${(stream.keelMs / 1000).toFixed(2)} s through keel, ` +
         `${(stream.discardMs / 1000).toFixed(2)} s through keel discarding it, ${(stream.rawMs / 1000).toFixed(2)} s raw; every byte found in the observations table`,
+      `CPU ms per MB (control plane / agent / postgres / docker engine): through keel ${perMb(stream.keelCpu)}; ` +
+        `discarding ${perMb(stream.discardCpu)}; raw read ${perMb(stream.rawCpu)} (the raw read runs in the control-plane process)`,
       `targets: warm p50 <= ${WARM_TARGET_MS} ms ${verdict(warmStats.p50 <= WARM_TARGET_MS)}; ` +
         `exec ratio <= ${EXEC_RATIO_TARGET} ${verdict(ratio <= EXEC_RATIO_TARGET)}; ` +
         `stream >= ${STREAM_TARGET_MB_S} MB/s ${verdict(stream.keelMbS >= STREAM_TARGET_MB_S)}`,
@@ -271,38 +290,6 @@ async function warmPhase(docker: Dockerode, hostId: string, workspaceRoot: strin
   return samples;
 }
 
-/**
- * The hardened workspace container of docker-workspace-backend.ts (its createContainer), spelled
- * out against dockerode: same user, capabilities, no-new-privileges, read-only root, bind mount,
- * tmpfs, limits, no network, labels.
- */
-function hardenedContainer(image: string, hostId: string, hostFolder: string, workspaceId: string): Dockerode.ContainerCreateOptions {
-  const limits = DEFAULT_WORKSPACE_LIMITS;
-  return {
-    Image: image,
-    Entrypoint: ["sleep", "2147483647"],
-    Cmd: [],
-    WorkingDir: "/workspace",
-    User: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}`,
-    Env: [],
-    Labels: { [LABELS.workspaceId]: workspaceId, [LABELS.hostId]: hostId, [LABELS.runId]: "", [LABELS.managed]: "true" },
-    HostConfig: {
-      Init: true,
-      CapDrop: ["ALL"],
-      SecurityOpt: ["no-new-privileges"],
-      ReadonlyRootfs: true,
-      Mounts: [{ Type: "bind", Source: hostFolder, Target: "/workspace", ReadOnly: false }],
-      Tmpfs: { "/tmp": `rw,noexec,nosuid,nodev,size=${limits.tmpfsBytes}` },
-      PidsLimit: limits.pids,
-      Memory: limits.memoryBytes,
-      MemorySwap: limits.memoryBytes,
-      NanoCpus: limits.nanoCpus,
-      NetworkMode: "none",
-      RestartPolicy: { Name: "no" },
-    },
-  };
-}
-
 async function coldPhase(docker: Dockerode, hostId: string, root: string, options: Options, progress: (line: string) => void): Promise<number[]> {
   const samples: number[] = [];
   const warmup = Math.min(2, options.warmup);
@@ -312,7 +299,19 @@ async function coldPhase(docker: Dockerode, hostId: string, root: string, option
     await mkdir(folder, { recursive: true, mode: 0o700 });
     await chown(folder, SANDBOX_USER.uid, SANDBOX_USER.gid);
     const started = performance.now();
-    const container = await docker.createContainer(hardenedContainer(options.image, hostId, folder, `cold-${i}`));
+    // The backend's own container config, so the baseline cannot drift from what it creates.
+    const container = await docker.createContainer(
+      hardenedContainerConfig({
+        image: options.image,
+        limits: DEFAULT_WORKSPACE_LIMITS,
+        networkAccess: false,
+        hostFolder: folder,
+        hostId,
+        workspaceLabel: `cold-${i}`,
+        runId: "",
+        warm: false,
+      }),
+    );
     try {
       await container.start();
       if (i >= warmup) samples.push(performance.now() - started);
@@ -341,6 +340,7 @@ function startAgent(options: { url: string; token: string; hostId: string; dataD
   const child = spawn(
     process.execPath,
     [
+      ...(process.env["KEEL_BENCH_AGENT_NODE_ARGS"]?.split(" ").filter(Boolean) ?? []),
       KEEL_BIN,
       "sandbox-agent",
       "--control-plane",
@@ -498,9 +498,82 @@ interface StreamPhase {
   readonly keelMbS: number;
   readonly discardMbS: number;
   readonly rawMbS: number;
+  readonly keelCpu: CpuLap;
+  readonly discardCpu: CpuLap;
+  readonly rawCpu: CpuLap;
   readonly rssBeforeMb: number;
   readonly peakRssMb: number;
   readonly settings: string;
+}
+
+/** CPU time (ms) each party spent in one timed section. */
+interface CpuLap {
+  readonly controlPlane: number;
+  readonly agent: number;
+  readonly postgres: number;
+  readonly docker: number;
+}
+
+/** The clock ticks (user + system) a process has used, from /proc; 0 where there is none (not Linux, or it exited). */
+function processTicks(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return Number(fields[11]) + Number(fields[12]);
+  } catch {
+    return 0;
+  }
+}
+
+/** The Docker engine's processes (the engine and the shims that carry exec output): their pids. */
+function dockerPids(): number[] {
+  try {
+    return readdirSync("/proc")
+      .filter((entry) => /^\d+$/.test(entry))
+      .filter((entry) => {
+        try {
+          const comm = readFileSync(`/proc/${entry}/comm`, "utf8").trim();
+          return comm === "dockerd" || comm === "containerd" || comm.startsWith("containerd-shim");
+        } catch {
+          return false;
+        }
+      })
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Splits the CPU a stream costs between this process (the control plane), the agent, PostgreSQL
+ * and the Docker engine: a diagnostic beside the throughput, since on a shared machine CPU per MB
+ * is steadier than wall time. Linux only (zeros elsewhere).
+ */
+function cpuMeter(target: { agentPid: number | undefined; postgresDataDir: string }): { lap(): CpuLap } {
+  const docker = dockerPids();
+  const read = () => ({
+    controlPlane: nodeCpuMs(),
+    agent: target.agentPid === undefined ? 0 : processTicks(target.agentPid) * 10,
+    postgres: postgresCpuMs(target.postgresDataDir),
+    docker: new Map(docker.map((pid) => [pid, processTicks(pid) * 10])),
+  });
+  let last = read();
+  return {
+    lap() {
+      const now = read();
+      let dockerMs = 0;
+      // Only processes seen at both ends: a shim that exited meanwhile reads 0, not minus its total.
+      for (const [pid, spent] of now.docker) if (spent > 0 && (last.docker.get(pid) ?? 0) > 0) dockerMs += spent - last.docker.get(pid)!;
+      const lap = {
+        controlPlane: now.controlPlane - last.controlPlane,
+        agent: now.agent - last.agent,
+        postgres: now.postgres - last.postgres,
+        docker: dockerMs,
+      };
+      last = now;
+      return lap;
+    },
+  };
 }
 
 async function streamPhase(
@@ -512,6 +585,7 @@ async function streamPhase(
     db: pg.Client;
     maxOutputBytes: number;
     streamBytes: number;
+    cpu: { agentPid: number | undefined; postgresDataDir: string };
   },
   persist: (invocationId: string, seq: number, stream: string, text: string) => Promise<void>,
   progress: (line: string) => void,
@@ -534,6 +608,7 @@ async function streamPhase(
   let seq = 0;
   const rssBeforeMb = peakRssMb();
   progress(`streaming ${streamBytes / MiB} MiB through keel into the observations table (output cap ${target.maxOutputBytes} bytes)`);
+  const cpu = cpuMeter(target.cpu);
   const started = performance.now();
   const result = await dispatcher.exec(
     workspaceId,
@@ -543,6 +618,7 @@ async function streamPhase(
     AbortSignal.timeout(660_000),
   );
   const keelMs = performance.now() - started;
+  const keelCpu = cpu.lap();
   const peak = peakRssMb();
   if (result.exitCode !== 0 || result.timedOut || result.outputTruncated || result.outputBytes !== streamBytes) {
     throw new Error(
@@ -564,6 +640,7 @@ async function streamPhase(
   progress(`keel: ${streamBytes} bytes in ${observations} observations in ${(keelMs / 1000).toFixed(2)} s; peak RSS ${peak.toFixed(1)} MiB`);
 
   // The same stream with a sink that drops it: what the control plane and agent cost without the ledger.
+  cpu.lap();
   const discardStarted = performance.now();
   const discarded = await dispatcher.exec(
     workspaceId,
@@ -573,12 +650,15 @@ async function streamPhase(
     AbortSignal.timeout(660_000),
   );
   const discardMs = performance.now() - discardStarted;
+  const discardCpu = cpu.lap();
   if (discarded.exitCode !== 0 || discarded.outputBytes !== streamBytes) throw new Error(`the discarded stream exec ended with exit code ${discarded.exitCode} after ${discarded.outputBytes} bytes`);
   progress(`keel, output discarded instead of persisted: ${streamBytes} bytes in ${(discardMs / 1000).toFixed(2)} s`);
 
+  cpu.lap();
   const rawStarted = performance.now();
   const raw = await rawExec(container, argv);
   const rawMs = performance.now() - rawStarted;
+  const rawCpu = cpu.lap();
   if (raw.exitCode !== 0 || raw.bytes !== streamBytes) throw new Error(`the raw stream exec ended with exit code ${raw.exitCode ?? "none"} after ${raw.bytes} bytes`);
   progress(`raw dockerode: ${raw.bytes} bytes in ${(rawMs / 1000).toFixed(2)} s`);
 
@@ -592,8 +672,12 @@ async function streamPhase(
     keelMbS: mbS(keelMs),
     rawMbS: mbS(rawMs),
     discardMbS: mbS(discardMs),
+    keelCpu,
+    discardCpu,
+    rawCpu,
     rssBeforeMb,
     peakRssMb: peak,
     settings,
   };
 }
+

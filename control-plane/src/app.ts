@@ -166,7 +166,7 @@ export async function buildApp(
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
       runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs }),
       agents: createAgentService({ agents }),
-      sandbox: createSandboxService({ hub: sandboxHub }),
+      sandbox: createSandboxService({ hub: sandboxHub, maxMessageBytes: config.maxMessageBytes }),
     },
     tokens,
     { maxMessageBytes: config.maxMessageBytes, defaultDeadlineMs: config.defaultDeadlineMs, maxDeadlineMs: config.maxDeadlineMs },

@@ -230,6 +230,55 @@ async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
   }
 }
 
+/**
+ * The create options of a workspace container: an unprivileged user, no capabilities, no new
+ * privileges, a read-only root with the workspace folder bind-mounted and a noexec /tmp, pids,
+ * memory (no swap) and CPU limits, no network unless granted, and the labels a reaper finds it
+ * by. Exported so the sandbox benchmark's cold baseline creates exactly this container.
+ */
+export function hardenedContainerConfig(args: {
+  readonly image: string;
+  readonly limits: WorkspaceLimits;
+  readonly networkAccess: boolean;
+  /** The host folder mounted at /workspace. */
+  readonly hostFolder: string;
+  readonly hostId: string;
+  readonly workspaceLabel: string;
+  readonly runId: string;
+  readonly warm: boolean;
+}): Dockerode.ContainerCreateOptions {
+  return {
+    Image: args.image,
+    // The container only idles; commands arrive through docker exec.
+    Entrypoint: ["sleep", "2147483647"],
+    Cmd: [],
+    WorkingDir: "/workspace",
+    User: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}`,
+    Env: [],
+    Labels: {
+      [LABELS.workspaceId]: args.workspaceLabel,
+      [LABELS.hostId]: args.hostId,
+      [LABELS.runId]: args.runId,
+      [LABELS.managed]: "true",
+      ...(args.warm ? { [LABELS.warm]: "true" } : {}),
+    },
+    HostConfig: {
+      Init: true,
+      CapDrop: ["ALL"],
+      SecurityOpt: ["no-new-privileges"],
+      ReadonlyRootfs: true,
+      Mounts: [{ Type: "bind", Source: args.hostFolder, Target: "/workspace", ReadOnly: false }],
+      Tmpfs: { "/tmp": `rw,noexec,nosuid,nodev,size=${args.limits.tmpfsBytes}` },
+      PidsLimit: args.limits.pids,
+      Memory: args.limits.memoryBytes,
+      MemorySwap: args.limits.memoryBytes,
+      NanoCpus: args.limits.nanoCpus,
+      NetworkMode: args.networkAccess ? "bridge" : "none",
+      RestartPolicy: { Name: "no" },
+    },
+  };
+}
+
 /** Parses Docker's multiplexed attach stream: [type, 0, 0, 0, size(4, big-endian)] + payload. */
 export function createDemuxer(emit: (stream: OutputStreamName, chunk: Uint8Array) => void): (chunk: Buffer) => void {
   const header = Buffer.alloc(8);
@@ -306,34 +355,7 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
     await chown(hostFolder, SANDBOX_USER.uid, SANDBOX_USER.gid);
     const container = await docker.createContainer({
       ...(args.name === undefined ? {} : { name: args.name }),
-      Image: args.image,
-      // The container only idles; commands arrive through docker exec.
-      Entrypoint: ["sleep", "2147483647"],
-      Cmd: [],
-      WorkingDir: "/workspace",
-      User: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}`,
-      Env: [],
-      Labels: {
-        [LABELS.workspaceId]: args.workspaceLabel,
-        [LABELS.hostId]: options.hostId,
-        [LABELS.runId]: args.runId,
-        [LABELS.managed]: "true",
-        ...(args.warm ? { [LABELS.warm]: "true" } : {}),
-      },
-      HostConfig: {
-        Init: true,
-        CapDrop: ["ALL"],
-        SecurityOpt: ["no-new-privileges"],
-        ReadonlyRootfs: true,
-        Mounts: [{ Type: "bind", Source: hostFolder, Target: "/workspace", ReadOnly: false }],
-        Tmpfs: { "/tmp": `rw,noexec,nosuid,nodev,size=${args.limits.tmpfsBytes}` },
-        PidsLimit: args.limits.pids,
-        Memory: args.limits.memoryBytes,
-        MemorySwap: args.limits.memoryBytes,
-        NanoCpus: args.limits.nanoCpus,
-        NetworkMode: args.networkAccess ? "bridge" : "none",
-        RestartPolicy: { Name: "no" },
-      },
+      ...hardenedContainerConfig({ ...args, hostId: options.hostId, hostFolder }),
     });
     try {
       await container.start();

@@ -2,6 +2,9 @@
 // commands on a WorkspaceBackend and stream what they print back, and keep doing so across
 // lost connections.
 //
+// Output goes out in as few messages as the transport allows (output-batcher.ts): merged while
+// it is busy, sent the moment it asks for more, up to the chunk size the control plane announced.
+//
 // While disconnected, output and results wait in a bounded buffer and are sent after the next
 // registration. Results of finished execs are also kept for a while (RECENT_RESULTS_MS), so a
 // control plane that restarted, or whose copy of a result was lost on the wire, can ask for a
@@ -20,7 +23,8 @@ import {
   type AttachRequest,
   type WorkspaceCommand,
 } from "../../gen/keel/v1/sandbox_service_pb.js";
-import { DEFAULT_WORKSPACE_LIMITS, WorkspaceError, type OutputStreamName, type WorkspaceBackend, type WorkspaceLimits } from "./workspace-backend.js";
+import { OutputBatcher, type OutputOutlet } from "./output-batcher.js";
+import { DEFAULT_WORKSPACE_LIMITS, WorkspaceError, type WorkspaceBackend, type WorkspaceLimits } from "./workspace-backend.js";
 
 export interface SandboxAgentOptions {
   readonly controlPlaneUrl: string;
@@ -53,11 +57,8 @@ const RECENT_RESULTS_MS = 10 * 60_000;
 const MAX_RECENT_RESULTS = 2_000;
 /** Output waiting for a connection beyond this is dropped (results are always kept). */
 const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
-/** Output chunks are merged up to this size, or for this long, before they are sent. */
-const COALESCE_BYTES = 32 * 1024;
-const COALESCE_MS = 20;
-/** The last bytes of each exec's output, returned with its result. */
-const TAIL_BYTES = 4 * 1024;
+/** Output chunk size until the control plane announces its own (one that does not keeps to this). */
+const DEFAULT_OUTPUT_CHUNK_BYTES = 32 * 1024;
 const DEFAULT_EXEC_TIMEOUT_MS = 120_000;
 const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 const DEFAULT_READ_BYTES = 1024 * 1024;
@@ -70,6 +71,14 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
   private readonly items: AttachRequest[] = [];
   private wake: (() => void) | undefined;
   private ended = false;
+
+  /** @param hungry Called when the transport wants a message and none is queued: a chance to send output held back. */
+  constructor(private readonly hungry: () => void) {}
+
+  /** Whether the transport is waiting for a message (it took everything and wrote it). */
+  get waiting(): boolean {
+    return this.wake !== undefined;
+  }
 
   push(item: AttachRequest): void {
     if (this.ended) return;
@@ -86,6 +95,7 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
 
   async *[Symbol.asyncIterator](): AsyncGenerator<AttachRequest> {
     while (!this.ended) {
+      if (this.items.length === 0) this.hungry();
       const next = this.items.shift();
       if (next !== undefined) {
         yield next;
@@ -100,57 +110,6 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
 interface RunningExec {
   readonly workspaceId: string;
   readonly abort: AbortController;
-}
-
-/** Merges an exec's output into fewer, larger messages and keeps its tail. */
-class OutputBatcher {
-  private stream: OutputStreamName = "stdout";
-  private parts: Uint8Array[] = [];
-  private size = 0;
-  private timer: NodeJS.Timeout | undefined;
-  private tail: Buffer = Buffer.alloc(0);
-  bytes = 0;
-
-  constructor(
-    private readonly commandId: string,
-    private readonly send: (message: RequestInit) => void,
-  ) {}
-
-  push(stream: OutputStreamName, chunk: Uint8Array): void {
-    if (chunk.byteLength === 0) return;
-    this.bytes += chunk.byteLength;
-    this.tail = chunk.byteLength >= TAIL_BYTES ? Buffer.from(chunk.subarray(chunk.byteLength - TAIL_BYTES)) : Buffer.concat([this.tail, chunk]);
-    if (this.tail.byteLength > TAIL_BYTES) this.tail = this.tail.subarray(this.tail.byteLength - TAIL_BYTES);
-    if (stream !== this.stream) this.flush();
-    this.stream = stream;
-    // A big chunk goes out in slices: no message comes near the control plane's size limit.
-    for (let offset = 0; offset < chunk.byteLength; offset += COALESCE_BYTES) {
-      const part = chunk.subarray(offset, offset + COALESCE_BYTES);
-      this.parts.push(part);
-      this.size += part.byteLength;
-      if (this.size >= COALESCE_BYTES) this.flush();
-    }
-    if (this.size > 0) this.timer ??= setTimeout(() => this.flush(), COALESCE_MS);
-  }
-
-  flush(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    if (this.size === 0) return;
-    const chunk = Buffer.concat(this.parts);
-    this.parts = [];
-    this.size = 0;
-    this.send({
-      message: {
-        case: "output",
-        value: { commandId: this.commandId, stream: this.stream === "stderr" ? OutputStream.STDERR : OutputStream.STDOUT, chunk },
-      },
-    });
-  }
-
-  tailBytes(): Uint8Array {
-    return new Uint8Array(this.tail);
-  }
 }
 
 function failure(commandId: string, error: unknown): ResultInit {
@@ -173,6 +132,26 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
   const stopping = new AbortController();
 
   let live: RequestQueue | undefined;
+  /** The output chunk size the control plane this agent is attached to takes. */
+  let maxChunkBytes = DEFAULT_OUTPUT_CHUNK_BYTES;
+  /** Batchers holding output back until the transport asks for more. */
+  const holding = new Set<OutputBatcher>();
+  const outlet = (commandId: string): OutputOutlet => ({
+    send: (stream, chunk) =>
+      send({ message: { case: "output", value: { commandId, stream: stream === "stderr" ? OutputStream.STDERR : OutputStream.STDOUT, chunk } } }),
+    get maxChunkBytes() {
+      return maxChunkBytes;
+    },
+    get transportWaiting() {
+      return live?.waiting === true;
+    },
+    holding: (batcher) => holding.add(batcher),
+  });
+  const flushHeld = () => {
+    const batchers = [...holding];
+    holding.clear();
+    for (const batcher of batchers) batcher.flush();
+  };
   let buffered: AttachRequest[] = [];
   let bufferedBytes = 0;
   let droppedBytes = 0;
@@ -205,7 +184,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
   const exec = async (commandId: string, command: Extract<WorkspaceCommand["action"], { case: "exec" }>["value"]) => {
     const abort = new AbortController();
     running.set(commandId, { workspaceId: command.workspaceId, abort });
-    const batcher = new OutputBatcher(commandId, send);
+    const batcher = new OutputBatcher(outlet(commandId));
     let result: ResultInit;
     try {
       const outcome = await backend.exec(
@@ -236,6 +215,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
       batcher.flush();
       result = failure(commandId, error);
     }
+    holding.delete(batcher);
     running.delete(commandId);
     if (stopping.signal.aborted) return;
     forgetOldResults();
@@ -340,7 +320,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
       pingTimeoutMs: 10_000,
     });
     const client = createClient(SandboxService, transport);
-    const queue = new RequestQueue();
+    const queue = new RequestQueue(flushHeld);
     const hangUp = new AbortController();
     const onStop = () => hangUp.abort();
     stopping.signal.addEventListener("abort", onStop, { once: true });
@@ -368,6 +348,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
         const message = response.message;
         if (message.case === "registered") {
           registered = true;
+          maxChunkBytes = message.value.maxOutputChunkBytes > 0 ? message.value.maxOutputChunkBytes : DEFAULT_OUTPUT_CHUNK_BYTES;
           live = queue;
           const waiting = buffered;
           buffered = [];

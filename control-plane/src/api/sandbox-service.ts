@@ -18,9 +18,19 @@ const MAX_LABELS = 64;
 const MAX_LABEL_CHARS = 256;
 const MAX_RUNNING_WORKSPACES = 10_000;
 const MAX_ID_CHARS = 200;
+/**
+ * Output chunks hosts may send: big enough that a fast stream costs few messages (per-message
+ * work dominates below a few hundred KiB), small enough to keep one message's latency and
+ * memory modest. Never above the server's message limit, less room for the rest of the message.
+ */
+const MAX_OUTPUT_CHUNK_BYTES = 1024 * 1024;
+const MESSAGE_ROOM_BYTES = 1024;
+const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 
 export interface SandboxServiceDeps {
   readonly hub: SandboxHub;
+  /** The server's limit on one message (KEEL_MAX_MESSAGE_BYTES); output chunks are sized below it. */
+  readonly maxMessageBytes?: number;
 }
 
 /**
@@ -28,6 +38,8 @@ export interface SandboxServiceDeps {
  * output and results from the host, and workspace commands to it, both ways at once.
  */
 export function createSandboxService(deps: SandboxServiceDeps): ServiceImpl<typeof SandboxService> {
+  const maxMessageBytes = deps.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const maxOutputChunkBytes = Math.max(1, Math.min(MAX_OUTPUT_CHUNK_BYTES, maxMessageBytes - MESSAGE_ROOM_BYTES));
   return {
     async *attach(requests, context) {
       const inbound = requests[Symbol.asyncIterator]();
@@ -44,6 +56,7 @@ export function createSandboxService(deps: SandboxServiceDeps): ServiceImpl<type
             hostId: host.registered.hostId,
             heartbeatIntervalMs: host.registered.heartbeatIntervalMs,
             reapWorkspaceIds: [...host.registered.reapWorkspaceIds],
+            maxOutputChunkBytes,
           },
         },
       });
@@ -59,6 +72,9 @@ export function createSandboxService(deps: SandboxServiceDeps): ServiceImpl<type
             return "protocol error";
           }
           host.receive(message);
+          // A consumer that is behind holds the stream: HTTP/2 flow control then slows the host.
+          const held = host.holdOff();
+          if (held !== undefined) await held;
         }
       })();
       reading.then(

@@ -18,6 +18,14 @@ export const KEEL_SERVICES = [IngressService, EmissionService, RunService, Agent
 
 /** How long close() lets open HTTP/2 streams finish before it destroys their sessions. */
 const CLOSE_GRACE_MS = 2_000;
+/**
+ * HTTP/2 receive windows. The default 64 KiB (per stream and per connection) lets a client send
+ * only that much per round trip, which throttles a streaming upload such as a sandbox host's
+ * Attach stream to a fraction of loopback speed. Memory stays bounded: a stream whose reader
+ * stops (its consumer is behind) stops being credited, so at most this much waits unread.
+ */
+const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
+const SESSION_WINDOW_BYTES = 16 * 1024 * 1024;
 
 export interface ServiceImpls {
   readonly ingress: ServiceImpl<typeof IngressService>;
@@ -76,12 +84,13 @@ export function createKeelServer(
     fallback,
   });
 
-  const h2 = http2.createServer({ maxSessionMemory: 64 }, handler);
+  const h2 = http2.createServer({ maxSessionMemory: 64, settings: { initialWindowSize: STREAM_WINDOW_BYTES } }, handler);
   const h1 = http.createServer(handler);
   h1.requestTimeout = limits.maxDeadlineMs;
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
     sessions.add(session);
+    session.setLocalWindowSize(SESSION_WINDOW_BYTES);
     session.on("close", () => sessions.delete(session));
   });
 

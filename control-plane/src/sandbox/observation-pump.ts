@@ -1,17 +1,36 @@
 // Carries a command's output from the host stream to the ledger as it arrives: decoded per
-// stream, redacted of the run's secrets, chunks that queued up while a write was in flight
+// stream, redacted of the run's secrets, chunks that queued up while writes were in flight
 // merged into one observation, and nothing past the output cap kept at all.
+//
+// Throughput: a fast command prints far quicker than the ledger commits, so the pump keeps
+// two writes in flight (the next observation is decoded and sent while the ledger commits the
+// one before; their seqs are taken in call order, so the rows stay in order), merges up to
+// MAX_OBSERVATION_BYTES per row, and decodes ASCII (most output) without the UTF-8 decoder.
+// Memory: past HIGH_WATER_BYTES queued, backlog() returns a promise that settles once the queue
+// is down to LOW_WATER_BYTES; the host stream waits on it, so HTTP/2 flow control slows the
+// sandbox host instead of the control plane buffering a whole stream.
 
-import { TextDecoder } from "node:util";
+import { isAscii } from "node:buffer";
+import { StringDecoder } from "node:string_decoder";
 import { createStreamRedactor, storableText, type GrantedSecret, type StreamRedactor } from "../domain/sandbox.js";
 import type { OutputStreamName } from "./host-protocol.js";
 
 /** Queued chunks of one stream are merged up to this size into one observation. */
-const MAX_OBSERVATION_BYTES = 256 * 1024;
+export const MAX_OBSERVATION_BYTES = 1024 * 1024;
+/** Observations being written at once. */
+const WRITES_IN_FLIGHT = 2;
+/** Queued output past which push() asks its caller to wait, and the level at which it may go on. */
+export const HIGH_WATER_BYTES = 8 * 1024 * 1024;
+const LOW_WATER_BYTES = 2 * 1024 * 1024;
 
 export interface ObservationPump {
   /** Synchronous: queues the chunk (or drops it past the cap); persisting happens behind. */
   push(stream: OutputStreamName, chunk: Uint8Array): void;
+  /**
+   * A promise when the queue is over its high-water mark, settling once it is down to the low
+   * one (or writing failed): whoever feeds the pump should wait for it before pushing more.
+   */
+  backlog(): Promise<void> | undefined;
   /** Persists what is queued and what the decoders and redactors held back; rethrows a failed write. */
   finish(): Promise<void>;
   /** Output bytes accepted (at most the cap). */
@@ -20,13 +39,53 @@ export interface ObservationPump {
   readonly truncated: boolean;
 }
 
+/**
+ * UTF-8 to text for one stream, a character split across chunks kept for the next one. Pure
+ * ASCII (with nothing held back) is copied as Latin-1: the same text, a one-byte string, and
+ * several times cheaper than a UTF-8 decode.
+ */
+function createStreamDecoder(): { write(bytes: Buffer): string; end(): string } {
+  const utf8 = new StringDecoder("utf8");
+  /** Bytes the decoder still waits for to finish a character it holds the start of. */
+  let need = 0;
+  return {
+    write(bytes) {
+      if (need === 0 && isAscii(bytes)) return bytes.toString("latin1");
+      need = stillNeeded(need, bytes);
+      return utf8.write(bytes);
+    },
+    end() {
+      need = 0;
+      return utf8.end();
+    },
+  };
+}
+
+const isContinuation = (byte: number) => (byte & 0xc0) === 0x80;
+
+/** How many bytes of a character are missing after `bytes`, given how many were missing before. */
+export function stillNeeded(before: number, bytes: Uint8Array): number {
+  // The last byte that starts something (ASCII or a lead byte), within a character's reach of the end.
+  for (let back = 1; back <= Math.min(4, bytes.length); back++) {
+    const byte = bytes[bytes.length - back]!;
+    if (isContinuation(byte)) continue;
+    // Lead bytes as broadly as a decoder may wait on them (never too few: then ASCII that
+    // follows would skip the decoder while it still holds bytes).
+    const length = (byte & 0xf8) === 0xf0 ? 4 : (byte & 0xf0) === 0xe0 ? 3 : (byte & 0xe0) === 0xc0 ? 2 : 1;
+    return Math.max(0, length - back);
+  }
+  // Only continuation bytes: they go on the character held from before (when there is one).
+  return bytes.length < before ? before - bytes.length : 0;
+}
+
 export function createObservationPump(options: {
   readonly secrets: readonly GrantedSecret[];
   readonly maxBytes: number;
   readonly sink: (stream: OutputStreamName, text: string) => Promise<void>;
 }): ObservationPump {
   const queue: { stream: OutputStreamName; chunk: Uint8Array }[] = [];
-  const decoders: Record<OutputStreamName, TextDecoder> = { stdout: new TextDecoder(), stderr: new TextDecoder() };
+  let queuedBytes = 0;
+  const decoders = { stdout: createStreamDecoder(), stderr: createStreamDecoder() };
   const redactors: Record<OutputStreamName, StreamRedactor> = {
     stdout: createStreamRedactor(options.secrets),
     stderr: createStreamRedactor(options.secrets),
@@ -34,38 +93,60 @@ export function createObservationPump(options: {
   let bytes = 0;
   let truncated = false;
   let failure: unknown;
-  let draining: Promise<void> | undefined;
+  const writing = new Set<Promise<void>>();
+  /** Callers waiting for the queue to fall to the low-water mark. */
+  let waiters: (() => void)[] = [];
+  let wakeFinish: (() => void) | undefined;
 
-  const emit = async (stream: OutputStreamName, text: string) => {
-    if (text !== "") await options.sink(stream, storableText(text));
+  const release = () => {
+    if (waiters.length === 0 || (queuedBytes > LOW_WATER_BYTES && failure === undefined)) return;
+    const ready = waiters;
+    waiters = [];
+    for (const resolve of ready) resolve();
   };
 
-  const drain = async () => {
-    while (queue.length > 0 && failure === undefined) {
-      const stream = queue[0]!.stream;
-      const parts: Uint8Array[] = [];
-      let size = 0;
-      while (queue.length > 0 && queue[0]!.stream === stream && size < MAX_OBSERVATION_BYTES) {
-        const { chunk } = queue.shift()!;
-        parts.push(chunk);
-        size += chunk.byteLength;
-      }
-      const text = decoders[stream].decode(Buffer.concat(parts), { stream: true });
-      try {
-        await emit(stream, redactors[stream].push(text));
-      } catch (error) {
-        failure = error;
-      }
-    }
-    queue.length = 0;
-  };
-
-  const kick = (): void => {
-    if (draining !== undefined) return;
-    draining = drain().finally(() => {
-      draining = undefined;
-      if (queue.length > 0) kick();
+  /** Starts writing one observation: the text is taken now, so observations keep their order. */
+  const write = (stream: OutputStreamName, text: string, hasNul: boolean) => {
+    if (text === "") return;
+    const written = options.sink(stream, hasNul ? storableText(text) : text).then(
+      () => undefined,
+      (error: unknown) => {
+        failure ??= error;
+        queue.length = 0;
+        queuedBytes = 0;
+      },
+    );
+    writing.add(written);
+    void written.finally(() => {
+      writing.delete(written);
+      pump();
+      wakeFinish?.();
     });
+  };
+
+  /** Takes queued chunks of one stream, up to MAX_OBSERVATION_BYTES, as one buffer. */
+  const take = (): { stream: OutputStreamName; data: Buffer } => {
+    const stream = queue[0]!.stream;
+    const parts: Uint8Array[] = [];
+    let size = 0;
+    while (queue.length > 0 && queue[0]!.stream === stream && (size === 0 || size + queue[0]!.chunk.byteLength <= MAX_OBSERVATION_BYTES)) {
+      const { chunk } = queue.shift()!;
+      parts.push(chunk);
+      size += chunk.byteLength;
+    }
+    queuedBytes -= size;
+    const only = parts.length === 1 ? parts[0]! : undefined;
+    const data = only !== undefined ? Buffer.from(only.buffer, only.byteOffset, only.byteLength) : Buffer.concat(parts, size);
+    return { stream, data };
+  };
+
+  const pump = (): void => {
+    while (failure === undefined && writing.size < WRITES_IN_FLIGHT && queue.length > 0) {
+      const { stream, data } = take();
+      // Redaction markers hold no NUL, so text without a NUL byte needs no stand-ins.
+      write(stream, redactors[stream].push(decoders[stream].write(data)), data.includes(0));
+    }
+    release();
   };
 
   return {
@@ -78,21 +159,33 @@ export function createObservationPump(options: {
       }
       const kept = chunk.byteLength > room ? chunk.subarray(0, room) : chunk;
       if (kept !== chunk) truncated = true;
+      if (kept.byteLength === 0) return;
       bytes += kept.byteLength;
       queue.push({ stream, chunk: kept });
-      kick();
+      queuedBytes += kept.byteLength;
+      pump();
+    },
+    backlog() {
+      if (queuedBytes < HIGH_WATER_BYTES || failure !== undefined) return undefined;
+      return new Promise<void>((resolve) => waiters.push(resolve));
     },
     async finish() {
-      while (draining !== undefined || queue.length > 0) {
-        kick();
-        await draining;
+      for (;;) {
+        pump();
+        // Nothing in flight means nothing left to write: pump() takes the whole queue unless
+        // writes are in flight (or a write failed, which empties it).
+        if (writing.size === 0) break;
+        await new Promise<void>((resolve) => (wakeFinish = resolve));
+        wakeFinish = undefined;
       }
       if (failure === undefined) {
         for (const stream of ["stdout", "stderr"] as const) {
-          const rest = redactors[stream].push(decoders[stream].decode()) + redactors[stream].flush();
-          await emit(stream, rest);
+          const rest = redactors[stream].push(decoders[stream].end()) + redactors[stream].flush();
+          write(stream, rest, rest.includes("\0"));
         }
+        await Promise.all(writing);
       }
+      release();
       if (failure !== undefined) throw failure;
     },
     get bytes() {

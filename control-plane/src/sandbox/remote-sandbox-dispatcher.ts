@@ -9,7 +9,7 @@ import type { SandboxDispatcher, SandboxExecResult, WorkspaceGrant } from "../to
 import { ToolOutcomeUnknownError } from "../tools/tool-registry.js";
 import type { CommandOutcome, HostCommand } from "./host-protocol.js";
 import { createObservationPump } from "./observation-pump.js";
-import { HostLostError, HostUnavailableError, type HostView, type SandboxHub } from "./sandbox-hub.js";
+import { HostLostError, HostUnavailableError, type CommandWatch, type HostView, type SandboxHub } from "./sandbox-hub.js";
 import type { WorkspaceLease, WorkspaceLeaseStore } from "./workspace-lease-store.js";
 
 export interface RemoteSandboxOptions {
@@ -172,12 +172,12 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
   const runExec = async (
     secrets: readonly GrantedSecret[],
     onOutput: (stream: "stdout" | "stderr", text: string) => Promise<void>,
-    send: (watch: { onOutput: (stream: "stdout" | "stderr", chunk: Uint8Array) => void }) => Promise<CommandOutcome>,
+    send: (watch: CommandWatch) => Promise<CommandOutcome>,
   ): Promise<{ outcome: CommandOutcome; result: SandboxExecResult }> => {
     const pump = createObservationPump({ secrets, maxBytes: options.maxOutputBytes, sink: onOutput });
     let outcome: CommandOutcome;
     try {
-      outcome = await send({ onOutput: (stream, chunk) => pump.push(stream, chunk) });
+      outcome = await send({ onOutput: (stream, chunk) => pump.push(stream, chunk), backlog: () => pump.backlog() });
     } catch (error) {
       await pump.finish().catch(() => {}); // keep what was observed before the host vanished
       if (error instanceof HostLostError) throw new ToolOutcomeUnknownError(error.message);

@@ -215,6 +215,29 @@ describe("sandbox hub", () => {
     host.receive({ kind: "result", outcome: outcome("c1", { exitCode: 7 }) });
     expect((await hub.reattach("host-a", WS, "c1", {}, AbortSignal.timeout(5000), 5000)).exitCode).toBe(7);
   });
+
+  it("holds a host's stream while the output's consumer is behind, without taking the silence for a dead host", async () => {
+    hub = createSandboxHub(memoryStore(), { heartbeatIntervalMs: 20, reconnectGraceMs: 50, unclaimedTtlMs: 60_000, maxUnclaimedBytes: 1024 }, pino({ level: "silent" }));
+    const host = await hub.attach(registration("i1"));
+    drain(host);
+    let catchUp: () => void = () => {};
+    const behind = new Promise<void>((resolve) => (catchUp = resolve));
+    let chunks = 0;
+    const done = hub.send("host-a", execOf("c1"), { onOutput: () => void (chunks += 1), backlog: () => (chunks >= 2 ? behind : undefined) }, AbortSignal.timeout(5000), 5000);
+    await tick();
+    host.receive({ kind: "output", commandId: "c1", stream: "stdout", chunk: bytes("a") });
+    expect(host.holdOff()).toBeUndefined();
+    host.receive({ kind: "output", commandId: "c1", stream: "stdout", chunk: bytes("b") });
+    const held = host.holdOff();
+    expect(held).toBeDefined();
+    // Many heartbeat intervals without a message: the host stays attached while it is held.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(hub.isAttached("host-a")).toBe(true);
+    catchUp();
+    await held;
+    host.receive({ kind: "result", outcome: outcome("c1") });
+    expect((await done).ok).toBe(true);
+  });
 });
 
 describe("observation pump", () => {

@@ -36,6 +36,11 @@ export interface HostView {
 export interface CommandWatch {
   /** Called synchronously, in order, for each output chunk of the command. */
   readonly onOutput?: (stream: OutputStreamName, chunk: Uint8Array) => void;
+  /**
+   * Asked after each chunk: a promise means the consumer is behind, and the host's stream is
+   * held (nothing more read from that host) until it settles, for at most MAX_HOLD_MS at a time.
+   */
+  readonly backlog?: () => Promise<void> | undefined;
 }
 
 export interface AttachedHost {
@@ -43,6 +48,8 @@ export interface AttachedHost {
   /** Commands for the host, in order; ends when the session closes. */
   readonly commands: AsyncIterable<HostCommand>;
   receive(message: HostMessage): void;
+  /** After receive(): a promise when the stream should not be read further until it settles. */
+  holdOff(): Promise<void> | undefined;
   /** The stream ended or failed. */
   close(reason: string): void;
 }
@@ -79,12 +86,22 @@ interface Unclaimed {
 }
 
 const MAX_UNCLAIMED_COMMANDS = 256;
+/**
+ * Longest a consumer that is behind (the ledger, for a fast stream) holds a host's stream at a
+ * time. Bounded, so a stuck consumer cannot silence every other command of that host for good;
+ * past it the output is queued in memory again.
+ */
+const MAX_HOLD_MS = 5_000;
 
 class Session {
   private readonly queue: HostCommand[] = [];
   private wake: (() => void) | undefined;
   closed = false;
   lastSeenAt = Date.now();
+  /** Whether its stream is held (not read) for a consumer that is behind: its silence is ours, not the host's. */
+  held = false;
+  /** What the last output's consumer asked the stream to wait for. */
+  backlog: Promise<void> | undefined;
 
   constructor(
     readonly registration: HostRegistration,
@@ -148,7 +165,7 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
   const liveness = setInterval(() => {
     const limit = options.heartbeatIntervalMs * 3;
     for (const session of sessions.values()) {
-      if (Date.now() - session.lastSeenAt > limit) session.close(`no heartbeat for ${limit} ms`);
+      if (!session.held && Date.now() - session.lastSeenAt > limit) session.close(`no heartbeat for ${limit} ms`);
     }
   }, options.heartbeatIntervalMs);
   liveness.unref();
@@ -189,7 +206,19 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
     return entry;
   };
 
-  const receive = (session: Session, message: HostMessage) => {
+  const hold = async (session: Session, until: Promise<void>): Promise<void> => {
+    session.held = true;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([until, new Promise<void>((resolve) => (timer = setTimeout(resolve, MAX_HOLD_MS)))]);
+    } finally {
+      clearTimeout(timer);
+      session.held = false;
+      session.lastSeenAt = Date.now();
+    }
+  };
+
+  const receive = (session: Session, message: HostMessage): void => {
     const hostId = session.registration.hostId;
     session.lastSeenAt = Date.now();
     switch (message.kind) {
@@ -201,6 +230,7 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
         const entry = pending.get(message.commandId);
         if (entry !== undefined && entry.hostId === hostId) {
           entry.watch.onOutput?.(message.stream, message.chunk);
+          session.backlog = entry.watch.backlog?.();
           return;
         }
         const kept = keepUnclaimed(hostId, message.commandId);
@@ -315,6 +345,11 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
         registered: { hostId, heartbeatIntervalMs: options.heartbeatIntervalMs, reapWorkspaceIds: reap },
         commands: session.commands(),
         receive: (message) => receive(session, message),
+        holdOff: () => {
+          const backlog = session.backlog;
+          session.backlog = undefined;
+          return backlog === undefined ? undefined : hold(session, backlog);
+        },
         close: (reason) => session.close(reason),
       };
     },
