@@ -58,9 +58,22 @@ export function containersOfHost(hostId: string, runningOnly = false): string[] 
   return execFileSync("docker", args, { encoding: "utf8" }).split("\n").filter((line) => line.trim() !== "");
 }
 
+/**
+ * Test cleanup: removes a host's containers. The host's own reaper or pool may be removing
+ * some at the same moment ("removal already in progress", "no such container"), so a failed
+ * `docker rm` is retried until none is left, and fails only if some container outlives that.
+ */
 export function removeContainersOfHost(hostId: string): void {
-  const ids = containersOfHost(hostId);
-  if (ids.length > 0) execFileSync("docker", ["rm", "-f", ...ids], { stdio: "ignore" });
+  for (let attempt = 0; ; attempt++) {
+    const ids = containersOfHost(hostId);
+    if (ids.length === 0) return;
+    try {
+      execFileSync("docker", ["rm", "-f", ...ids], { stdio: "ignore" });
+    } catch (error) {
+      if (attempt >= 20) throw error;
+      execFileSync("sleep", ["0.25"]);
+    }
+  }
 }
 
 export const uniqueHostId = (label: string) => `test-${label}-${randomBytes(4).toString("hex")}`;
