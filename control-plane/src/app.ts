@@ -213,12 +213,14 @@ export async function buildApp(
         now: () => clock.now(),
         log: logger.child({ component: "runner" }),
         maxInvalidTurns: 3,
+        readFlushMs: config.readFlushMs,
       };
       const pool = startWorkerPool(
         options.wrapRunnerDeps?.(deps) ?? deps,
         { workers: config.workers, leaseMs: config.leaseMs, idlePollMs: config.idlePollMs },
         (listener) => hub.subscribe("keel_runs", listener),
         logger.child({ component: "runner" }),
+        handoff,
       );
       pools.push(pool);
       return pool;

@@ -15,6 +15,7 @@ const ConfigSchema = z.object({
   KEEL_WORKERS: int(0, 256).default(8),
   KEEL_LEASE_MS: int(200, 3_600_000).default(15_000),
   KEEL_IDLE_POLL_MS: int(50, 60_000).default(2_000),
+  KEEL_READ_FLUSH_MS: int(0, 10_000).default(100),
   KEEL_MAX_MESSAGE_BYTES: int(1024, 64 * 1024 * 1024).default(4 * 1024 * 1024),
   KEEL_MAX_TEXT_BYTES: int(16, 16 * 1024 * 1024).default(256 * 1024),
   KEEL_DEFAULT_DEADLINE_MS: int(100, 3_600_000).default(30_000),
@@ -42,6 +43,8 @@ export type KeelConfig = Readonly<{
   dbPoolMax: number;
   workers: number;
   leaseMs: number;
+  /** How long a read's result may wait to ride with the run's next commit; 0: every result commits on its own. */
+  readFlushMs: number;
   idlePollMs: number;
   maxMessageBytes: number;
   maxTextBytes: number;
@@ -98,6 +101,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     workers: c.KEEL_WORKERS,
     leaseMs: c.KEEL_LEASE_MS,
     idlePollMs: c.KEEL_IDLE_POLL_MS,
+    readFlushMs: c.KEEL_READ_FLUSH_MS,
     maxMessageBytes: c.KEEL_MAX_MESSAGE_BYTES,
     maxTextBytes: c.KEEL_MAX_TEXT_BYTES,
     defaultDeadlineMs: c.KEEL_DEFAULT_DEADLINE_MS,
