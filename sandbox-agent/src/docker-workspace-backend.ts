@@ -668,7 +668,24 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
     }
 
     const limiter = createOutputLimiter(request.maxOutputBytes, onOutput);
-    stream.on("data", createDemuxer((name, chunk) => limiter.write(name, chunk)));
+    const demux = createDemuxer((name, chunk) => limiter.write(name, chunk));
+    // While the output's consumer is behind, the stream is not read: the engine's buffers fill
+    // and the command blocks on its pipe, instead of this process buffering without bound.
+    let paused = false;
+    let draining = false;
+    stream.on("data", (chunk: Buffer) => {
+      demux(chunk);
+      if (paused || draining) return;
+      const backlog = request.outputBacklog?.();
+      if (backlog === undefined) return;
+      paused = true;
+      stream.pause();
+      const resume = () => {
+        paused = false;
+        stream.resume();
+      };
+      backlog.then(resume, resume);
+    });
     const ended = new Promise<void>((resolve) => {
       stream.once("end", resolve);
       stream.once("close", resolve);
@@ -689,6 +706,9 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
     clearTimeout(timer);
     if (onAbort !== undefined) signal.removeEventListener("abort", onAbort);
     if (outcome !== "ended") {
+      // A paused stream never ends: drain it so the kill is seen to work.
+      draining = true;
+      stream.resume();
       await terminate(workspace, marker, ended, outcome === "timeout" ? `its ${request.timeoutMs} ms timeout` : "an abort", started + innerSeconds * 1000);
     }
     stream.destroy();

@@ -59,6 +59,13 @@ const MAX_RECENT_RESULTS = 2_000;
 const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 /** Output chunk size until the control plane announces its own (one that does not keeps to this). */
 const DEFAULT_OUTPUT_CHUNK_BYTES = 32 * 1024;
+/**
+ * Output queued for the stream past which execs stop reading their commands' output (the
+ * transport is behind: HTTP/2 flow control, a control plane whose ledger is behind), and the
+ * level at which they go on. Keeps this process's memory bounded on a fast stream.
+ */
+const OUTPUT_HIGH_WATER_BYTES = 8 * 1024 * 1024;
+const OUTPUT_LOW_WATER_BYTES = 2 * 1024 * 1024;
 const DEFAULT_EXEC_TIMEOUT_MS = 120_000;
 const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 const DEFAULT_READ_BYTES = 1024 * 1024;
@@ -71,6 +78,9 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
   private readonly items: AttachRequest[] = [];
   private wake: (() => void) | undefined;
   private ended = false;
+  /** Output bytes queued and not yet taken by the transport. */
+  private outputBytes = 0;
+  private waiters: (() => void)[] = [];
 
   /** @param hungry Called when the transport wants a message and none is queued: a chance to send output held back. */
   constructor(private readonly hungry: () => void) {}
@@ -83,6 +93,7 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
   push(item: AttachRequest): void {
     if (this.ended) return;
     this.items.push(item);
+    this.outputBytes += outputBytesOf(item);
     this.wake?.();
   }
 
@@ -90,7 +101,20 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
   end(): AttachRequest[] {
     this.ended = true;
     this.wake?.();
+    this.outputBytes = 0;
+    this.release();
     return this.items.splice(0);
+  }
+
+  /** A promise while too much output waits for the transport, settling once enough was taken. */
+  backlog(): Promise<void> | undefined {
+    if (this.ended || this.outputBytes < OUTPUT_HIGH_WATER_BYTES) return undefined;
+    return new Promise<void>((resolve) => this.waiters.push(resolve));
+  }
+
+  private release(): void {
+    if (this.outputBytes > OUTPUT_LOW_WATER_BYTES) return;
+    for (const resolve of this.waiters.splice(0)) resolve();
   }
 
   async *[Symbol.asyncIterator](): AsyncGenerator<AttachRequest> {
@@ -98,6 +122,8 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
       if (this.items.length === 0) this.hungry();
       const next = this.items.shift();
       if (next !== undefined) {
+        this.outputBytes -= outputBytesOf(next);
+        this.release();
         yield next;
         continue;
       }
@@ -106,6 +132,8 @@ class RequestQueue implements AsyncIterable<AttachRequest> {
     }
   }
 }
+
+const outputBytesOf = (request: AttachRequest): number => (request.message.case === "output" ? request.message.value.chunk.byteLength : 0);
 
 interface RunningExec {
   readonly workspaceId: string;
@@ -196,6 +224,8 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
           env: command.env,
           timeoutMs: command.timeoutMs > 0 ? command.timeoutMs : DEFAULT_EXEC_TIMEOUT_MS,
           maxOutputBytes: command.maxOutputBytes > 0n ? Number(command.maxOutputBytes) : DEFAULT_MAX_OUTPUT_BYTES,
+          // While disconnected there is no backlog to wait on: output is buffered up to a bound, then dropped.
+          outputBacklog: () => live?.backlog(),
         },
         (stream, chunk) => batcher.push(stream, chunk),
         AbortSignal.any([abort.signal, stopping.signal]),

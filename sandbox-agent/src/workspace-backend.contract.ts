@@ -56,6 +56,7 @@ export async function runCommand(
       env: request.env ?? {},
       timeoutMs: request.timeoutMs ?? 20_000,
       maxOutputBytes: request.maxOutputBytes ?? 1024 * 1024,
+      ...(request.outputBacklog === undefined ? {} : { outputBacklog: request.outputBacklog }),
     },
     (stream, chunk) => {
       expect(chunk).toBeInstanceOf(Uint8Array);
@@ -224,6 +225,33 @@ export function describeWorkspaceBackendContract(name: string, make: () => Promi
       const exact = await runCommand(backend, id, ["printf", "abc"], { maxOutputBytes: 3 });
       expect(exact.stdout).toBe("abc");
       expect(exact.result.outputTruncated).toBe(false);
+    });
+
+    it("delivers all output, in order, when its consumer holds it back for a while (issue #4)", async () => {
+      const id = await workspace("backlog");
+      let holds = 0;
+      const outcome = await runCommand(backend, id, ["sh", "-c", "seq 1 300000; echo end"], {
+        maxOutputBytes: 8 * 1024 * 1024,
+        // Behind for the first few chunks: a backend may stop reading meanwhile, and loses nothing.
+        outputBacklog: () => (holds++ < 3 ? new Promise((resolve) => setTimeout(resolve, 200)) : undefined),
+      });
+      expect(outcome.result).toMatchObject({ exitCode: 0, timedOut: false, outputTruncated: false });
+      const expected = Array.from({ length: 300_000 }, (_, i) => `${i + 1}\n`).join("") + "end\n";
+      expect(outcome.forwardedBytes).toBe(expected.length);
+      expect(outcome.stdout).toBe(expected.slice(0, outcome.stdout.length));
+    });
+
+    it("still kills a command past its timeout promptly while its consumer holds the output back", async () => {
+      const id = await workspace("backlog-timeout");
+      const never = new Promise<void>(() => {});
+      const outcome = await runCommand(backend, id, ["sh", "-c", "while :; do echo 0123456789abcdef0123456789abcdef; done"], {
+        timeoutMs: 1000,
+        outputBacklog: () => never,
+      });
+      expect(outcome.result.timedOut).toBe(true);
+      expect(outcome.elapsedMs).toBeLessThan(4000);
+      const after = await runCommand(backend, id, ["sh", "-c", "echo alive"]);
+      expect(after.stdout).toBe("alive\n");
     });
 
     it("kills a command past its timeout promptly and marks it timed out", async () => {

@@ -37,6 +37,12 @@ export interface ExecRequest {
   readonly timeoutMs: number;
   /** Output past this many bytes (stdout and stderr together) is dropped and the result marked truncated. */
   readonly maxOutputBytes: number;
+  /**
+   * Asked after each chunk of output: a promise means whoever takes the output is behind, and
+   * the backend may stop reading the command's output until it settles (the command then blocks
+   * on a full pipe). A command past its timeout or aborted is drained regardless. Optional.
+   */
+  readonly outputBacklog?: () => Promise<void> | undefined;
 }
 
 export type OutputStreamName = "stdout" | "stderr";
