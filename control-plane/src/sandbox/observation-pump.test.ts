@@ -140,6 +140,20 @@ describe("observation pump (issue #4: streaming into the ledger)", () => {
   });
 });
 
+describe("observation pump, a sink that throws", () => {
+  it("keeps the throw out of push() and rethrows it from finish()", async () => {
+    const pump = createObservationPump({
+      secrets: [],
+      maxBytes: 1024,
+      sink: () => {
+        throw new Error("not even a promise");
+      },
+    });
+    expect(() => pump.push("stdout", bytes("hello\n"))).not.toThrow();
+    await expect(pump.finish()).rejects.toThrow("not even a promise");
+  });
+});
+
 describe("stillNeeded", () => {
   it("matches what a UTF-8 decoder holds back, whatever the cut", () => {
     const samples = ["a😀b", "é", "€x", "ab\u00e9\u20ac\ud83d\ude00", "\xff\xfe", "x"].map((t) => Buffer.from(t, t.startsWith("\xff") ? "latin1" : "utf8"));

@@ -108,7 +108,14 @@ export function createObservationPump(options: {
   /** Starts writing one observation: the text is taken now, so observations keep their order. */
   const write = (stream: OutputStreamName, text: string, hasNul: boolean) => {
     if (text === "") return;
-    const written = options.sink(stream, hasNul ? storableText(text) : text).then(
+    let started: Promise<void>;
+    try {
+      started = options.sink(stream, hasNul ? storableText(text) : text);
+    } catch (error) {
+      // A sink that throws instead of rejecting fails the same way, never into the host stream.
+      started = Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
+    const written = started.then(
       () => undefined,
       (error: unknown) => {
         failure ??= error;
