@@ -6,9 +6,6 @@
 //
 //   npm run bench -- first-slice [--messages 1000] [--concurrency 16] [--warmup 20] [--raw 1000]
 import { randomUUID } from "node:crypto";
-import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -23,8 +20,7 @@ import { loadConfig } from "../control-plane/src/config.js";
 import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/runner/runner.js";
-import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
-import { freePort, ms, pick, summarize, table } from "./support.js";
+import { ms, pick, summarize, table, withBenchPostgres } from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
@@ -65,70 +61,64 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
   const options = parseOptions(args);
   const progress = (line: string) => process.stderr.write(`[first-slice] ${line}\n`);
 
-  const dir = await mkdtemp(path.join(tmpdir(), "keel-bench-"));
-  let postgres: EmbeddedPostgresHandle | undefined;
-  let app: KeelApp | undefined;
-  try {
-    // As root, PostgreSQL runs as the postgres user, which must be able to reach its folder.
-    if (process.getuid?.() === 0) await chmod(dir, 0o755);
-    progress(`starting embedded PostgreSQL in ${dir} (default durability: fsync and synchronous_commit on)`);
-    postgres = await startEmbeddedPostgres({ dataDir: path.join(dir, "data"), port: await freePort() });
-
-    const env = {
-      DATABASE_URL: postgres.url,
-      KEEL_LOG_LEVEL: "warn",
-      ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
-    };
-    const config = loadConfig(env);
-    app = await buildApp(config, env, { log: pino({ level: "warn" }, pino.destination(2)) });
-    await app.agents.put(DEMO_AGENT);
-    const { secret: token } = await app.tokens.create("connector", "bench");
-    const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
-    app.startWorkers();
-
-    const db = new pg.Client({ connectionString: postgres.url });
-    await db.connect();
-    let settings: string;
-    let keel: KeelPhase;
-    let raw: number[];
+  await withBenchPostgres("first-slice", progress, async (postgres) => {
+    let app: KeelApp | undefined;
     try {
-      const shown = await db.query<{ fsync: string; synchronous_commit: string }>(
-        "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
-      );
-      settings = `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
-      progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
 
-      keel = await keelPhase(url, token, options, progress);
-      raw = await rawPhase(db, options, progress);
+      const env = {
+        DATABASE_URL: postgres.url,
+        KEEL_LOG_LEVEL: "warn",
+        ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
+      };
+      const config = loadConfig(env);
+      app = await buildApp(config, env, { log: pino({ level: "warn" }, pino.destination(2)) });
+      await app.agents.put(DEMO_AGENT);
+      const { secret: token } = await app.tokens.create("connector", "bench");
+      const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
+      app.startWorkers();
+
+      const db = new pg.Client({ connectionString: postgres.url });
+      await db.connect();
+      let settings: string;
+      let keel: KeelPhase;
+      let raw: number[];
+      try {
+        const shown = await db.query<{ fsync: string; synchronous_commit: string }>(
+          "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
+        );
+        settings = `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
+        progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
+
+        keel = await keelPhase(url, token, options, progress);
+        raw = await rawPhase(db, options, progress);
+      } finally {
+        await db.end();
+      }
+
+      const keelStats = summarize(keel.latencies);
+      const rawStats = summarize(raw);
+      const throughput = keel.latencies.length / (keel.wallMs / 1000);
+      const lines = [
+        "",
+        `first-slice: ${options.messages} messages, ${options.concurrency} in flight, distinct conversations, scripted demo model; ` +
+          `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${options.warmup} warm-up messages not counted`,
+        "",
+        ...table(
+          ["metric", "p50_ms", "p99_ms", "n"],
+          [
+            ["message→reply (keel)", ms(keelStats.p50), ms(keelStats.p99), String(keelStats.n)],
+            ["raw txn, same rows", ms(rawStats.p50), ms(rawStats.p99), String(rawStats.n)],
+          ],
+        ),
+        "",
+        `throughput: ${throughput.toFixed(1)} messages/s (${keel.latencies.length} replies in ${(keel.wallMs / 1000).toFixed(2)} s)`,
+        `RESULT p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
+      ];
+      process.stdout.write(`${lines.join("\n")}\n`);
     } finally {
-      await db.end();
+      await app?.stop();
     }
-
-    const keelStats = summarize(keel.latencies);
-    const rawStats = summarize(raw);
-    const throughput = keel.latencies.length / (keel.wallMs / 1000);
-    const lines = [
-      "",
-      `first-slice: ${options.messages} messages, ${options.concurrency} in flight, distinct conversations, scripted demo model; ` +
-        `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${options.warmup} warm-up messages not counted`,
-      "",
-      ...table(
-        ["metric", "p50_ms", "p99_ms", "n"],
-        [
-          ["message→reply (keel)", ms(keelStats.p50), ms(keelStats.p99), String(keelStats.n)],
-          ["raw txn, same rows", ms(rawStats.p50), ms(rawStats.p99), String(rawStats.n)],
-        ],
-      ),
-      "",
-      `throughput: ${throughput.toFixed(1)} messages/s (${keel.latencies.length} replies in ${(keel.wallMs / 1000).toFixed(2)} s)`,
-      `RESULT p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
-    ];
-    process.stdout.write(`${lines.join("\n")}\n`);
-  } finally {
-    await app?.stop();
-    await postgres?.stop();
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

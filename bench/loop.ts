@@ -6,9 +6,6 @@
 //
 //   npm run bench -- loop [--iterations 40] [--concurrent 16] [--raw 1000]
 import { randomUUID } from "node:crypto";
-import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import pg from "pg";
@@ -19,11 +16,10 @@ import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
 import { loadConfig } from "../control-plane/src/config.js";
 import { withBudgetDefaults, type AgentSpec, type ScriptedTurn } from "../control-plane/src/domain/agent.js";
 
-import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
-import { freePort, ms, nodeCpuMs, pick, postgresCpuMs, summarize, table } from "./support.js";
+import { ms, nodeCpuMs, pick, postgresCpuMs, summarize, table, withBenchPostgres } from "./support.js";
 
 interface Options {
   readonly iterations: number;
@@ -70,129 +66,124 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
   const options: Options = { iterations: Number(values.iterations), concurrent: Number(values.concurrent), raw: Number(values.raw) };
   const progress = (line: string) => process.stderr.write(`[loop] ${line}\n`);
 
-  const dir = await mkdtemp(path.join(tmpdir(), "keel-bench-loop-"));
-  let postgres: EmbeddedPostgresHandle | undefined;
-  let app: KeelApp | undefined;
-  try {
-    if (process.getuid?.() === 0) await chmod(dir, 0o755);
-    progress(`starting embedded PostgreSQL in ${dir} (default durability)`);
-    const dataDir = path.join(dir, "data");
-    postgres = await startEmbeddedPostgres({ dataDir, port: await freePort() });
-    const env = {
-      DATABASE_URL: postgres.url,
-      KEEL_LOG_LEVEL: "warn",
-      KEEL_WORKERS: String(options.concurrent),
-      ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX"]),
-    };
-    // Each commitStep call marks the start of an iteration's commit; the gap between two
-    // consecutive ones of a run is one whole iteration of harness work.
-    const marks = new Map<string, number[]>();
-    const config = loadConfig(env);
-    app = await buildApp(config, env, {
-      log: pino({ level: "warn" }, pino.destination(2)),
-      tools: [readTool],
-      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
-        ...deps,
-        store: {
-          ...deps.store,
-          commitStep: async (commit) => {
-            if (commit.step !== undefined) {
-              const list = marks.get(commit.runId) ?? [];
-              list.push(performance.now());
-              marks.set(commit.runId, list);
-            }
-            return deps.store.commitStep(commit);
+  await withBenchPostgres("loop", progress, async (postgres) => {
+    const dataDir = postgres.dataDir;
+    let app: KeelApp | undefined;
+    try {
+      const env = {
+        DATABASE_URL: postgres.url,
+        KEEL_LOG_LEVEL: "warn",
+        KEEL_WORKERS: String(options.concurrent),
+        ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX"]),
+      };
+      // Each commitStep call marks the start of an iteration's commit; the gap between two
+      // consecutive ones of a run is one whole iteration of harness work.
+      const marks = new Map<string, number[]>();
+      const config = loadConfig(env);
+      app = await buildApp(config, env, {
+        log: pino({ level: "warn" }, pino.destination(2)),
+        tools: [readTool],
+        wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
+          ...deps,
+          store: {
+            ...deps.store,
+            commitStep: async (commit) => {
+              if (commit.step !== undefined) {
+                const list = marks.get(commit.runId) ?? [];
+                list.push(performance.now());
+                marks.set(commit.runId, list);
+              }
+              return deps.store.commitStep(commit);
+            },
           },
-        },
-      }),
-    });
-    await app.agents.put(benchAgent(options.iterations));
-    app.startWorkers();
-    const db = new pg.Client({ connectionString: postgres.url });
-    db.on("error", (error) => progress(`benchmark connection: ${error.message}`));
-    await db.connect();
+        }),
+      });
+      await app.agents.put(benchAgent(options.iterations));
+      app.startWorkers();
+      const db = new pg.Client({ connectionString: postgres.url });
+      db.on("error", (error) => progress(`benchmark connection: ${error.message}`));
+      await db.connect();
 
-    const runPhase = async (runs: number) => {
-      marks.clear();
-      const cpuBefore = { node: nodeCpuMs(), postgres: postgresCpuMs(dataDir) };
-      const began = performance.now();
-      const ids: string[] = [];
-      for (let i = 0; i < runs; i++) ids.push(await submit(db, `phase-${runs}-${i}`));
-      await waitForAll(db, ids);
-      const wallMs = performance.now() - began;
-      const cpu = { node: nodeCpuMs() - cpuBefore.node, postgres: postgresCpuMs(dataDir) - cpuBefore.postgres };
-      const gaps = [...marks.values()].flatMap((list) => list.slice(1).map((t, i) => t - list[i]!));
-      const steps = [...marks.values()].reduce((n, list) => n + list.length, 0);
-      progress(`${runs} run(s): ${steps} steps in ${(wallMs / 1000).toFixed(2)} s`);
-      return { gaps, steps, wallMs, cpu };
-    };
+      const runPhase = async (runs: number) => {
+        marks.clear();
+        const cpuBefore = { node: nodeCpuMs(), postgres: postgresCpuMs(dataDir) };
+        const began = performance.now();
+        const ids: string[] = [];
+        for (let i = 0; i < runs; i++) ids.push(await submit(db, `phase-${runs}-${i}`));
+        await waitForAll(db, ids);
+        const wallMs = performance.now() - began;
+        const cpu = { node: nodeCpuMs() - cpuBefore.node, postgres: postgresCpuMs(dataDir) - cpuBefore.postgres };
+        const gaps = [...marks.values()].flatMap((list) => list.slice(1).map((t, i) => t - list[i]!));
+        const steps = [...marks.values()].reduce((n, list) => n + list.length, 0);
+        progress(`${runs} run(s): ${steps} steps in ${(wallMs / 1000).toFixed(2)} s`);
+        return { gaps, steps, wallMs, cpu };
+      };
 
-    await runPhase(2); // warm-up
-    const single = await runPhase(1);
-    const concurrent = await runPhase(options.concurrent);
+      await runPhase(2); // warm-up
+      const single = await runPhase(1);
+      const concurrent = await runPhase(options.concurrent);
 
-    progress(`raw transactions: ${options.raw} serial, then ${options.raw} over ${options.concurrent} connections`);
-    const rawSerial: number[] = [];
-    const serialRun = await rawRun(db, "raw-serial");
-    for (let i = 0; i < options.raw; i++) {
-      const started = performance.now();
-      await rawIteration(db, serialRun);
-      rawSerial.push(performance.now() - started);
+      progress(`raw transactions: ${options.raw} serial, then ${options.raw} over ${options.concurrent} connections`);
+      const rawSerial: number[] = [];
+      const serialRun = await rawRun(db, "raw-serial");
+      for (let i = 0; i < options.raw; i++) {
+        const started = performance.now();
+        await rawIteration(db, serialRun);
+        rawSerial.push(performance.now() - started);
+      }
+      const clients = await Promise.all(
+        Array.from({ length: options.concurrent }, async () => {
+          const client = new pg.Client({ connectionString: postgres.url });
+          await client.connect();
+          return { client, run: await rawRun(client, `raw-${randomUUID()}`) };
+        }),
+      );
+      const rawCpuBefore = { node: nodeCpuMs(), postgres: postgresCpuMs(dataDir) };
+      const rawBegan = performance.now();
+      let next = 0;
+      await Promise.all(clients.map(async ({ client, run }) => {
+        while (next++ < options.raw) await rawIteration(client, run);
+      }));
+      const rawPerSecond = options.raw / ((performance.now() - rawBegan) / 1000);
+      const rawCpu = { node: nodeCpuMs() - rawCpuBefore.node, postgres: postgresCpuMs(dataDir) - rawCpuBefore.postgres };
+      await Promise.all(clients.map(({ client }) => client.end()));
+      await db.end();
+
+      const one = summarize(single.gaps);
+      const many = summarize(concurrent.gaps);
+      const raw = summarize(rawSerial);
+      const stepsPerSecond = concurrent.steps / (concurrent.wallMs / 1000);
+      const lines = [
+        "",
+        `loop: ${options.iterations} iterations per run (scripted model, one read tool, both instant); 1 run, then ${options.concurrent} concurrent; ` +
+          `${config.workers} workers; embedded PostgreSQL 17, default durability`,
+        "",
+        ...table(
+          ["metric", "p50_ms", "p99_ms", "n"],
+          [
+            ["iteration overhead, 1 run", ms(one.p50), ms(one.p99), String(one.n)],
+            [`iteration overhead, ${options.concurrent} runs`, ms(many.p50), ms(many.p99), String(many.n)],
+            ["raw txn, same rows", ms(raw.p50), ms(raw.p99), String(raw.n)],
+          ],
+        ),
+        "",
+        ...table(
+          ["throughput", "per_s", "node_cpu_ms_each", "postgres_cpu_ms_each"],
+          [
+            [`keel steps, ${options.concurrent} runs`, stepsPerSecond.toFixed(1), ms(concurrent.cpu.node / concurrent.steps), ms(concurrent.cpu.postgres / concurrent.steps)],
+            [`raw txns, ${options.concurrent} connections`, rawPerSecond.toFixed(1), ms(rawCpu.node / options.raw), ms(rawCpu.postgres / options.raw)],
+          ],
+        ),
+        "",
+        `targets: overhead p50 <= 4x raw (is ${(one.p50 / raw.p50).toFixed(2)}x); throughput >= 0.5x raw (is ${(stepsPerSecond / rawPerSecond).toFixed(2)}x)`,
+        `RESULT overhead_p50_ms=${ms(one.p50)} raw_txn_p50_ms=${ms(raw.p50)} overhead_ratio=${(one.p50 / raw.p50).toFixed(2)} ` +
+          `steps_per_s=${stepsPerSecond.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${(stepsPerSecond / rawPerSecond).toFixed(2)}`,
+      ];
+      process.stdout.write(`${lines.join("\n")}\n`);
+    } finally {
+      await app?.stop();
     }
-    const clients = await Promise.all(
-      Array.from({ length: options.concurrent }, async () => {
-        const client = new pg.Client({ connectionString: postgres!.url });
-        await client.connect();
-        return { client, run: await rawRun(client, `raw-${randomUUID()}`) };
-      }),
-    );
-    const rawCpuBefore = { node: nodeCpuMs(), postgres: postgresCpuMs(dataDir) };
-    const rawBegan = performance.now();
-    let next = 0;
-    await Promise.all(clients.map(async ({ client, run }) => {
-      while (next++ < options.raw) await rawIteration(client, run);
-    }));
-    const rawPerSecond = options.raw / ((performance.now() - rawBegan) / 1000);
-    const rawCpu = { node: nodeCpuMs() - rawCpuBefore.node, postgres: postgresCpuMs(dataDir) - rawCpuBefore.postgres };
-    await Promise.all(clients.map(({ client }) => client.end()));
-    await db.end();
-
-    const one = summarize(single.gaps);
-    const many = summarize(concurrent.gaps);
-    const raw = summarize(rawSerial);
-    const stepsPerSecond = concurrent.steps / (concurrent.wallMs / 1000);
-    const lines = [
-      "",
-      `loop: ${options.iterations} iterations per run (scripted model, one read tool, both instant); 1 run, then ${options.concurrent} concurrent; ` +
-        `${config.workers} workers; embedded PostgreSQL 17, default durability`,
-      "",
-      ...table(
-        ["metric", "p50_ms", "p99_ms", "n"],
-        [
-          ["iteration overhead, 1 run", ms(one.p50), ms(one.p99), String(one.n)],
-          [`iteration overhead, ${options.concurrent} runs`, ms(many.p50), ms(many.p99), String(many.n)],
-          ["raw txn, same rows", ms(raw.p50), ms(raw.p99), String(raw.n)],
-        ],
-      ),
-      "",
-      ...table(
-        ["throughput", "per_s", "node_cpu_ms_each", "postgres_cpu_ms_each"],
-        [
-          [`keel steps, ${options.concurrent} runs`, stepsPerSecond.toFixed(1), ms(concurrent.cpu.node / concurrent.steps), ms(concurrent.cpu.postgres / concurrent.steps)],
-          [`raw txns, ${options.concurrent} connections`, rawPerSecond.toFixed(1), ms(rawCpu.node / options.raw), ms(rawCpu.postgres / options.raw)],
-        ],
-      ),
-      "",
-      `targets: overhead p50 <= 4x raw (is ${(one.p50 / raw.p50).toFixed(2)}x); throughput >= 0.5x raw (is ${(stepsPerSecond / rawPerSecond).toFixed(2)}x)`,
-      `RESULT overhead_p50_ms=${ms(one.p50)} raw_txn_p50_ms=${ms(raw.p50)} overhead_ratio=${(one.p50 / raw.p50).toFixed(2)} ` +
-        `steps_per_s=${stepsPerSecond.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${(stepsPerSecond / rawPerSecond).toFixed(2)}`,
-    ];
-    process.stdout.write(`${lines.join("\n")}\n`);
-  } finally {
-    await app?.stop();
-    await postgres?.stop();
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 async function submit(db: pg.Client, key: string, status: "queued" | "running" = "queued"): Promise<string> {

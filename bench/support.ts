@@ -1,7 +1,10 @@
 // Shared by the benchmarks: percentiles, the printed table, ports and settings.
 import { readdirSync, readFileSync } from "node:fs";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
 import path from "node:path";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 
 export interface Stats {
   readonly n: number;
@@ -85,4 +88,31 @@ const CLOCK_TICKS_PER_SECOND = 100;
 export function nodeCpuMs(): number {
   const usage = process.cpuUsage();
   return (usage.user + usage.system) / 1000;
+}
+
+export interface BenchPostgres {
+  readonly url: string;
+  /** The cluster's data folder (for postgresCpuMs). */
+  readonly dataDir: string;
+}
+
+/**
+ * A throwaway embedded PostgreSQL 17 for one benchmark, with default durability, in a fresh
+ * temporary folder: started, handed to `work`, then stopped and removed whatever happens.
+ * `work` stops what it built on it (a Keel app) before it returns or throws.
+ */
+export async function withBenchPostgres<T>(name: string, progress: (line: string) => void, work: (postgres: BenchPostgres) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(path.join(tmpdir(), `keel-bench-${name}-`));
+  let postgres: EmbeddedPostgresHandle | undefined;
+  try {
+    // As root, PostgreSQL runs as the postgres user, which must be able to reach its folder.
+    if (process.getuid?.() === 0) await chmod(dir, 0o755);
+    const dataDir = path.join(dir, "data");
+    progress(`starting embedded PostgreSQL in ${dir} (default durability: fsync and synchronous_commit on)`);
+    postgres = await startEmbeddedPostgres({ dataDir, port: await freePort() });
+    return await work({ url: postgres.url, dataDir });
+  } finally {
+    await postgres?.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
 }
