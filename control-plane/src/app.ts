@@ -25,7 +25,7 @@ import { createSqlPool, type SqlPool } from "./ledger/sql.js";
 import { createOpenAiModelProvider } from "./models/openai-model-provider.js";
 import { createScriptedModelProvider } from "./models/scripted-model-provider.js";
 import type { RunnerDeps } from "./runner/runner.js";
-import { startWorkerPool, type WorkerPool } from "./runner/worker-pool.js";
+import { createWorkerHandoff, startWorkerPool, type WorkerPool } from "./runner/worker-pool.js";
 import { createSandboxRepository } from "./ledger/sandbox.repository.js";
 import { createRemoteSandboxDispatcher, type RemoteSandboxDispatcher } from "./sandbox/remote-sandbox-dispatcher.js";
 import { createSandboxHub, type SandboxHub } from "./sandbox/sandbox-hub.js";
@@ -106,6 +106,8 @@ export async function buildApp(
   const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const runQueries = createRunQueryRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const control = createRunControlRepository(ledger.sql);
+  // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).
+  const handoff = createWorkerHandoff();
 
   // Sandbox hosts attach to this process; exec-class tools reach them through the dispatcher.
   const sandboxLog = logger.child({ component: "sandbox" });
@@ -154,7 +156,7 @@ export async function buildApp(
     {
       ingress: createIngressService({
         mailbox: createMailbox({
-          store: createIngressRepository(ledger.sql),
+          store: createIngressRepository(ledger.sql, { handoff, maxConcurrentRootRuns: config.maxConcurrentRootRuns }),
           providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
           clock,
           log: logger.child({ component: "mailbox" }),

@@ -3,10 +3,12 @@
 // time against what is committed. What a message does is decided by domain/interrupt.ts;
 // this file reads the conversation, asks the planner, and writes the plan.
 import { randomUUID } from "node:crypto";
-import type { AgentSpec } from "../domain/agent.js";
+import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS, type AgentSpec } from "../domain/agent.js";
 import { FailedPreconditionError, NotFoundError, PermissionDeniedError } from "../domain/errors.js";
 import { coalesceUntil, planAdmission, type AdmissionPlan, type ConversationState, type TargetRun } from "../domain/interrupt.js";
 import { ackKey, ZERO_USAGE, type CommitBoundary, type RunStatus } from "../domain/run.js";
+import type { ClaimedRun } from "../runner/run-store.js";
+import type { ReservedWorker, WorkerHandoff } from "../runner/worker-pool.js";
 import {
   ACK_WORKING_TEXT,
   type Admission,
@@ -14,7 +16,7 @@ import {
   type Continuation,
   type MailboxStore,
 } from "../conversation/ingress.js";
-import { appendRunEvents, EMISSION_SEQUENCE_LOCK, stopParkedRun } from "./ledger-writes.js";
+import { ADMISSION_LOCK, appendRunEvents, EMISSION_SEQUENCE_LOCK, stopParkedRun } from "./ledger-writes.js";
 import { asDate, preparedRows, rows, type Sql, type SqlTransaction } from "./sql.js";
 
 const LIVE: ReadonlySet<RunStatus> = new Set(["queued", "running", "awaiting_tool", "awaiting_input", "waiting"]);
@@ -57,6 +59,7 @@ interface Incoming {
   readonly externalId: string;
   readonly actorId: string;
   readonly connector: string;
+  readonly text: string;
   /** The relation recorded on a trigger that joins or amends (edits say "edit"). */
   readonly relationLabel: "refines" | "edit";
 }
@@ -137,10 +140,26 @@ async function answering<T>(work: () => Promise<AdmissionAttempt<T>>): Promise<A
   }
 }
 
-export function createIngressRepository(sql: Sql): MailboxStore {
+export interface IngressRepositoryOptions {
+  /** Idle workers of this process, to hand a run admission can start at once; none means always queue and notify. */
+  readonly handoff?: WorkerHandoff;
+  /** The install's ceiling on concurrent root runs, as claimNext applies it. */
+  readonly maxConcurrentRootRuns?: number;
+}
+
+/** Used when the composition root passes no install ceiling, as the run repository does. */
+const DEFAULT_INSTALL_CEILING = 64;
+
+export function createIngressRepository(sql: Sql, options: IngressRepositoryOptions = {}): MailboxStore {
+  const installCeiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_CEILING;
   return {
-    admit: (message, answers, now) =>
-      answering(() => sql.transaction(async (trx): Promise<AdmissionAttempt<Admission>> => {
+    admit: async (message, answers, now) => {
+      // A worker reserved for the new run, and the claim made for it, handed over after the commit.
+      let reserved: ReservedWorker | undefined;
+      let claimed: ClaimedRun | undefined;
+      let attempt: AdmissionAttempt<Admission>;
+      try {
+        attempt = await answering(() => sql.transaction(async (trx): Promise<AdmissionAttempt<Admission>> => {
         const [stored] = await preparedRows<{
           spec: AgentSpec | null;
           conversation_id: string | null;
@@ -207,6 +226,7 @@ export function createIngressRepository(sql: Sql): MailboxStore {
           externalId: message.messageId,
           actorId: message.actorId,
           connector: message.connector,
+          text: message.text,
           relationLabel: "refines",
         };
         const runs = await conversationRuns(trx, room.agent.id, room.conversationId);
@@ -225,9 +245,30 @@ export function createIngressRepository(sql: Sql): MailboxStore {
         }
         if (plan.kind === "needs_consent") throw new NeedsAnswer({ kind: "needs_consent", agent: room.agent, runId: plan.runId });
         const note = answers.relation?.note ?? answers.consent?.note;
+        if (plan.kind === "new_request" && options.handoff !== undefined && startsAtOnce(room, runs)) {
+          reserved = options.handoff.reserve();
+          if (reserved !== undefined) {
+            const worker = reserved;
+            const why = note === undefined ? plan.why : `${plan.why} (${note})`;
+            const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling });
+            claimed = started.claimed;
+            return { kind: "done", result: started.admission };
+          }
+        }
         const admission = await applyPlan(room, plan, incoming, runs, note);
         return { kind: "done", result: admission };
-      })),
+      }));
+      } catch (error) {
+        reserved?.release();
+        throw error;
+      }
+      // Committed: the worker starts on its run now (or, if the ceilings said wait, goes back to claiming).
+      if (reserved !== undefined) {
+        if (claimed !== undefined) reserved.start(claimed);
+        else reserved.release();
+      }
+      return attempt;
+    },
 
     edit: (edit, now) =>
       sql.transaction(async (trx): Promise<Admission> => {
@@ -279,6 +320,7 @@ export function createIngressRepository(sql: Sql): MailboxStore {
           externalId: `${edit.messageId}#edit-${original.edits + 1}`,
           actorId: edit.actorId,
           connector: original.connector,
+          text: edit.text,
           relationLabel: "edit",
         };
         const runs = await conversationRuns(trx, room.agent.id, room.conversationId);
@@ -366,7 +408,7 @@ export function createIngressRepository(sql: Sql): MailboxStore {
         const admission = await continueExhausted(
           room,
           run,
-          { rowId: message!.id, externalId, actorId: request.actorId, connector: run.connector, relationLabel: "refines" },
+          { rowId: message!.id, externalId, actorId: request.actorId, connector: run.connector, text: request.text, relationLabel: "refines" },
           "authorized through ContinueRun",
         );
         return { kind: "done", result: { runId: admission.runId, authorized: true } };
@@ -392,7 +434,7 @@ async function applyPlan(room: Mailroom, plan: AdmissionPlan, incoming: Incoming
   let admission: Admission;
   switch (plan.kind) {
     case "new_request":
-      admission = await newRequest(room, incoming, why);
+      admission = (await newRequest(room, incoming, why)).admission;
       break;
     case "join":
       admission = await addTrigger(room, byId(plan.runId), incoming, { relation: incoming.relationLabel === "edit" ? "edit" : plan.coalesced ? "coalesced" : "refines", notBefore: plan.notBefore, amends: false }, why);
@@ -428,6 +470,27 @@ async function applyPlan(room: Mailroom, plan: AdmissionPlan, incoming: Incoming
   return admission;
 }
 
+/** Claiming a new run in the transaction that admits it, for a reserved worker. */
+interface StartClaim {
+  readonly workerId: string;
+  readonly leaseMs: number;
+  readonly installCeiling: number;
+}
+
+/** The agent's own ceiling on concurrent root runs, from its spec, as claimNext reads it. */
+const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
+
+/**
+ * Whether a new request in this conversation may start the moment it commits: its coalesce
+ * window is zero, and no root run of the conversation is live, so it is the head of the
+ * conversation's queue and nothing is in flight. The conversation's row lock, held since the
+ * first statement, keeps it that way until the commit; the ceilings are checked under the
+ * admission lock in insertRun.
+ */
+function startsAtOnce(room: Mailroom, runs: readonly ConversationRun[]): boolean {
+  return runs.every((run) => !LIVE.has(run.status)) && coalesceUntil(room.agent.interrupt, room.now, room.now).getTime() <= room.now.getTime();
+}
+
 interface NewRun {
   readonly runId: string;
   readonly connector: string;
@@ -446,20 +509,32 @@ interface NewRun {
   readonly summary: string;
   /** A new logical request's hourglass, on the message that started it; a successor has none of its own. */
   readonly ack?: { readonly messageId: string; readonly actorId: string };
+  /** Claim the run for this worker in the same statement when the ceilings allow (the caller holds the admission lock). */
+  readonly claim?: StartClaim;
 }
 
 /**
- * Inserts a queued root run with its triggers, its first event and, for a new logical request,
- * its working ack, in one statement, and wakes a worker. The ack's insert draws its seq only
- * after the emission-order lock is held (it selects from the lock), as reserveEmissions does.
+ * Inserts a root run with its triggers, its first event and, for a new logical request, its
+ * working ack, in one statement. With a claim, and room under both ceilings (counted as
+ * claimNext counts them, on a snapshot taken after the caller took the admission lock), the run
+ * is inserted running, leased to the reserved worker at epoch 1; otherwise it is queued and a
+ * worker is woken. The ack's insert draws its seq only after the emission-order lock is held in
+ * shared mode (it selects from the lock), as reserveEmissions does. Returns whether the run was claimed.
  */
-async function insertRun(room: Mailroom, run: NewRun): Promise<void> {
+async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
   const notBefore = coalesceUntil(room.agent.interrupt, run.requestReceivedAt, room.now);
   const carry = run.carryTriggersOf ?? null;
   const ack = run.ack;
-  await preparedRows(
+  const claim = run.claim;
+  const [inserted] = await preparedRows<{ started: boolean }>(
     room.trx,
-    `WITH carried AS (
+    `WITH executing AS (
+       SELECT agent_id FROM runs WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL),
+     start AS (
+       SELECT ?::boolean AND (SELECT count(*) FROM executing x WHERE x.agent_id = a.id) < ${AGENT_CEILING_SQL}
+         AND (SELECT count(*) FROM executing) < ? AS go
+       FROM agents a WHERE a.id = ?),
+     carried AS (
        INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)
        SELECT ?::uuid, t.message_id, t.actor_id, t.external_message_id, t.received_at, t.relation, 0, true,
          row_number() OVER (ORDER BY t.ordinal, t.received_at)
@@ -469,24 +544,35 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<void> {
      new_run AS (
        INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage,
          logical_request_id, request_received_at, interruptions, inherits_from_run_id, continuation_of_run_id, not_before,
-         trigger_count, event_seq)
-       SELECT ?, ?, ?, ?, 'queued', ?, ?, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, counted.n + 1, 1 FROM counted),
+         trigger_count, event_seq, lease_owner, lease_epoch, lease_expires_at, started_at)
+       SELECT ?, ?, ?, ?, CASE WHEN start.go THEN 'running' ELSE 'queued' END, ?, ?, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, counted.n + 1,
+         CASE WHEN start.go THEN 2 ELSE 1 END, CASE WHEN start.go THEN ?::text END, CASE WHEN start.go THEN 1 ELSE 0 END,
+         CASE WHEN start.go THEN now() + make_interval(secs => ?::int / 1000.0) END, CASE WHEN start.go THEN ?::timestamptz END
+       FROM counted, start),
      own AS (
        INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)
        SELECT ?, ?, ?, ?, ?, ?, 0, false, counted.n + 1 FROM counted),
      moved AS (
        UPDATE messages SET run_id = ? WHERE id = ? OR (? AND id IN (SELECT message_id FROM carried))),
-     event AS (INSERT INTO run_events (run_id, seq, kind, status, summary) VALUES (?, 1, 'created', 'queued', ?)),
-     ack_lock AS (SELECT pg_advisory_xact_lock(${EMISSION_SEQUENCE_LOCK}) AS held WHERE ?::boolean),
+     event AS (
+       INSERT INTO run_events (run_id, seq, kind, status, summary)
+       SELECT ?::uuid, 1, 'created', 'queued', ?
+       UNION ALL SELECT ?::uuid, 2, 'status_changed', 'running', 'claimed by ' || ? || ' at epoch 1' FROM start WHERE start.go),
+     ack_lock AS (SELECT pg_advisory_xact_lock_shared(${EMISSION_SEQUENCE_LOCK}) AS held WHERE ?::boolean),
      ack AS (
        INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
          reply_to_message_id, text, ack_state, addressed_actor_ids)
        SELECT ?::uuid, ?, ?, 'ack', ?::uuid, ?, ?::uuid, ?, ?, ?, 'working', ?::jsonb FROM ack_lock
        ON CONFLICT (idempotency_key) DO NOTHING
        RETURNING id)
-     SELECT pg_notify('keel_run_events', ?), pg_notify('keel_runs', ?),
-       (SELECT pg_notify('keel_emissions', ?) FROM ack) AS acked`,
+     SELECT start.go AS started, pg_notify('keel_run_events', ?),
+       (SELECT pg_notify('keel_runs', ?) WHERE NOT start.go) AS queued,
+       (SELECT pg_notify('keel_emissions', ?) FROM ack) AS acked
+     FROM start`,
     [
+      claim !== undefined,
+      claim?.installCeiling ?? 0,
+      room.agent.id,
       run.runId,
       carry,
       run.runId,
@@ -503,6 +589,9 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<void> {
       run.inheritsFromRunId ?? null,
       run.continuationOfRunId ?? null,
       notBefore,
+      claim?.workerId ?? null,
+      claim?.leaseMs ?? 0,
+      room.now,
       run.runId,
       run.trigger.incoming.rowId,
       run.trigger.incoming.actorId,
@@ -514,6 +603,8 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<void> {
       run.moveCarriedMessages === true,
       run.runId,
       run.summary,
+      run.runId,
+      claim?.workerId ?? "",
       ack !== undefined,
       randomUUID(),
       ackKey(run.logicalRequestId, "working"),
@@ -530,12 +621,24 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<void> {
       run.connector,
     ],
   );
+  if (inserted === undefined) throw new Error(`agent ${room.agent.id} vanished while admitting run ${run.runId}`);
+  return claim !== undefined && inserted.started;
 }
 
-/** A request of its own: a fresh logical request, acked on its message. */
-async function newRequest(room: Mailroom, incoming: Incoming, why: string): Promise<Admission> {
+/**
+ * A request of its own: a fresh logical request, acked on its message. With a claim, the run is
+ * started for the reserved worker when the ceilings allow; what the worker needs is all known here
+ * (a fresh run has one trigger, no steps and nothing inherited), so it starts without a read.
+ */
+async function newRequest(room: Mailroom, incoming: Incoming, why: string, claim?: StartClaim): Promise<{ admission: Admission; claimed: ClaimedRun | undefined }> {
   const runId = randomUUID();
-  await insertRun(room, {
+  const relation = incoming.relationLabel === "edit" ? "edit" : "initial";
+  if (claim !== undefined) {
+    // Every start of a root run is serialized by this lock (claimNext takes it too), so the
+    // ceiling counts in insertRun, on a snapshot taken after it, see every start committed before.
+    await preparedRows(room.trx, `SELECT pg_advisory_xact_lock(${ADMISSION_LOCK})`);
+  }
+  const started = await insertRun(room, {
     runId,
     connector: incoming.connector,
     requesterId: incoming.actorId,
@@ -543,11 +646,37 @@ async function newRequest(room: Mailroom, incoming: Incoming, why: string): Prom
     logicalRequestId: runId,
     requestReceivedAt: room.now,
     interruptions: 0,
-    trigger: { incoming, relation: incoming.relationLabel === "edit" ? "edit" : "initial" },
+    trigger: { incoming, relation },
     summary: `message ${incoming.externalId} from ${incoming.actorId}: ${why}`,
     ack: { messageId: incoming.externalId, actorId: incoming.actorId },
+    ...(claim === undefined ? {} : { claim }),
   });
-  return { runId, status: "queued", duplicate: false };
+  // A connector is told the run was admitted (queued) whether or not an idle worker took it in
+  // the same commit: what it sees does not depend on this process's idle workers.
+  const admission: Admission = { runId, status: "queued", duplicate: false };
+  if (!started || claim === undefined) return { admission, claimed: undefined };
+  return {
+    admission,
+    claimed: {
+      runId,
+      epoch: 1,
+      agent: room.agent,
+      connector: incoming.connector,
+      status: "queued",
+      stepCount: 0,
+      usage: ZERO_USAGE,
+      startedAt: room.now,
+      cancelRequestedByActorId: undefined,
+      supersededByRunId: undefined,
+      messages: [{ messageId: incoming.externalId, actorId: incoming.actorId, text: incoming.text, relation, afterStep: 0, inherited: false }],
+      triggerCount: 1,
+      requestedByActorId: incoming.actorId,
+      replyToMessageId: incoming.externalId,
+      logicalRequestId: runId,
+      commitBoundary: "buffering",
+      inheritsFromRunId: undefined,
+    },
+  };
 }
 
 /** Joins a pending run (coalescing) or amends a running one at its next step boundary. */

@@ -53,7 +53,21 @@ export async function insertRunEvents(trx: SqlTransaction, runId: string, firstS
   );
 }
 
-/** Held from before an emission's seq is drawn until commit, so seq order is commit order. */
+/**
+ * Serializes the start of root runs across every worker and process on the database: claimNext
+ * takes it (run.repository.ts keeps its own copy of the key), and so does admission when it
+ * starts a run for an idle worker of its own process.
+ */
+export const ADMISSION_LOCK = 7234002;
+
+/**
+ * Emission order. Every writer holds this lock in shared mode from before it draws an emission's
+ * seq until its commit; writers do not wait for each other. A reader takes it exclusively for an
+ * instant and reads the sequence's last value: every seq up to that value was drawn by a writer
+ * that has since committed or rolled back, so a snapshot taken afterwards holds every row it
+ * will ever hold up to there, and a Subscribe cursor (`seq > n`) that reads no further never
+ * skips a row committed late (see emission.repository.ts listAfter).
+ */
 export const EMISSION_SEQUENCE_LOCK = 7234001;
 
 export interface EmissionTarget {
@@ -66,8 +80,8 @@ export interface EmissionTarget {
 
 /**
  * Reserves emissions by idempotency key: a key already reserved is skipped, so a retried
- * worker can never emit twice. The advisory lock makes `seq` order equal commit order,
- * which is what lets a Subscribe cursor (`seq > n`) never skip a row committed late.
+ * worker can never emit twice. The shared emission-order lock, held until commit, is what lets
+ * readers see seqs only once every smaller one is settled (EMISSION_SEQUENCE_LOCK).
  * Returns how many were new.
  */
 export async function reserveEmissions(
@@ -76,11 +90,11 @@ export async function reserveEmissions(
   drafts: readonly EmissionDraft[],
 ): Promise<number> {
   if (drafts.length === 0) return 0;
-  // One statement: the rows are selected FROM the lock, so no seq is drawn before it is held,
-  // and the lock is held for the rest of the transaction only, not for two more round trips.
+  // One statement: the rows are selected FROM the lock, so no seq is drawn before it is held.
+  // Shared: concurrent writers (admissions, step commits) no longer queue behind each other's fsync.
   const [reserved] = await preparedRows<{ n: number }>(
     trx,
-    `WITH ordered AS (SELECT pg_advisory_xact_lock(${EMISSION_SEQUENCE_LOCK}) AS held),
+    `WITH ordered AS (SELECT pg_advisory_xact_lock_shared(${EMISSION_SEQUENCE_LOCK}) AS held),
      inserted AS (
        INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
          external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import type { Logger } from "pino";
 import { LeaseLostError } from "../domain/errors.js";
+import type { ClaimedRun } from "./run-store.js";
 import { advanceRun, type RunnerDeps } from "./runner.js";
 
 export interface WorkerPoolOptions {
@@ -18,6 +19,62 @@ export interface WorkerPool {
   stop(): Promise<void>;
 }
 
+/** An idle worker taken aside for one run that admission is about to claim on its behalf. */
+export interface ReservedWorker {
+  /** The lease owner to claim the run for. */
+  readonly workerId: string;
+  readonly leaseMs: number;
+  /** The claim committed: the worker starts on the run at once. */
+  start(claimed: ClaimedRun): void;
+  /** No claim after all (not startable, or the transaction failed): the worker goes back to claiming. */
+  release(): void;
+}
+
+/**
+ * Admission's way to an idle worker in this process. A run admission finds startable at once
+ * (no coalesce window, the conversation idle, the ceilings clear) is claimed in the admission
+ * transaction for a reserved worker and handed to it after the commit, instead of NOTIFY waking
+ * a worker that then looks for it with claimNext. Runs admission does not hand over are queued
+ * and announced as before, so other processes still claim them with SKIP LOCKED.
+ */
+export interface WorkerHandoff {
+  /** An idle worker, now the caller's until it calls start or release; undefined when none is idle. */
+  reserve(): ReservedWorker | undefined;
+}
+
+/** Where pools started later register: the ingress side is built before any worker runs. */
+export interface WorkerHandoffHub extends WorkerHandoff {
+  /** Adds a pool's idle workers; returns the function that removes them. */
+  attach(source: WorkerHandoff): () => void;
+}
+
+export function createWorkerHandoff(): WorkerHandoffHub {
+  const sources: WorkerHandoff[] = [];
+  return {
+    reserve() {
+      for (const source of sources) {
+        const reserved = source.reserve();
+        if (reserved !== undefined) return reserved;
+      }
+      return undefined;
+    },
+    attach(source) {
+      sources.push(source);
+      return () => {
+        const at = sources.indexOf(source);
+        if (at >= 0) sources.splice(at, 1);
+      };
+    },
+  };
+}
+
+/** An idle worker's wait: woken to claim (undefined) or handed a run admission is claiming for it. */
+interface IdleWorker {
+  readonly workerId: string;
+  wake(): void;
+  hand(claim: Promise<ClaimedRun | undefined>): void;
+}
+
 /**
  * Runs `workers` claim loops in this process. Each claims a run, advances it while
  * renewing its lease, and goes back for more. Several processes may run pools on one
@@ -26,24 +83,41 @@ export interface WorkerPool {
  * A notification wakes one idle worker, not all of them: waking every worker for every
  * run made them race for the same row and halved throughput on a small machine.
  */
-export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, runnable: RunnableFeed, log: Logger): WorkerPool {
+export function startWorkerPool(
+  deps: RunnerDeps,
+  options: WorkerPoolOptions,
+  runnable: RunnableFeed,
+  log: Logger,
+  handoff?: WorkerHandoffHub,
+): WorkerPool {
   const stopping = new AbortController();
   // Every idle worker's wait and every in-flight model call listens on this one signal.
   setMaxListeners(0, stopping.signal);
   const processId = randomUUID().slice(0, 8);
 
-  const idle: (() => void)[] = [];
+  const idle: IdleWorker[] = [];
   // Wakes that found no idle worker: the next worker to go idle claims again at once.
   let missedWakes = 0;
   const unsubscribe = runnable((payload) => {
     if (payload === "") {
-      for (const wake of idle.splice(0)) wake();
+      for (const worker of idle.splice(0)) worker.wake();
       missedWakes = options.workers;
       return;
     }
-    const wake = idle.shift();
-    if (wake !== undefined) wake();
+    const worker = idle.shift();
+    if (worker !== undefined) worker.wake();
     else missedWakes = Math.min(missedWakes + 1, options.workers);
+  });
+  const detach = handoff?.attach({
+    reserve() {
+      if (stopping.signal.aborted) return undefined;
+      // The worker idle the shortest time: its connections and caches are the warmest.
+      const worker = idle.pop();
+      if (worker === undefined) return undefined;
+      let settle!: (claimed: ClaimedRun | undefined) => void;
+      worker.hand(new Promise((resolve) => (settle = resolve)));
+      return { workerId: worker.workerId, leaseMs: options.leaseMs, start: settle, release: () => settle(undefined) };
+    },
   });
 
   // One timer for the pool: when the earliest coalescing run comes due, it wakes one idle
@@ -58,50 +132,75 @@ export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, ru
     dueAt = when;
     dueTimer = setTimeout(() => {
       dueAt = Number.POSITIVE_INFINITY;
-      const wake = idle.shift();
-      if (wake !== undefined) wake();
+      const worker = idle.shift();
+      if (worker !== undefined) worker.wake();
       else missedWakes = Math.min(missedWakes + 1, options.workers);
     }, Math.max(0, Math.min(when - deps.now().getTime(), options.idlePollMs)) + 1);
     dueTimer.unref();
   };
 
-  const idleWait = (): Promise<void> => {
+  /**
+   * Resolves to a handed-over claim (which may come to nothing) or, when woken or timed out, to
+   * undefined. The claim comes wrapped: a promise resolved with a promise would wait for it.
+   */
+  const idleWait = (workerId: string): Promise<{ readonly claim: Promise<ClaimedRun | undefined> } | undefined> => {
     if (missedWakes > 0) {
       missedWakes -= 1;
-      return Promise.resolve();
+      return Promise.resolve(undefined);
     }
     return new Promise((resolve) => {
-      const done = (): void => {
+      const leave = (): void => {
         clearTimeout(timer);
-        stopping.signal.removeEventListener("abort", done);
-        const at = idle.indexOf(done);
+        stopping.signal.removeEventListener("abort", wake);
+        const at = idle.indexOf(worker);
         if (at >= 0) idle.splice(at, 1);
-        resolve();
       };
-      const timer = setTimeout(done, options.idlePollMs);
-      stopping.signal.addEventListener("abort", done, { once: true });
-      idle.push(done);
+      const wake = (): void => {
+        leave();
+        resolve(undefined);
+      };
+      const worker: IdleWorker = {
+        workerId,
+        wake,
+        hand(claim) {
+          leave();
+          resolve({ claim });
+        },
+      };
+      const timer = setTimeout(wake, options.idlePollMs);
+      stopping.signal.addEventListener("abort", wake, { once: true });
+      idle.push(worker);
     });
   };
 
   const loop = async (workerId: string): Promise<void> => {
-    while (!stopping.signal.aborted) {
-      let claimed;
-      try {
-        claimed = await deps.store.claimNext(workerId, options.leaseMs);
-      } catch (error) {
-        log.error({ err: error, workerId }, "claim failed; retrying");
-        await idleWait();
-        continue;
+    // A run admission claimed for this worker. Taken even while stopping: the lease is already
+    // this worker's, and advanceRun hands it back at its first checkpoint.
+    let handed: { readonly claim: Promise<ClaimedRun | undefined> } | undefined;
+    while (handed !== undefined || !stopping.signal.aborted) {
+      let claimed: ClaimedRun | undefined;
+      if (handed !== undefined) {
+        claimed = await handed.claim;
+        handed = undefined;
+        if (claimed === undefined) continue;
+      } else {
+        try {
+          claimed = await deps.store.claimNext(workerId, options.leaseMs);
+        } catch (error) {
+          log.error({ err: error, workerId }, "claim failed; retrying");
+          handed = await idleWait(workerId);
+          continue;
+        }
+        if (claimed === undefined) {
+          wakeWhenDue(await deps.store.nextDueAt().catch(() => undefined));
+          handed = await idleWait(workerId);
+          continue;
+        }
       }
-      if (claimed === undefined) {
-        wakeWhenDue(await deps.store.nextDueAt().catch(() => undefined));
-        await idleWait();
-        continue;
-      }
-      const runLog = log.child({ runId: claimed.runId, workerId, epoch: claimed.epoch });
+      const run = claimed;
+      const runLog = log.child({ runId: run.runId, workerId, epoch: run.epoch });
       const renew = setInterval(() => {
-        deps.store.renewLease(claimed.runId, workerId, claimed.epoch, options.leaseMs).then(
+        deps.store.renewLease(run.runId, workerId, run.epoch, options.leaseMs).then(
           (held) => {
             if (!held) runLog.warn("lease lost while working; this worker's commit will be refused");
           },
@@ -109,7 +208,7 @@ export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, ru
         );
       }, Math.max(50, Math.floor(options.leaseMs / 3)));
       try {
-        await advanceRun(deps, claimed, { workerId, signal: stopping.signal });
+        await advanceRun(deps, run, { workerId, signal: stopping.signal });
       } catch (error) {
         if (error instanceof LeaseLostError) runLog.warn(error.message);
         else if (!stopping.signal.aborted) runLog.error({ err: error }, "run step failed; the lease will expire and the run be retried");
@@ -125,6 +224,7 @@ export function startWorkerPool(deps: RunnerDeps, options: WorkerPoolOptions, ru
       stopping.abort(new Error("worker pool stopping"));
       clearTimeout(dueTimer);
       unsubscribe();
+      detach?.();
       await Promise.allSettled(loops);
     },
   };
