@@ -74,7 +74,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
         DATABASE_URL: postgres.url,
         KEEL_LOG_LEVEL: "warn",
         KEEL_WORKERS: String(options.concurrent),
-        ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX"]),
+        ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_READ_FLUSH_MS"]),
       };
       // Each commitStep call marks the start of an iteration's commit; the gap between two
       // consecutive ones of a run is one whole iteration of harness work.
