@@ -182,7 +182,12 @@ export function startWorkerPool(
       if (handed !== undefined) {
         claimed = await handed.claim;
         handed = undefined;
-        if (claimed === undefined) continue;
+        if (claimed === undefined) {
+          // Released unclaimed: the run is queued and announced, or there was none. Back to
+          // waiting; a wake that found no idle worker meanwhile is counted and not lost.
+          if (!stopping.signal.aborted) handed = await idleWait(workerId);
+          continue;
+        }
       } else {
         try {
           claimed = await deps.store.claimNext(workerId, options.leaseMs);
