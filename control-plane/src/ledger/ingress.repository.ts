@@ -160,109 +160,109 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
       let attempt: AdmissionAttempt<Admission>;
       try {
         attempt = await answering(() => sql.transaction(async (trx): Promise<AdmissionAttempt<Admission>> => {
-        const [stored] = await preparedRows<{
-          spec: AgentSpec | null;
-          conversation_id: string | null;
-          message_row_id: string | null;
-          existing_run_id: string | null;
-          existing_status: RunStatus | null;
-        }>(
-          trx,
-          // The agent, the actor, the conversation (whose row lock serializes its messages) and
-          // the message, idempotent on the connector's message id.
-          `WITH agent AS (SELECT spec FROM agents WHERE id = ?),
-           actor AS (
-             INSERT INTO actors (id, display_name) SELECT ?, ? FROM agent
-             ON CONFLICT (id) DO UPDATE SET display_name = EXCLUDED.display_name
-             WHERE EXCLUDED.display_name <> '' AND actors.display_name <> EXCLUDED.display_name),
-           conversation AS (
-             INSERT INTO conversations (id, agent_id, external_id, connector) SELECT ?, ?, ?, ? FROM agent
-             ON CONFLICT (agent_id, external_id) DO UPDATE SET connector = conversations.connector
-             RETURNING id),
-           message AS (
-             INSERT INTO messages (id, conversation_id, external_id, actor_id, text, reply_to_external_id)
-             SELECT ?, conversation.id, ?, ?, ?, ? FROM conversation
-             ON CONFLICT (conversation_id, external_id) DO NOTHING RETURNING id)
-           SELECT (SELECT spec FROM agent) AS spec, (SELECT id FROM conversation) AS conversation_id,
-             (SELECT id FROM message) AS message_row_id,
-             (SELECT m.run_id FROM messages m JOIN conversation c ON m.conversation_id = c.id WHERE m.external_id = ?) AS existing_run_id,
-             (SELECT r.status FROM messages m JOIN conversation c ON m.conversation_id = c.id JOIN runs r ON r.id = m.run_id
-              WHERE m.external_id = ?) AS existing_status`,
-          [
-            message.agentId,
-            message.actorId,
-            message.actorDisplayName,
-            randomUUID(),
-            message.agentId,
-            message.conversationId,
-            message.connector,
-            randomUUID(),
-            message.messageId,
-            message.actorId,
-            message.text,
-            message.replyToMessageId ?? null,
-            message.messageId,
-            message.messageId,
-          ],
-        );
-        if (stored?.spec === null || stored?.spec === undefined) throw new NotFoundError("agent", message.agentId);
-        if (stored.message_row_id === null) {
-          if (stored.existing_run_id === null || stored.existing_status === null) {
-            // Another transaction stored this message id a moment ago; its outcome is not visible
-            // to this statement. Fail this attempt: the retry sees it as a duplicate.
-            throw new ConcurrentMessageError(message.messageId);
+          const [stored] = await preparedRows<{
+            spec: AgentSpec | null;
+            conversation_id: string | null;
+            message_row_id: string | null;
+            existing_run_id: string | null;
+            existing_status: RunStatus | null;
+          }>(
+            trx,
+            // The agent, the actor, the conversation (whose row lock serializes its messages) and
+            // the message, idempotent on the connector's message id.
+            `WITH agent AS (SELECT spec FROM agents WHERE id = ?),
+             actor AS (
+               INSERT INTO actors (id, display_name) SELECT ?, ? FROM agent
+               ON CONFLICT (id) DO UPDATE SET display_name = EXCLUDED.display_name
+               WHERE EXCLUDED.display_name <> '' AND actors.display_name <> EXCLUDED.display_name),
+             conversation AS (
+               INSERT INTO conversations (id, agent_id, external_id, connector) SELECT ?, ?, ?, ? FROM agent
+               ON CONFLICT (agent_id, external_id) DO UPDATE SET connector = conversations.connector
+               RETURNING id),
+             message AS (
+               INSERT INTO messages (id, conversation_id, external_id, actor_id, text, reply_to_external_id)
+               SELECT ?, conversation.id, ?, ?, ?, ? FROM conversation
+               ON CONFLICT (conversation_id, external_id) DO NOTHING RETURNING id)
+             SELECT (SELECT spec FROM agent) AS spec, (SELECT id FROM conversation) AS conversation_id,
+               (SELECT id FROM message) AS message_row_id,
+               (SELECT m.run_id FROM messages m JOIN conversation c ON m.conversation_id = c.id WHERE m.external_id = ?) AS existing_run_id,
+               (SELECT r.status FROM messages m JOIN conversation c ON m.conversation_id = c.id JOIN runs r ON r.id = m.run_id
+                WHERE m.external_id = ?) AS existing_status`,
+            [
+              message.agentId,
+              message.actorId,
+              message.actorDisplayName,
+              randomUUID(),
+              message.agentId,
+              message.conversationId,
+              message.connector,
+              randomUUID(),
+              message.messageId,
+              message.actorId,
+              message.text,
+              message.replyToMessageId ?? null,
+              message.messageId,
+              message.messageId,
+            ],
+          );
+          if (stored?.spec === null || stored?.spec === undefined) throw new NotFoundError("agent", message.agentId);
+          if (stored.message_row_id === null) {
+            if (stored.existing_run_id === null || stored.existing_status === null) {
+              // Another transaction stored this message id a moment ago; its outcome is not visible
+              // to this statement. Fail this attempt: the retry sees it as a duplicate.
+              throw new ConcurrentMessageError(message.messageId);
+            }
+            return { kind: "done", result: { runId: stored.existing_run_id, status: stored.existing_status, duplicate: true } };
           }
-          return { kind: "done", result: { runId: stored.existing_run_id, status: stored.existing_status, duplicate: true } };
-        }
-        const room: Mailroom = {
-          trx,
-          agent: stored.spec,
-          conversationId: stored.conversation_id!,
-          externalConversationId: message.conversationId,
-          now,
-        };
-        const incoming: Incoming = {
-          rowId: stored.message_row_id,
-          externalId: message.messageId,
-          actorId: message.actorId,
-          connector: message.connector,
-          text: message.text,
-          relationLabel: "refines",
-        };
-        const runs = await conversationRuns(trx, room.agent.id, room.conversationId);
-        const { state, target } = stateOf(runs);
-        const plan = planAdmission({
-          state,
-          actorId: message.actorId,
-          scope: room.agent.interrupt.scope,
-          settings: room.agent.interrupt,
-          now,
-          ...(answers.relation !== undefined && answers.relation.runId === state.target?.runId ? { relation: answers.relation.relation } : {}),
-          ...(answers.consent !== undefined && answers.consent.runId === state.exhausted?.runId ? { consent: answers.consent.answer } : {}),
-        });
-        if (plan.kind === "needs_relation") {
-          throw new NeedsAnswer({ kind: "needs_relation", agent: room.agent, runId: plan.runId, request: target?.request_text ?? "" });
-        }
-        if (plan.kind === "needs_consent") throw new NeedsAnswer({ kind: "needs_consent", agent: room.agent, runId: plan.runId });
-        const note = answers.relation?.note ?? answers.consent?.note;
-        if (plan.kind === "new_request" && options.handoff !== undefined && startsAtOnce(room, runs)) {
-          reserved = options.handoff.reserve();
-          if (reserved !== undefined) {
-            const worker = reserved;
-            const why = note === undefined ? plan.why : `${plan.why} (${note})`;
-            const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling });
-            claimed = started.claimed;
-            return { kind: "done", result: started.admission };
+          const room: Mailroom = {
+            trx,
+            agent: stored.spec,
+            conversationId: stored.conversation_id!,
+            externalConversationId: message.conversationId,
+            now,
+          };
+          const incoming: Incoming = {
+            rowId: stored.message_row_id,
+            externalId: message.messageId,
+            actorId: message.actorId,
+            connector: message.connector,
+            text: message.text,
+            relationLabel: "refines",
+          };
+          const runs = await conversationRuns(trx, room.agent.id, room.conversationId);
+          const { state, target } = stateOf(runs);
+          const plan = planAdmission({
+            state,
+            actorId: message.actorId,
+            scope: room.agent.interrupt.scope,
+            settings: room.agent.interrupt,
+            now,
+            ...(answers.relation !== undefined && answers.relation.runId === state.target?.runId ? { relation: answers.relation.relation } : {}),
+            ...(answers.consent !== undefined && answers.consent.runId === state.exhausted?.runId ? { consent: answers.consent.answer } : {}),
+          });
+          if (plan.kind === "needs_relation") {
+            throw new NeedsAnswer({ kind: "needs_relation", agent: room.agent, runId: plan.runId, request: target?.request_text ?? "" });
           }
-        }
-        const admission = await applyPlan(room, plan, incoming, runs, note);
-        return { kind: "done", result: admission };
-      }));
+          if (plan.kind === "needs_consent") throw new NeedsAnswer({ kind: "needs_consent", agent: room.agent, runId: plan.runId });
+          const note = answers.relation?.note ?? answers.consent?.note;
+          if (plan.kind === "new_request" && options.handoff !== undefined && startsAtOnce(room, runs)) {
+            reserved = options.handoff.reserve();
+            if (reserved !== undefined) {
+              const worker = reserved;
+              const why = note === undefined ? plan.why : `${plan.why} (${note})`;
+              const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling });
+              claimed = started.claimed;
+              return { kind: "done", result: started.admission };
+            }
+          }
+          const admission = await applyPlan(room, plan, incoming, runs, note);
+          return { kind: "done", result: admission };
+        }));
       } catch (error) {
         reserved?.release();
         throw error;
       }
-      // Committed: the worker starts on its run now (or, if the ceilings said wait, goes back to claiming).
+      // Committed: the worker starts on its run now (or, if a ceiling said wait, goes back to waiting: the run was queued and announced).
       if (reserved !== undefined) {
         if (claimed !== undefined) reserved.start(claimed);
         else reserved.release();
