@@ -216,6 +216,7 @@ export async function buildApp(
         log: logger.child({ component: "runner" }),
         maxInvalidTurns: 3,
         readFlushMs: config.readFlushMs,
+        controlChanges: (listener) => hub.subscribe("keel_run_control", listener),
       };
       const pool = startWorkerPool(
         options.wrapRunnerDeps?.(deps) ?? deps,

@@ -1,7 +1,8 @@
 import { EventEmitter } from "node:events";
 import pg from "pg";
 
-export type Channel = "keel_runs" | "keel_emissions" | "keel_run_events";
+/** keel_run_control carries a run id (or "" for every run) when what a working run must react to changed. */
+export type Channel = "keel_runs" | "keel_emissions" | "keel_run_events" | "keel_run_control";
 
 export interface NotificationHub {
   /** Calls `listener` with each payload on `channel` until the returned function is called. */
@@ -9,7 +10,7 @@ export interface NotificationHub {
   close(): Promise<void>;
 }
 
-const CHANNELS: readonly Channel[] = ["keel_runs", "keel_emissions", "keel_run_events"];
+const CHANNELS: readonly Channel[] = ["keel_runs", "keel_emissions", "keel_run_events", "keel_run_control"];
 
 /**
  * One dedicated connection LISTENs for every channel and fans out in-process, so

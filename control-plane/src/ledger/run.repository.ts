@@ -476,13 +476,17 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
     },
 
     async renewLease(runId, workerId, epoch, leaseMs) {
-      const renewed = await rows<{ id: string }>(
+      // Not renewed because the worker itself let go (settled, parked, handed back) is not a loss:
+      // only a claim at a higher epoch is.
+      const [row] = await preparedRows<{ renewed: boolean; taken: boolean | null }>(
         sql,
-        `UPDATE runs SET lease_expires_at = now() + make_interval(secs => ? / 1000.0)
-         WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING id`,
-        [leaseMs, runId, workerId, epoch],
+        `WITH renewed AS (
+           UPDATE runs SET lease_expires_at = now() + make_interval(secs => ? / 1000.0)
+           WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING id)
+         SELECT EXISTS (SELECT 1 FROM renewed) AS renewed, (SELECT lease_epoch > ? FROM runs WHERE id = ?) AS taken`,
+        [leaseMs, runId, workerId, epoch, epoch, runId],
       );
-      return renewed.length === 1;
+      return row?.renewed === true || row?.taken !== true;
     },
 
     async loadHistory(runId): Promise<RunHistory> {

@@ -8,6 +8,7 @@ const FENCE = { runId: "run-1", workerId: "w", epoch: 1 };
 
 function recordingStore(fail?: () => Error | undefined) {
   const commits: { kind: "step" | "outcome" | "release"; commit: Partial<StepCommit & ToolOutcomeCommit> }[] = [];
+  const reads: string[] = [];
   const store = {
     commitStep: async (commit: StepCommit) => {
       const error = fail?.();
@@ -19,12 +20,15 @@ function recordingStore(fail?: () => Error | undefined) {
       commits.push({ kind: "outcome", commit });
       return { ...CONTROL, triggerCount: commits.length + 1 };
     },
-    readControl: async () => ({ ...CONTROL, cancelRequestedByActorId: "fresh" }),
+    readControl: async () => {
+      reads.push("read");
+      return { ...CONTROL, cancelRequestedByActorId: "fresh" };
+    },
     release: async () => {
       commits.push({ kind: "release", commit: {} });
     },
   } as unknown as RunStore;
-  return { store, commits };
+  return { store, commits, reads };
 }
 
 function outcome(invocationId: string, effect: "read" | "write", outcome: ToolOutcomeCommit["outcome"] = "succeeded"): ToolOutcomeCommit {
@@ -98,6 +102,25 @@ describe("read results ride with the run's next commit", () => {
     expect(reported).toHaveLength(1);
     failing = false;
     await expect(batching.commitStep(step(2))).rejects.toThrow("lease lost");
+    batching.close();
+  });
+
+  it("with change signals, reads the control state only when a change was signalled since the last commit", async () => {
+    const { store, reads } = recordingStore();
+    let signal: () => void = () => {};
+    const batching = batchReadOutcomes(store, {
+      flushAfterMs: 10_000,
+      watchControl: (changed) => {
+        signal = changed;
+        return () => {};
+      },
+    });
+    await batching.commitStep(step(1));
+    expect(await batching.commitToolOutcome(outcome("read-1", "read"))).toMatchObject({ cancelRequestedByActorId: undefined, triggerCount: 2 });
+    expect(reads).toEqual([]);
+    signal();
+    expect(await batching.commitToolOutcome(outcome("read-2", "read"))).toMatchObject({ cancelRequestedByActorId: "fresh" });
+    expect(reads).toEqual(["read"]);
     batching.close();
   });
 });

@@ -6,7 +6,7 @@
 // committed on their own after `flushAfterMs`, so the ledger never lags a read by more than
 // that. Writes, refusals, interruptions and anything that parks or settles the run are
 // committed at once, carrying whatever reads are held.
-import type { RunStore, StepCommit, ToolOutcomeCommit } from "./run-store.js";
+import type { RunControlState, RunStore, StepCommit, ToolOutcomeCommit } from "./run-store.js";
 
 /** How long a finished read's result may wait for the run's next commit. */
 export const DEFAULT_READ_FLUSH_MS = 100;
@@ -18,6 +18,11 @@ export interface BatchingRunStore extends RunStore {
 
 export interface ReadBatchingOptions {
   readonly flushAfterMs: number;
+  /**
+   * Subscribes to changes of this run's control state; returns the unsubscribe. With it, a held
+   * read returns the control state of the last commit unless a change was signalled since.
+   */
+  readonly watchControl?: (changed: () => void) => () => void;
   /** A timed flush that fails (lease lost, database down) is reported here and again by the next commit. */
   readonly onFlushError?: (error: unknown) => void;
 }
@@ -28,6 +33,23 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
   let timer: NodeJS.Timeout | undefined;
   let failure: unknown;
   let closed = false;
+  /** The control state as of the last commit, and whether a change was signalled since it began. */
+  let lastControl: RunControlState | undefined;
+  let changed = true;
+  const unwatch = options.watchControl?.(() => {
+    changed = true;
+  });
+  const committing = async (commit: () => Promise<RunControlState>): Promise<RunControlState> => {
+    // A change signalled from here on may have missed this commit's snapshot: it stays flagged.
+    changed = options.watchControl === undefined;
+    try {
+      lastControl = await commit();
+    } catch (error) {
+      changed = true;
+      throw error;
+    }
+    return lastControl;
+  };
   /** Commits are made one at a time, in order: a timed flush and the driver's next commit never race. */
   let queue: Promise<unknown> = Promise.resolve();
 
@@ -58,7 +80,8 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
       const last = held[held.length - 1]!;
       const prior = take();
       try {
-        await store.commitStep({
+        await committing(() =>
+          store.commitStep({
             runId: last.runId,
             workerId: last.workerId,
             epoch: last.epoch,
@@ -68,7 +91,8 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
             usage: last.usage,
             emissions: [],
             summary: last.summary,
-          });
+          }),
+        );
       } catch (error) {
         failure = error;
         options.onFlushError?.(error);
@@ -81,7 +105,7 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
       serial(async () => {
         throwIfFlushFailed();
         const prior = take();
-        return store.commitStep(prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] });
+        return committing(() => store.commitStep(prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] }));
       }),
     commitToolOutcome: (commit: ToolOutcomeCommit) =>
       serial(async () => {
@@ -89,12 +113,16 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
         if (holdable(commit)) {
           held.push(commit);
           if (timer === undefined) timer = setTimeout(() => void flush(), options.flushAfterMs);
-          // No commit to read it back from: a cheap read keeps cancellation, supersession,
-          // pauses and amendments as prompt as a commit would have.
-          return store.readControl(commit.runId);
+          // No commit to read it back from: cancellation, supersession, pauses and amendments
+          // must stay as prompt as a commit would have made them. Known unchanged since the
+          // last commit, its state stands; otherwise a cheap read.
+          if (!changed && lastControl !== undefined) return lastControl;
+          changed = options.watchControl === undefined;
+          lastControl = await store.readControl(commit.runId);
+          return lastControl;
         }
         const prior = take();
-        return store.commitToolOutcome(prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] });
+        return committing(() => store.commitToolOutcome(prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] }));
       }),
     release: (fence, summary) =>
       serial(async () => {
@@ -108,6 +136,7 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
       }),
     close() {
       closed = true;
+      unwatch?.();
       take();
     },
   };

@@ -186,7 +186,7 @@ export interface RunStore {
   nextDueAt(): Promise<Date | undefined>;
   /** The run's triggers as they are now, after an amendment. */
   loadTriggers(runId: string): Promise<{ readonly messages: readonly RunInputMessage[]; readonly triggerCount: number }>;
-  /** Extends the lease; false when another worker has taken it. */
+  /** Extends the lease; false only when a claim at a higher epoch has taken it (not when the worker let go). */
   renewLease(runId: string, workerId: string, epoch: number, leaseMs: number): Promise<boolean>;
   loadHistory(runId: string): Promise<RunHistory>;
   /** Commits one model turn and its calls' intents; returns the run's control state as of the commit. */

@@ -45,6 +45,12 @@ export interface RunnerDeps {
    * (read-outcome-batching.ts); 0 commits every result on its own. Default DEFAULT_READ_FLUSH_MS.
    */
   readonly readFlushMs?: number;
+  /**
+   * Calls `listener` with a run's id when its control state (cancellation, supersession, pause,
+   * triggers) changed, or with "" when any run's may have (a policy change, a lost notification).
+   * Without it, a held read's control state is read after every read.
+   */
+  readonly controlChanges?: (listener: (runId: string) => void) => () => void;
 }
 
 export interface StepContext {
@@ -75,6 +81,9 @@ export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context:
       ? undefined
       : batchReadOutcomes(deps.store, {
           flushAfterMs,
+          ...(deps.controlChanges === undefined
+            ? {}
+            : { watchControl: (changed: () => void) => deps.controlChanges!((runId) => (runId === "" || runId === claimed.runId) && changed()) }),
           onFlushError: (error) => deps.log.warn({ err: error, runId: claimed.runId }, "committing held read results failed; the next commit reports it"),
         });
   const driver = new RunDriver(store === undefined ? deps : { ...deps, store }, claimed, context);

@@ -2,10 +2,12 @@ import type { MigrationObject } from "@mikro-orm/core";
 import { Migration20261130005606 } from "./Migration20261130005606.js";
 import { Migration20261201000000 } from "./Migration20261201000000.js";
 import { Migration20261202000000 } from "./Migration20261202000000.js";
+import { Migration20261203000000 } from "./Migration20261203000000.js";
 
 /** Migrations in order. Generated with `npm run migration:create`, committed, never edited once landed. */
 export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261130005606", class: Migration20261130005606 },
   { name: "Migration20261201000000", class: Migration20261201000000 },
   { name: "Migration20261202000000", class: Migration20261202000000 },
+  { name: "Migration20261203000000", class: Migration20261203000000 },
 ];
