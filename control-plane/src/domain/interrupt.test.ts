@@ -240,6 +240,8 @@ describe("planning one message's admission", () => {
   it.each<[string, Partial<Parameters<typeof planAdmission>[0]>, AdmissionPlan["kind"]]>([
     ["an empty conversation", {}, "new_request"],
     ["inside the window", { state: { target: target({ started: false, notBefore: at(2_000) }), exhausted: undefined } }, "join"],
+    // A reading of the clock taken before the conversation's lock may predate a run admitted meanwhile.
+    ["a window of 0, a pending run starting after this message's clock reading", { settings: { ...SETTINGS, coalesceWindowMs: 0 }, state: { target: target({ started: false, notBefore: at(2_000) }), exhausted: undefined } }, "needs_relation"],
     ["inside the window, from someone who may not interrupt", { scope: "same_actor_only", actorId: "bob", state: { target: target({ started: false, notBefore: at(2_000) }), exhausted: undefined } }, "new_request"],
     ["a running run, relation unknown", { state: { target: target(), exhausted: undefined } }, "needs_relation"],
     ["a running run, from someone who may not interrupt", { scope: "same_actor_only", actorId: "bob", state: { target: target(), exhausted: undefined } }, "new_request"],

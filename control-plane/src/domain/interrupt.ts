@@ -259,7 +259,9 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     if (!interruptCounts(input.scope, target.audience, input.actorId)) {
       return { kind: "new_request", why: `under ${input.scope} ${input.actorId} may not change run ${target.runId}; queued as its own request` };
     }
-    if (inCoalesceWindow(target, input.now)) {
+    // A window of 0 coalesces nothing: a message whose clock reading predates the target's
+    // start time only because it waited for the conversation's lock is a follow-up like any other.
+    if (input.settings.coalesceWindowMs > 0 && inCoalesceWindow(target, input.now)) {
       return {
         kind: "join",
         runId: target.runId,
