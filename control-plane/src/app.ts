@@ -100,7 +100,7 @@ export async function buildApp(
   const logger = options.log ?? pino({ level: config.logLevel, base: { service: "keel" } });
   const ledger = await openKeelLedger(config, logger);
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
-  const agents = createAgentRepository(ledger.orm);
+  const agents = createAgentRepository(ledger.sql);
   const tokens = createApiTokenRepository(ledger.orm);
   const clock = options.clock ?? systemClock;
   const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });

@@ -6,6 +6,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
 import { createAgentRepository } from "../../control-plane/src/ledger/agent.repository.js";
+import { createSqlPool } from "../../control-plane/src/ledger/sql.js";
 import { createApiTokenRepository, type TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
 import { openLedger } from "../../control-plane/src/ledger/orm.js";
 
@@ -122,10 +123,12 @@ export function startKeelServe(args: readonly string[], env: Readonly<Record<str
 /** Migrates a fresh database, stores the agents and makes a token, before any server starts (so none race to). */
 export async function prepareLedger(databaseUrl: string, agents: readonly AgentSpec[], role: TokenRole = "admin"): Promise<string> {
   const orm = await openLedger({ url: databaseUrl, poolMax: 2 });
+  const sql = createSqlPool({ url: databaseUrl, max: 2 });
   try {
-    for (const agent of agents) await createAgentRepository(orm).put(agent);
+    for (const agent of agents) await createAgentRepository(sql).put(agent);
     return (await createApiTokenRepository(orm).create(role, "test")).secret;
   } finally {
+    await sql.close();
     await orm.close();
   }
 }

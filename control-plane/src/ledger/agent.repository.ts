@@ -1,8 +1,6 @@
 import type { AgentSpec } from "../domain/agent.js";
 import type { Page } from "../domain/records.js";
-import { AgentEntity } from "./entities/agent.entity.js";
-import type { LedgerOrm } from "./orm.js";
-import { decodePageToken, encodePageToken } from "./sql.js";
+import { decodePageToken, encodePageToken, preparedRows, type Sql } from "./sql.js";
 
 export interface AgentRepository {
   /** Stores the spec and returns it with its new revision. */
@@ -11,37 +9,33 @@ export interface AgentRepository {
   list(pageSize: number, pageToken: string): Promise<Page<AgentSpec>>;
 }
 
-export function createAgentRepository(orm: LedgerOrm): AgentRepository {
+export function createAgentRepository(sql: Sql): AgentRepository {
   return {
     async put(spec) {
-      const em = orm.em.fork();
-      return em.transactional(async (tx) => {
-        const existing = await tx.findOne(AgentEntity, { id: spec.id }, { lockMode: 4 /* PESSIMISTIC_WRITE */ });
-        const revision = (existing?.revision ?? 0) + 1;
-        const stored: AgentSpec = { ...spec, revision };
-        if (existing === null) {
-          tx.create(AgentEntity, { id: spec.id, spec: stored as unknown as Record<string, unknown>, revision });
-        } else {
-          existing.spec = stored as unknown as Record<string, unknown>;
-          existing.revision = revision;
-          existing.updatedAt = new Date();
-        }
-        return stored;
-      });
+      // One statement: two processes putting the same agent at once (two `keel serve --dev` on
+      // one database) both succeed, one revision after the other.
+      const [row] = await preparedRows<{ spec: AgentSpec }>(
+        sql,
+        `INSERT INTO agents (id, spec, revision) VALUES (?, ?::jsonb, 1)
+         ON CONFLICT (id) DO UPDATE SET
+           spec = jsonb_set(excluded.spec, '{revision}', to_jsonb(agents.revision + 1)),
+           revision = agents.revision + 1, updated_at = now()
+         RETURNING spec`,
+        [spec.id, JSON.stringify({ ...spec, revision: 1 })],
+      );
+      return row!.spec;
     },
     async get(agentId) {
-      const found = await orm.em.fork().findOne(AgentEntity, { id: agentId });
-      return found === null ? undefined : (found.spec as unknown as AgentSpec);
+      const [row] = await preparedRows<{ spec: AgentSpec }>(sql, "SELECT spec FROM agents WHERE id = ?", [agentId]);
+      return row?.spec;
     },
     async list(pageSize, pageToken) {
-      const after = decodePageToken(pageToken);
-      const found = await orm.em
-        .fork()
-        .find(AgentEntity, after === undefined ? {} : { id: { $gt: after } }, { orderBy: { id: "asc" }, limit: pageSize + 1 });
+      const after = decodePageToken(pageToken) ?? "";
+      const found = await preparedRows<{ id: string; spec: AgentSpec }>(sql, "SELECT id, spec FROM agents WHERE id > ? ORDER BY id LIMIT ?", [after, pageSize + 1]);
       const page = found.slice(0, pageSize);
       const last = page.at(-1);
       return {
-        items: page.map((a) => a.spec as unknown as AgentSpec),
+        items: page.map((row) => row.spec),
         nextPageToken: found.length > pageSize && last !== undefined ? encodePageToken(last.id) : "",
       };
     },
