@@ -20,7 +20,7 @@ import { loadConfig } from "../control-plane/src/config.js";
 import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/runner/runner.js";
-import { ms, pick, summarize, table, withBenchPostgres } from "./support.js";
+import { durabilitySettings, ms, pick, summarize, table, withBenchPostgres } from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
@@ -83,10 +83,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
       let keel: KeelPhase;
       let raw: number[];
       try {
-        const shown = await db.query<{ fsync: string; synchronous_commit: string }>(
-          "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
-        );
-        settings = `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
+        settings = await durabilitySettings(db);
         progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
 
         keel = await keelPhase(url, token, options, progress);

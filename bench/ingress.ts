@@ -27,7 +27,7 @@ import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { isTerminal, ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
-import { ms, nodeCpuMs, pick, postgresCpuMs, summarize, table, withBenchPostgres, type Stats } from "./support.js";
+import { durabilitySettings, ms, nodeCpuMs, pick, postgresCpuMs, summarize, table, type Stats, withBenchPostgres } from "./support.js";
 
 const AGENT: AgentSpec = {
   ...DEMO_AGENT,
@@ -160,10 +160,7 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
       let many: PhaseResult;
       let raw: number[];
       try {
-        const shown = await db.query<{ fsync: string; synchronous_commit: string }>(
-          "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
-        );
-        settings = `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
+        settings = await durabilitySettings(db);
         progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
         const send = sender(url, token, marks);
         const measured = async (label: string, conversations: number): Promise<PhaseResult> => {

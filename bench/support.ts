@@ -116,3 +116,11 @@ export async function withBenchPostgres<T>(name: string, progress: (line: string
     await rm(dir, { recursive: true, force: true });
   }
 }
+
+/** The server's durability settings as the benchmarks print them, e.g. "fsync=on synchronous_commit=on". */
+export async function durabilitySettings(db: { query<R>(text: string): Promise<{ rows: R[] }> }): Promise<string> {
+  const shown = await db.query<{ fsync: string; synchronous_commit: string }>(
+    "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
+  );
+  return `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
+}
