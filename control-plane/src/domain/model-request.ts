@@ -60,15 +60,24 @@ export function requestForStorage(
 export function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
   if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
   if (Array.isArray(a)) {
-    const other = b as unknown[];
-    return a.length === other.length && a.every((item, i) => sameJson(item, other[i]));
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameJson(a[i], b[i])) return false;
+    return true;
   }
-  const left = Object.entries(a).filter(([, v]) => v !== undefined);
+  if (Array.isArray(b)) return false;
+  // Loops, not Object.entries: this runs over every message of every model call.
+  const left = a as Record<string, unknown>;
   const right = b as Record<string, unknown>;
-  const rightSize = Object.values(right).filter((v) => v !== undefined).length;
-  return left.length === rightSize && left.every(([key, value]) => sameJson(value, right[key]));
+  let keys = 0;
+  for (const key in left) {
+    const value = left[key];
+    if (value === undefined) continue;
+    keys++;
+    if (!sameJson(value, right[key])) return false;
+  }
+  for (const key in right) if (right[key] !== undefined) keys--;
+  return keys === 0;
 }
 
 function isDelta(stored: StoredModelRequest): stored is Extract<StoredModelRequest, { base: string }> {

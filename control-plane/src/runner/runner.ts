@@ -700,13 +700,23 @@ class RunDriver {
     const provider = this.deps.providers[spec.provider];
     const remaining = Math.max(1, this.claimed.agent.budget.maxWallClockMs - this.elapsed());
     const modelTimeoutMs = spec.timeoutMs > 0 ? spec.timeoutMs : DEFAULT_MODEL_TIMEOUT_MS;
-    const timeout = AbortSignal.timeout(Math.min(modelTimeoutMs, remaining));
+    // One controller per call, aborted by the worker's shutdown or the call's timeout (cheaper
+    // than AbortSignal.any and AbortSignal.timeout, which every iteration would pay for).
+    const call = new AbortController();
+    let timedOut = false;
+    const stop = () => call.abort(this.context.signal.reason);
+    this.context.signal.addEventListener("abort", stop, { once: true });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      call.abort(new DOMException("the model call timed out", "TimeoutError"));
+    }, Math.min(modelTimeoutMs, remaining));
     try {
-      return await provider.complete({ spec, messages, tools, callIndex: this.usage.modelCalls, signal: AbortSignal.any([this.context.signal, timeout]) });
+      if (this.context.signal.aborted) stop();
+      return await provider.complete({ spec, messages, tools, callIndex: this.usage.modelCalls, signal: call.signal });
     } catch (error) {
       if (this.context.signal.aborted || !(error instanceof DomainError)) throw error;
       this.usage = { ...this.usage, modelCalls: this.usage.modelCalls + 1, wallClockMs: this.elapsed() };
-      if (timeout.aborted && remaining < modelTimeoutMs) {
+      if (timedOut && remaining < modelTimeoutMs) {
         // The run's wall clock, not the model's own timeout, cut the call short: the budget ran out.
         const limit = this.claimed.agent.budget.maxWallClockMs;
         await this.exhaust({ exhausted: "wall_clock", limit, used: Math.max(limit, this.elapsed()) });
@@ -716,6 +726,9 @@ class RunDriver {
         error: error.message,
         replyText: `Sorry, I could not finish this: the model call failed (${error.message}).`,
       });
+    } finally {
+      clearTimeout(timer);
+      this.context.signal.removeEventListener("abort", stop);
     }
   }
 
