@@ -22,7 +22,7 @@ import { defineTool, type ToolDefinition } from "../control-plane/src/tools/tool
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { ManualClock } from "./support/manual-clock.js";
-import { createTestTools, writesRecorded } from "./support/test-tools.js";
+import { createTestTools, writesRecorded, scriptedTurn as turn } from "./support/test-tools.js";
 
 // --- A gate: a read tool each call of which waits until the test lets that one call through.
 
@@ -64,13 +64,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // --- Agents
 
-const turn = (replyText: string, toolCalls: { toolName: string; argumentsJson: string }[] = []): ScriptedTurn => ({
-  replyText,
-  toolCalls,
-  delayMs: 0,
-  inputTokens: 0,
-  outputTokens: 0,
-});
 const gateTurn = (name: string) => turn("", [{ toolName: "test.gate.v1", argumentsJson: JSON.stringify({ name }) }]);
 const askTurn = turn("", [{ toolName: "keel.ask_user.v1", argumentsJson: JSON.stringify({ question: "Which colour?" }) }]);
 const writeTurn = (key: string) => turn("", [{ toolName: "test.append_line.v1", argumentsJson: JSON.stringify({ key }) }]);

@@ -12,11 +12,11 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { ResolvedOutcome } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
+import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { killAllChildren, prepareLedger, sleep, startFaultServe, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
 import { createTestDatabase, DEMO_AGENT } from "./support/keel-fixture.js";
-import { writesRecorded } from "./support/test-tools.js";
+import { writesRecorded, scriptedTurn as turn } from "./support/test-tools.js";
 
 
 const RUNS = Number(process.env["KEEL_CRASH_RUNS"] ?? 20);
@@ -28,13 +28,6 @@ const TERMINAL = new Set(["succeeded", "failed", "cancelled", "budget_exhausted"
 type FaultPoint = "after_model_call" | "after_intent" | "during_read" | "during_write" | "after_tool_result";
 const POINTS: readonly FaultPoint[] = ["after_model_call", "after_intent", "during_read", "during_write", "after_tool_result"];
 
-const turn = (replyText: string, toolCalls: { toolName: string; argumentsJson: string }[] = []): ScriptedTurn => ({
-  replyText,
-  toolCalls,
-  delayMs: 0,
-  inputTokens: 0,
-  outputTokens: 0,
-});
 
 /** Turn N plays on the run's N-th committed model call: read, read, write, reply. */
 function matrixAgent(id: string): AgentSpec {

@@ -8,7 +8,7 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
-import { createTestTools, writesRecorded } from "./support/test-tools.js";
+import { createTestTools, writesRecorded, scriptedTurn as turn } from "./support/test-tools.js";
 import { z } from "zod";
 import { defineTool, ToolOutcomeUnknownError } from "../control-plane/src/tools/tool-registry.js";
 
@@ -46,13 +46,6 @@ function lostTools(reattached: { calls: number }) {
   ];
 }
 
-const turn = (replyText: string, toolCalls: { toolName: string; argumentsJson: string }[] = []): ScriptedTurn => ({
-  replyText,
-  toolCalls,
-  delayMs: 0,
-  inputTokens: 0,
-  outputTokens: 0,
-});
 
 function agentWith(id: string, turns: ScriptedTurn[], overrides: Partial<AgentSpec> = {}): AgentSpec {
   const model = { ...DEMO_AGENT.models.primary, scriptedTurns: turns };

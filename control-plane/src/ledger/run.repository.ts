@@ -312,14 +312,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
     // ceiling may go now. With nothing queued, no worker is woken for an empty claim.
     bindings.push(settlement.status === "queued", !keepsLease);
 
-    type FenceRow = FencedRun & {
-      id: string;
-      cancel_requested_by_actor_id: string | null;
-      superseded_by_run_id: string | null;
-      trigger_count: number;
-      paused: boolean;
-      policy: Policy;
-    };
+    type FenceRow = FencedRun & ControlRow & { id: string };
     const apply = async (executor: Sql | SqlTransaction): Promise<FenceRow> => {
       const [run] = await preparedRows<FenceRow>(executor, statement, bindings);
       if (run === undefined) throw new LeaseLostError(fence.runId, fence.epoch);
@@ -337,13 +330,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
             );
             return fenced;
           });
-    return {
-      cancelRequestedByActorId: run.cancel_requested_by_actor_id ?? undefined,
-      supersededByRunId: run.superseded_by_run_id ?? undefined,
-      paused: run.paused,
-      policy: run.policy,
-      triggerCount: Number(run.trigger_count),
-    };
+    return toControlState(run);
   };
 
   return {
@@ -552,20 +539,14 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
     },
 
     async readControl(runId) {
-      const [row] = await preparedRows<{ cancel_requested_by_actor_id: string | null; superseded_by_run_id: string | null; paused: boolean; trigger_count: number; policy: Policy }>(
+      const [row] = await preparedRows<ControlRow>(
         sql,
         `SELECT r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy
          FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ?`,
         [runId],
       );
       if (row === undefined) throw new Error(`run ${runId} vanished`);
-      return {
-        cancelRequestedByActorId: row.cancel_requested_by_actor_id ?? undefined,
-        supersededByRunId: row.superseded_by_run_id ?? undefined,
-        paused: row.paused,
-        policy: row.policy,
-        triggerCount: Number(row.trigger_count),
-      };
+      return toControlState(row);
     },
 
     async appendObservation(runId, invocationId, seq, stream, text) {
@@ -592,6 +573,25 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         if (released.length === 0) throw new LeaseLostError(fence.runId, fence.epoch);
         await appendRunEvents(trx, fence.runId, [{ kind: "status_changed", status: "queued", summary }]);
       }),
+  };
+}
+
+/** What a fenced commit and readControl read back of a run's control state. */
+interface ControlRow {
+  cancel_requested_by_actor_id: string | null;
+  superseded_by_run_id: string | null;
+  paused: boolean;
+  trigger_count: number;
+  policy: Policy;
+}
+
+function toControlState(row: ControlRow): RunControlState {
+  return {
+    cancelRequestedByActorId: row.cancel_requested_by_actor_id ?? undefined,
+    supersededByRunId: row.superseded_by_run_id ?? undefined,
+    paused: row.paused,
+    policy: row.policy,
+    triggerCount: Number(row.trigger_count),
   };
 }
 

@@ -74,25 +74,23 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
     throw error;
   };
 
+  /** A commit of nothing but held results, leaving the run as the last of them left it. */
+  const resultsOnly = (prior: readonly ToolOutcomeCommit[]): StepCommit => {
+    const last = prior[prior.length - 1]!;
+    return { runId: last.runId, workerId: last.workerId, epoch: last.epoch, step: undefined, priorOutcomes: prior, status: last.status, usage: last.usage, emissions: [], summary: last.summary };
+  };
+  /** The commit with the held results in front of its own. */
+  const carrying = <C extends StepCommit | ToolOutcomeCommit>(commit: C): C => {
+    const prior = take();
+    return prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] };
+  };
+
   const flush = (): Promise<void> =>
     serial(async () => {
       if (held.length === 0 || closed) return;
-      const last = held[held.length - 1]!;
-      const prior = take();
+      const commit = resultsOnly(take());
       try {
-        await committing(() =>
-          store.commitStep({
-            runId: last.runId,
-            workerId: last.workerId,
-            epoch: last.epoch,
-            step: undefined,
-            priorOutcomes: prior,
-            status: last.status,
-            usage: last.usage,
-            emissions: [],
-            summary: last.summary,
-          }),
-        );
+        await committing(() => store.commitStep(commit));
       } catch (error) {
         failure = error;
         options.onFlushError?.(error);
@@ -104,8 +102,8 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
     commitStep: (commit: StepCommit) =>
       serial(async () => {
         throwIfFlushFailed();
-        const prior = take();
-        return committing(() => store.commitStep(prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] }));
+        const carried = carrying(commit);
+        return committing(() => store.commitStep(carried));
       }),
     commitToolOutcome: (commit: ToolOutcomeCommit) =>
       serial(async () => {
@@ -121,17 +119,14 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
           lastControl = await store.readControl(commit.runId);
           return lastControl;
         }
-        const prior = take();
-        return committing(() => store.commitToolOutcome(prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] }));
+        const carried = carrying(commit);
+        return committing(() => store.commitToolOutcome(carried));
       }),
     release: (fence, summary) =>
       serial(async () => {
         // Handing the run back: what is held is committed first, so the next worker sees it.
         const prior = take();
-        if (prior.length > 0 && failure === undefined) {
-          const last = prior[prior.length - 1]!;
-          await store.commitStep({ ...fence, step: undefined, priorOutcomes: prior, status: last.status, usage: last.usage, emissions: [], summary: last.summary });
-        }
+        if (prior.length > 0 && failure === undefined) await store.commitStep(resultsOnly(prior));
         await store.release(fence, summary);
       }),
     close() {

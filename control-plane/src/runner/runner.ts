@@ -76,14 +76,15 @@ class StepContinues extends Error {}
  */
 export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context: StepContext): Promise<void> {
   const flushAfterMs = deps.readFlushMs ?? DEFAULT_READ_FLUSH_MS;
+  const controlChanges = deps.controlChanges;
   const store =
     flushAfterMs <= 0
       ? undefined
       : batchReadOutcomes(deps.store, {
           flushAfterMs,
-          ...(deps.controlChanges === undefined
+          ...(controlChanges === undefined
             ? {}
-            : { watchControl: (changed: () => void) => deps.controlChanges!((runId) => (runId === "" || runId === claimed.runId) && changed()) }),
+            : { watchControl: (changed: () => void) => controlChanges((runId) => (runId === "" || runId === claimed.runId) && changed()) }),
           onFlushError: (error) => deps.log.warn({ err: error, runId: claimed.runId }, "committing held read results failed; the next commit reports it"),
         });
   const driver = new RunDriver(store === undefined ? deps : { ...deps, store }, claimed, context);

@@ -1,7 +1,7 @@
 // What the control plane and a sandbox host say to each other over SandboxService.Attach,
 // in the sandbox module's own terms; api/sandbox-service.ts converts to and from proto.
 
-import type { HostCapacity } from "./workspace-lease-store.js";
+import type { HostRecord } from "./workspace-lease-store.js";
 
 export interface RunningWorkspace {
   readonly workspaceId: string;
@@ -9,13 +9,8 @@ export interface RunningWorkspace {
   readonly runningCommandIds: readonly string[];
 }
 
-export interface HostRegistration {
-  readonly hostId: string;
-  readonly instanceId: string;
-  readonly capacity: HostCapacity;
-  readonly labels: Readonly<Record<string, string>>;
-  readonly backends: readonly string[];
-  readonly images: readonly string[];
+/** What the ledger keeps of a host, plus what it is running as it (re)attaches. */
+export interface HostRegistration extends HostRecord {
   readonly running: readonly RunningWorkspace[];
   readonly agentVersion: string;
 }
