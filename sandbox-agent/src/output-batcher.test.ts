@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { OutputBatcher, TAIL_BYTES, type OutputOutlet } from "./output-batcher.js";
+import { BURST_BYTES, LINGER_MS, OutputBatcher, TAIL_BYTES, type OutputOutlet } from "./output-batcher.js";
 import type { OutputStreamName } from "./workspace-backend.js";
 
 const tick = () => new Promise((resolve) => setImmediate(resolve));
@@ -22,7 +22,7 @@ function fakeOutlet(maxChunkBytes: number) {
     sent,
     /** The transport asks for its next message. */
     hungry() {
-      for (const batcher of held) batcher.flush();
+      for (const batcher of held) batcher.ready();
       held.clear();
     },
   };
@@ -48,6 +48,43 @@ describe("output batcher (issue #4: few, large output messages)", () => {
     expect(fake.sent).toEqual([]);
     fake.hungry();
     expect(fake.sent.map((s) => s.text)).toEqual([Array.from({ length: 10 }, (_, i) => `line ${i}\n`).join("")]);
+  });
+
+  it("lets a fast producer's output linger a few milliseconds, so an idle transport gets few, large messages", async () => {
+    const fake = fakeOutlet(1 << 20);
+    const batcher = new OutputBatcher(fake.outlet);
+    batcher.push("stdout", Buffer.alloc(BURST_BYTES, "a"));
+    await tick();
+    expect(fake.sent).toEqual([]);
+    batcher.push("stdout", Buffer.alloc(BURST_BYTES, "b"));
+    await tick();
+    expect(fake.sent).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, LINGER_MS + 20));
+    expect(fake.sent.map((s) => s.text)).toEqual([`${"a".repeat(BURST_BYTES)}${"b".repeat(BURST_BYTES)}`]);
+  });
+
+  it("sends a lingering message as soon as it reaches the chunk size, and at once when the exec ends", async () => {
+    const fake = fakeOutlet(3 * BURST_BYTES);
+    const batcher = new OutputBatcher(fake.outlet);
+    batcher.push("stdout", Buffer.alloc(2 * BURST_BYTES, "a"));
+    await tick();
+    batcher.push("stdout", Buffer.alloc(2 * BURST_BYTES, "b"));
+    expect(fake.sent.map((s) => s.text.length)).toEqual([3 * BURST_BYTES]);
+    batcher.flush();
+    expect(fake.sent.map((s) => s.text.length)).toEqual([3 * BURST_BYTES, BURST_BYTES]);
+  });
+
+  it("lets a fast producer's output linger when a busy transport asks for more", async () => {
+    const fake = fakeOutlet(1 << 20);
+    fake.outlet.waiting = false;
+    const batcher = new OutputBatcher(fake.outlet);
+    batcher.push("stdout", Buffer.alloc(BURST_BYTES, "a"));
+    fake.outlet.waiting = true;
+    fake.hungry();
+    expect(fake.sent).toEqual([]);
+    batcher.push("stdout", Buffer.from("tail"));
+    await new Promise((resolve) => setTimeout(resolve, LINGER_MS + 20));
+    expect(fake.sent.map((s) => s.text.length)).toEqual([BURST_BYTES + 4]);
   });
 
   it("never sends more than the announced chunk size in one message, and keeps stdout and stderr apart", async () => {

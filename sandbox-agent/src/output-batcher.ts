@@ -8,11 +8,20 @@
 // (the agent's request queue calls back). An idle transport gets output after the current turn
 // of the event loop, so output that arrives in a burst goes out as one message, while a small
 // command's output is not held back waiting for more.
+//
+// A fast producer (a turn's worth of output is BURST_BYTES or more) gets a few milliseconds
+// more to fill the message: without that, an idle transport took whatever one socket read of
+// the exec stream held (tens of KiB), and per-message costs on both sides (encoding, framing,
+// decoding, the async iterables in between) were most of a fast stream's CPU.
 
 import type { OutputStreamName } from "./workspace-backend.js";
 
 /** The last bytes of each exec's output, returned with its result. */
 export const TAIL_BYTES = 4 * 1024;
+/** Held output at least this large when it could be sent means a fast producer: it lingers. */
+export const BURST_BYTES = 32 * 1024;
+/** How long a fast producer's output may linger for more before it goes out anyway. */
+export const LINGER_MS = 4;
 
 export interface OutputOutlet {
   /** Sends one message of output. */
@@ -31,6 +40,7 @@ export class OutputBatcher {
   private parts: Uint8Array[] = [];
   private size = 0;
   private scheduled: NodeJS.Immediate | undefined;
+  private lingering: NodeJS.Timeout | undefined;
   private tail: Buffer = Buffer.alloc(0);
   /** All output pushed so far. */
   bytes = 0;
@@ -56,14 +66,31 @@ export class OutputBatcher {
       if (this.size >= max) this.flush();
     }
     if (this.size === 0) return;
-    if (this.outlet.transportWaiting) this.scheduled ??= setImmediate(() => this.flush());
+    if (this.outlet.transportWaiting) this.scheduled ??= setImmediate(() => this.ready());
     else this.outlet.holding(this);
+  }
+
+  /**
+   * The transport can take a message: small output goes now, a fast producer's lingers up to
+   * LINGER_MS for more (it goes sooner once it reaches the chunk size).
+   */
+  ready(): void {
+    clearImmediate(this.scheduled);
+    this.scheduled = undefined;
+    if (this.lingering !== undefined) return;
+    if (this.size < BURST_BYTES) {
+      this.flush();
+      return;
+    }
+    this.lingering = setTimeout(() => this.flush(), LINGER_MS);
   }
 
   /** Sends what is held back, if anything. */
   flush(): void {
     clearImmediate(this.scheduled);
     this.scheduled = undefined;
+    clearTimeout(this.lingering);
+    this.lingering = undefined;
     if (this.size === 0) return;
     const chunk = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.size);
     this.parts = [];

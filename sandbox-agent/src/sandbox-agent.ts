@@ -178,7 +178,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
   const flushHeld = () => {
     const batchers = [...holding];
     holding.clear();
-    for (const batcher of batchers) batcher.flush();
+    for (const batcher of batchers) batcher.ready();
   };
   let buffered: AttachRequest[] = [];
   let bufferedBytes = 0;
