@@ -99,6 +99,7 @@ const AGENTS: AgentSpec[] = [
   agent("addressed", [askTurn, gateTurn("addressed"), replyTurn], { interrupt: { scope: "addressed_actor_only" } }),
   agent("editor", [gateTurn("editor"), replyTurn], { interrupt: { coalesceWindowMs: 2_000 } }),
   agent("tired", [echoTurn, replyTurn], { budget: { maxModelCalls: 1 } }),
+  agent("slow-reply", [echoTurn, { ...replyTurn, delayMs: 1_500 }]),
 ];
 
 // --- The Keel under test and its clients
@@ -380,6 +381,29 @@ describe("follow-ups: refine, independent, cancel", () => {
     expect(reply?.text).toContain("were not undone");
     expect(reply?.text).toContain("test.append_line.v1");
     expect(writesRecorded(effectsDir).filter((line) => line.endsWith(" half"))).toHaveLength(1);
+  });
+});
+
+describe("a stop that lands while the model writes the final reply", () => {
+  it("wins: the run ends superseded without replying, and only its successor answers", async () => {
+    const conversation = "slow-reply";
+    const first = await say("slow-reply", conversation, "alice", "draft the memo");
+    // The read step is committed; the reply's model call (1.5 s) is in flight.
+    for (let i = 0; i < 200 && (await stepsOf(first.runId)).length === 0; i++) await sleep(10);
+    await sleep(100);
+    await fastModelSays("slow-reply", "refines");
+    const refined = await say("slow-reply", conversation, "alice", "make it short");
+    expect(refined.runId).not.toBe(first.runId);
+
+    const superseded = await waitFor(first.runId, TERMINAL);
+    expect(superseded).toMatchObject({ status: RunStatus.CANCELLED, supersededByRunId: refined.runId, finalReply: "" });
+    // The reply the model wrote after the stop was never committed: only the read step is there.
+    expect((await stepsOf(first.runId)).map((s) => s.modelCall?.responseText)).toEqual([""]);
+    const successor = await waitFor(refined.runId, TERMINAL);
+    expect(successor.status).toBe(RunStatus.SUCCEEDED);
+    const emitted = await emissionsOn(conversation);
+    expect(emitted.filter((e) => e.kind === EmissionKind.REPLY).map((e) => e.text)).toEqual(["Done: make it short"]);
+    expect(acks(emitted).map((e) => e.ackState)).toEqual([AckState.WORKING, AckState.SUCCEEDED]);
   });
 });
 

@@ -117,6 +117,8 @@ interface FencedChange {
   /** A write intent or outcome: the commit must be durable before anything else happens. */
   readonly writes: boolean;
   readonly events: readonly RunEventDraft[];
+  /** Write nothing if a stop (cancellation, supersession) is requested; see StepCommit.unlessStopped. */
+  readonly unlessStopped: boolean;
 }
 
 /** Statuses in which a worker keeps its lease. */
@@ -155,7 +157,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
            event_seq = r.event_seq + ? + CASE WHEN previous.status <> ? THEN 1 ELSE 0 END
          FROM previous, durability, conversations c, agents a
          WHERE r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
-           AND r.lease_epoch = ? AND r.lease_owner = ?
+           AND r.lease_epoch = ? AND r.lease_owner = ? AND NOT (?::boolean AND r.cancel_requested_by_actor_id IS NOT NULL)
          RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
            c.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
            a.spec -> 'policy' AS policy)`,
@@ -174,6 +176,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       settlement.status,
       fence.epoch,
       fence.workerId,
+      change.unlessStopped,
     );
     const step = change.step;
     if (step !== undefined) {
@@ -313,9 +316,8 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
     bindings.push(settlement.status === "queued", !keepsLease);
 
     type FenceRow = FencedRun & ControlRow & { id: string };
-    const apply = async (executor: Sql | SqlTransaction): Promise<FenceRow> => {
+    const apply = async (executor: Sql | SqlTransaction): Promise<FenceRow | undefined> => {
       const [run] = await preparedRows<FenceRow>(executor, statement, bindings);
-      if (run === undefined) throw new LeaseLostError(fence.runId, fence.epoch);
       return run;
     };
     const run =
@@ -323,6 +325,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         ? await apply(sql)
         : await sql.transaction(async (trx) => {
             const fenced = await apply(trx);
+            if (fenced === undefined) return undefined;
             await reserveEmissions(
               trx,
               { runId: fence.runId, agentId: fenced.agent_id, conversationId: fenced.conversation_id, externalConversationId: fenced.external_id, connector: fenced.connector },
@@ -330,7 +333,13 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
             );
             return fenced;
           });
-    return toControlState(run);
+    if (run !== undefined) return toControlState(run);
+    if (change.unlessStopped) {
+      // Matched nothing: a stop was requested, or the lease is gone. Nothing was written either way.
+      const [held] = await preparedRows<ControlRow>(sql, `${CONTROL_OF_RUN} AND r.lease_epoch = ? AND r.lease_owner = ?`, [fence.runId, fence.epoch, fence.workerId]);
+      if (held?.cancel_requested_by_actor_id !== null && held?.cancel_requested_by_actor_id !== undefined) return toControlState(held);
+    }
+    throw new LeaseLostError(fence.runId, fence.epoch);
   };
 
   return {
@@ -524,6 +533,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         crossesCommitBoundary: commit.crossesCommitBoundary ?? false,
         writes: step?.invocations.some((intent) => intent.effect === "write" && intent.status === "pending") ?? false,
         events,
+        unlessStopped: commit.unlessStopped ?? false,
       });
     },
 
@@ -535,16 +545,12 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         crossesCommitBoundary: false,
         writes: commit.effect === "write",
         events: settledEvents(outcomes),
+        unlessStopped: false,
       });
     },
 
     async readControl(runId) {
-      const [row] = await preparedRows<ControlRow>(
-        sql,
-        `SELECT r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy
-         FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ?`,
-        [runId],
-      );
+      const [row] = await preparedRows<ControlRow>(sql, CONTROL_OF_RUN, [runId]);
       if (row === undefined) throw new Error(`run ${runId} vanished`);
       return toControlState(row);
     },
@@ -575,6 +581,9 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       }),
   };
 }
+
+const CONTROL_OF_RUN = `SELECT r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy
+  FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ?`;
 
 /** What a fenced commit and readControl read back of a run's control state. */
 interface ControlRow {

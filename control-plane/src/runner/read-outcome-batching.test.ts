@@ -123,4 +123,25 @@ describe("read results ride with the run's next commit", () => {
     expect(reads).toEqual(["read"]);
     batching.close();
   });
+
+  it("holds the reads again when a reply guarded against a stop is refused, for the commit that stops the run", async () => {
+    const commits: StepCommit[] = [];
+    const store = {
+      commitStep: async (commit: StepCommit) => {
+        commits.push(commit);
+        // The guarded reply finds a stop requested: nothing is written.
+        return commit.unlessStopped === true ? { ...CONTROL, cancelRequestedByActorId: "bob" } : CONTROL;
+      },
+      readControl: async () => CONTROL,
+    } as unknown as RunStore;
+    const batching = batchReadOutcomes(store, { flushAfterMs: 10_000 });
+    await batching.commitToolOutcome(outcome("read-1", "read"));
+    expect(await batching.commitStep({ ...step(2), status: "succeeded", unlessStopped: true })).toMatchObject({ cancelRequestedByActorId: "bob" });
+    await batching.commitStep({ ...step(3), status: "cancelled" });
+    expect(commits.map((c) => [c.status, ids(c.priorOutcomes)])).toEqual([
+      ["succeeded", ["read-1"]],
+      ["cancelled", ["read-1"]],
+    ]);
+    batching.close();
+  });
 });

@@ -80,10 +80,8 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
     return { runId: last.runId, workerId: last.workerId, epoch: last.epoch, step: undefined, priorOutcomes: prior, status: last.status, usage: last.usage, emissions: [], summary: last.summary };
   };
   /** The commit with the held results in front of its own. */
-  const carrying = <C extends StepCommit | ToolOutcomeCommit>(commit: C): C => {
-    const prior = take();
-    return prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] };
-  };
+  const withPrior = <C extends StepCommit | ToolOutcomeCommit>(commit: C, prior: readonly ToolOutcomeCommit[]): C =>
+    prior.length === 0 ? commit : { ...commit, priorOutcomes: [...prior, ...(commit.priorOutcomes ?? [])] };
 
   const flush = (): Promise<void> =>
     serial(async () => {
@@ -102,8 +100,11 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
     commitStep: (commit: StepCommit) =>
       serial(async () => {
         throwIfFlushFailed();
-        const carried = carrying(commit);
-        return committing(() => store.commitStep(carried));
+        const prior = take();
+        const control = await committing(() => store.commitStep(withPrior(commit, prior)));
+        // Refused, nothing written: what it carried is held again, for the commit that stops the run.
+        if (commit.unlessStopped === true && control.cancelRequestedByActorId !== undefined) held = [...prior, ...held];
+        return control;
       }),
     commitToolOutcome: (commit: ToolOutcomeCommit) =>
       serial(async () => {
@@ -119,7 +120,7 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
           lastControl = await store.readControl(commit.runId);
           return lastControl;
         }
-        const carried = carrying(commit);
+        const carried = withPrior(commit, take());
         return committing(() => store.commitToolOutcome(carried));
       }),
     release: (fence, summary) =>

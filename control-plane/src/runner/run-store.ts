@@ -136,6 +136,12 @@ export interface StepCommit extends Fence, Settlement {
     | undefined;
   /** The step's first external effect moves the run past its commit boundary. */
   readonly crossesCommitBoundary?: boolean;
+  /**
+   * The step settles the run with the model's reply, which was decided on the control state the
+   * worker last saw. If a cancellation or supersession has been committed since, nothing is
+   * written and the returned state shows the stop; a commit that was written never returns one.
+   */
+  readonly unlessStopped?: boolean;
 }
 
 /** One tool call's result, with its artifacts, committed atomically. */

@@ -374,12 +374,17 @@ class RunDriver {
         ],
       }) ?? { complete: true as const };
       if (completion.complete || overrun !== undefined) {
-        await this.deps.store.commitStep({
+        const control = await this.deps.store.commitStep({
           ...this.fence,
           step: { ...step, replayability: "replayable", invocations: [] },
           ...this.settlement("succeeded", { summary: "replied", replyText: output.finalText, finalReply: output.finalText }),
+          unlessStopped: true,
         });
-        throw new RunParked();
+        if (control.cancelRequestedByActorId === undefined) throw new RunParked();
+        // Stopped (cancelled or superseded) while the model wrote this reply: nothing was
+        // committed, and the stop is handled at the checkpoint as if it had come a moment sooner.
+        this.control = control;
+        return;
       }
       const feedback = `Your reply does not complete the task yet (${profile?.evaluator.name} v${profile?.evaluator.version}): ${completion.missing}`;
       await this.commitInvalid(step, [], feedback);
