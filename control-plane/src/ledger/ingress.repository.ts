@@ -154,9 +154,11 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
   const installCeiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_CEILING;
   return {
     admit: async (message, answers, now) => {
-      // A worker reserved for the new run, and the claim made for it, handed over after the commit.
+      // A worker reserved for the new run. When the run is claimed for it, the worker starts as
+      // soon as the claim is written, while COMMIT is flushed: its first model call overlaps the
+      // flush, and everything else it does waits for `committing` (see ReservedWorker.start).
       let reserved: ReservedWorker | undefined;
-      let claimed: ClaimedRun | undefined;
+      let committing: { resolve: () => void; reject: (error: unknown) => void } | undefined;
       let attempt: AdmissionAttempt<Admission>;
       try {
         attempt = await answering(() => sql.transaction(async (trx): Promise<AdmissionAttempt<Admission>> => {
@@ -251,7 +253,11 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
               const worker = reserved;
               const why = note === undefined ? plan.why : `${plan.why} (${note})`;
               const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling });
-              claimed = started.claimed;
+              if (started.claimed !== undefined) {
+                const committed = new Promise<void>((resolve, reject) => (committing = { resolve, reject }));
+                committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
+                worker.start(started.claimed, committed);
+              }
               return { kind: "done", result: started.admission };
             }
           }
@@ -259,14 +265,13 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
           return { kind: "done", result: admission };
         }));
       } catch (error) {
-        reserved?.release();
+        if (committing !== undefined) committing.reject(error);
+        else reserved?.release();
         throw error;
       }
-      // Committed: the worker starts on its run now (or, if a ceiling said wait, goes back to waiting: the run was queued and announced).
-      if (reserved !== undefined) {
-        if (claimed !== undefined) reserved.start(claimed);
-        else reserved.release();
-      }
+      // Committed: the worker's run is durable (or, if a ceiling said wait, the worker goes back to waiting: the run was queued and announced).
+      if (committing !== undefined) committing.resolve();
+      else reserved?.release();
       return attempt;
     },
 

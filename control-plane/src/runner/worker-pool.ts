@@ -24,8 +24,14 @@ export interface ReservedWorker {
   /** The lease owner to claim the run for. */
   readonly workerId: string;
   readonly leaseMs: number;
-  /** The claim committed: the worker starts on the run at once. */
-  start(claimed: ClaimedRun): void;
+  /**
+   * The claim is written and its transaction is committing: the worker starts on the run at
+   * once, while `committed` is pending. Until it resolves the run exists only in that
+   * transaction, so the worker does nothing but its first model call (replayable inference):
+   * every ledger call waits for `committed`. If it rejects, the model call is aborted and the
+   * run dropped with nothing written or sent.
+   */
+  start(claimed: ClaimedRun, committed: Promise<void>): void;
   /** No claim after all (not startable, or the transaction failed): the worker goes back to claiming. */
   release(): void;
 }
@@ -68,11 +74,36 @@ export function createWorkerHandoff(): WorkerHandoffHub {
   };
 }
 
+/** A run admission claimed for a reserved worker, and the commit of that claim. */
+interface Handover {
+  readonly claimed: ClaimedRun;
+  readonly committed: Promise<void>;
+}
+
 /** An idle worker's wait: woken to claim (undefined) or handed a run admission is claiming for it. */
 interface IdleWorker {
   readonly workerId: string;
   wake(): void;
-  hand(claim: Promise<ClaimedRun | undefined>): void;
+  hand(claim: Promise<Handover | undefined>): void;
+}
+
+/**
+ * The runner's dependencies for a run whose claim is still committing: each ledger call waits
+ * for the commit first (and fails with it), so nothing is read or written against a run that
+ * may never exist. Only the model provider, which writes nothing, goes ahead.
+ */
+function afterCommit(deps: RunnerDeps, committed: Promise<void>): RunnerDeps {
+  const store = new Proxy(deps.store, {
+    get(target, key, receiver) {
+      const value: unknown = Reflect.get(target, key, receiver);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        await committed;
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { ...deps, store };
 }
 
 /**
@@ -114,9 +145,14 @@ export function startWorkerPool(
       // The worker idle the shortest time: its connections and caches are the warmest.
       const worker = idle.pop();
       if (worker === undefined) return undefined;
-      let settle!: (claimed: ClaimedRun | undefined) => void;
+      let settle!: (handover: Handover | undefined) => void;
       worker.hand(new Promise((resolve) => (settle = resolve)));
-      return { workerId: worker.workerId, leaseMs: options.leaseMs, start: settle, release: () => settle(undefined) };
+      return {
+        workerId: worker.workerId,
+        leaseMs: options.leaseMs,
+        start: (claimed, committed) => settle({ claimed, committed }),
+        release: () => settle(undefined),
+      };
     },
   });
 
@@ -143,7 +179,7 @@ export function startWorkerPool(
    * Resolves to a handed-over claim (which may come to nothing) or, when woken or timed out, to
    * undefined. The claim comes wrapped: a promise resolved with a promise would wait for it.
    */
-  const idleWait = (workerId: string): Promise<{ readonly claim: Promise<ClaimedRun | undefined> } | undefined> => {
+  const idleWait = (workerId: string): Promise<{ readonly claim: Promise<Handover | undefined> } | undefined> => {
     if (missedWakes > 0) {
       missedWakes -= 1;
       return Promise.resolve(undefined);
@@ -176,12 +212,15 @@ export function startWorkerPool(
   const loop = async (workerId: string): Promise<void> => {
     // A run admission claimed for this worker. Taken even while stopping: the lease is already
     // this worker's, and advanceRun hands it back at its first checkpoint.
-    let handed: { readonly claim: Promise<ClaimedRun | undefined> } | undefined;
+    let handed: { readonly claim: Promise<Handover | undefined> } | undefined;
     while (handed !== undefined || !stopping.signal.aborted) {
       let claimed: ClaimedRun | undefined;
+      let committed: Promise<void> | undefined;
       if (handed !== undefined) {
-        claimed = await handed.claim;
+        const handover = await handed.claim;
         handed = undefined;
+        claimed = handover?.claimed;
+        committed = handover?.committed;
         if (claimed === undefined) {
           // Released unclaimed: the run is queued and announced, or there was none. Back to
           // waiting; a wake that found no idle worker meanwhile is counted and not lost.
@@ -204,8 +243,20 @@ export function startWorkerPool(
       }
       const run = claimed;
       const runLog = log.child({ runId: run.runId, workerId, epoch: run.epoch });
+      const runDeps = committed === undefined ? deps : afterCommit(deps, committed);
+      // A handed run's model call stops if its claim does not commit, as it would at shutdown.
+      let signal = stopping.signal;
+      let unlink = (): void => {};
+      if (committed !== undefined) {
+        const claim = new AbortController();
+        const stop = (): void => claim.abort(stopping.signal.reason);
+        stopping.signal.addEventListener("abort", stop, { once: true });
+        committed.catch((error: unknown) => claim.abort(error));
+        unlink = () => stopping.signal.removeEventListener("abort", stop);
+        signal = claim.signal;
+      }
       const renew = setInterval(() => {
-        deps.store.renewLease(run.runId, workerId, run.epoch, options.leaseMs).then(
+        runDeps.store.renewLease(run.runId, workerId, run.epoch, options.leaseMs).then(
           (held) => {
             if (!held) runLog.warn("lease lost while working; this worker's commit will be refused");
           },
@@ -213,12 +264,14 @@ export function startWorkerPool(
         );
       }, Math.max(50, Math.floor(options.leaseMs / 3)));
       try {
-        await advanceRun(deps, run, { workerId, signal: stopping.signal });
+        await advanceRun(runDeps, run, { workerId, signal });
       } catch (error) {
-        if (error instanceof LeaseLostError) runLog.warn(error.message);
+        if (committed !== undefined && (await committed.then(() => false, () => true))) runLog.warn({ err: error }, "the admission that claimed this run did not commit; nothing was written");
+        else if (error instanceof LeaseLostError) runLog.warn(error.message);
         else if (!stopping.signal.aborted) runLog.error({ err: error }, "run step failed; the lease will expire and the run be retried");
       } finally {
         clearInterval(renew);
+        unlink();
       }
     }
   };

@@ -1,0 +1,98 @@
+// A run admission hands to an idle worker starts before the admission's COMMIT returns: its
+// first model call overlaps the flush. These tests hold Keel to the rule that makes that
+// safe: only the model call goes ahead; if the commit fails the call is aborted and the run
+// leaves no trace, and the worker goes back to work.
+import { Writable } from "node:stream";
+import { Code, ConnectError } from "@connectrpc/connect";
+import pg from "pg";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import type { AgentSpec } from "../control-plane/src/domain/agent.js";
+import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { grpcClient } from "./support/clients.js";
+
+/** A model call that would take a minute unless aborted. */
+const SLOW: AgentSpec = {
+  ...DEMO_AGENT,
+  id: "slow-model",
+  interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 },
+  models: {
+    ...DEMO_AGENT.models,
+    primary: { ...DEMO_AGENT.models.primary, scriptedTurns: [{ replyText: "late", toolCalls: [], delayMs: 60_000, inputTokens: 0, outputTokens: 0 }] },
+  },
+};
+const QUICK: AgentSpec = { ...DEMO_AGENT, id: "quick-model", interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 } };
+const REFUSED = "refused at commit";
+
+describe("admission hands a run to a worker before its commit returns", () => {
+  let keel: TestKeel;
+  let db: pg.Client;
+  const lines: string[] = [];
+
+  beforeAll(async () => {
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(...chunk.toString("utf8").split("\n").filter((line) => line !== ""));
+        done();
+      },
+    });
+    // One worker, so the second message can only be served if the first claim let it go.
+    keel = await startTestKeel({ workers: 1, agents: [SLOW, QUICK], log: pino({ level: "warn" }, sink) });
+    db = new pg.Client({ connectionString: keel.databaseUrl });
+    await db.connect();
+    // A real failure at COMMIT: a deferred constraint trigger refuses one message's text.
+    await db.query(`
+      CREATE FUNCTION refuse_marked_message() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF NEW.text = '${REFUSED}' THEN RAISE EXCEPTION 'test refuses this message at commit'; END IF;
+        RETURN NULL;
+      END $$;
+      CREATE CONSTRAINT TRIGGER refuse_marked_message AFTER INSERT ON messages
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_marked_message();`);
+  }, 60_000);
+
+  afterAll(async () => {
+    await db?.end();
+    await keel?.stop();
+  });
+
+  it("aborts the model call and writes nothing when the admission does not commit", async () => {
+    const ingress = grpcClient(IngressService, keel.url, keel.tokens.connector);
+    const started = Date.now();
+    const failed = await ingress
+      .submitMessage({ agentId: SLOW.id, conversationId: "c-refused", actor: { id: "ana" }, messageId: "m-refused", text: REFUSED, connector: "test" })
+      .then(
+        () => undefined,
+        (error: unknown) => ConnectError.from(error),
+      );
+    expect(failed?.code).toBe(Code.Internal);
+
+    // The worker started the run (the handoff happened) and dropped it long before the minute-long model call could end.
+    await expect.poll(() => lines.find((line) => line.includes("did not commit")), { timeout: 10_000 }).toBeDefined();
+    expect(Date.now() - started).toBeLessThan(30_000);
+    for (const table of ["runs", "messages", "run_events", "emissions", "run_steps", "model_calls"]) {
+      const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`);
+      expect({ table, rows: rows[0]?.n }).toEqual({ table, rows: 0 });
+    }
+
+    // The one worker is free again: the next message is answered.
+    const next = await ingress.submitMessage({ agentId: QUICK.id, conversationId: "c-next", actor: { id: "ana" }, messageId: "m-next", text: "hello", connector: "test" });
+    await expect
+      .poll(async () => (await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [next.runId])).rows[0]?.status, { timeout: 10_000 })
+      .toBe("succeeded");
+  }, 60_000);
+
+  it("starts the model call for a handed run and commits its step after the admission", async () => {
+    const ingress = grpcClient(IngressService, keel.url, keel.tokens.connector);
+    const { runId } = await ingress.submitMessage({ agentId: QUICK.id, conversationId: "c-ok", actor: { id: "bo" }, messageId: "m-ok", text: "hi there", connector: "test" });
+    await expect
+      .poll(async () => (await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status, { timeout: 10_000 })
+      .toBe("succeeded");
+    const { rows } = await db.query<{ kind: string; summary: string }>("SELECT kind, summary FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
+    // Claimed in the admission itself (epoch 1, the reserved worker), not later by claimNext.
+    expect(rows[0]?.kind).toBe("created");
+    expect(rows[1]?.summary).toMatch(/^claimed by worker-.* at epoch 1$/);
+    expect(rows.length).toBeGreaterThan(2);
+  }, 60_000);
+});
