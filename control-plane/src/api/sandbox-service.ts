@@ -12,6 +12,7 @@ import {
 import { InvalidArgumentError } from "../domain/errors.js";
 import { requireSlug } from "../domain/ids.js";
 import type { HostCommand, HostMessage, HostRegistration } from "../sandbox/host-protocol.js";
+import { MAX_OBSERVATION_BYTES } from "../sandbox/observation-pump.js";
 import type { SandboxHub } from "../sandbox/sandbox-hub.js";
 
 const MAX_LABELS = 64;
@@ -21,9 +22,10 @@ const MAX_ID_CHARS = 200;
 /**
  * Output chunks hosts may send: big enough that a fast stream costs few messages (per-message
  * work dominates below a few hundred KiB), small enough to keep one message's latency and
- * memory modest. Never above the server's message limit, less room for the rest of the message.
+ * memory modest, and no larger than one observation (a bigger chunk would make a bigger one).
+ * Never above the server's message limit, less room for the rest of the message.
  */
-const MAX_OUTPUT_CHUNK_BYTES = 1024 * 1024;
+const MAX_OUTPUT_CHUNK_BYTES = MAX_OBSERVATION_BYTES;
 const MESSAGE_ROOM_BYTES = 1024;
 const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 

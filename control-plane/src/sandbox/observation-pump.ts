@@ -15,8 +15,14 @@ import { StringDecoder } from "node:string_decoder";
 import { createStreamRedactor, storableText, type GrantedSecret, type StreamRedactor } from "../domain/sandbox.js";
 import type { OutputStreamName } from "./host-protocol.js";
 
-/** Queued chunks of one stream are merged up to this size into one observation. */
-export const MAX_OBSERVATION_BYTES = 1024 * 1024;
+/**
+ * Queued chunks of one stream are merged up to this size into one observation (and hosts send
+ * output in chunks no larger). Just under Node's threshold (EXTERN_APEX, 1,031,913 bytes) past
+ * which a decoded buffer becomes an external string: 1 MiB observations were external strings,
+ * and their churn drove a full garbage collection every few tens of MiB streamed (over a third
+ * of the control plane's CPU on a fast stream); strings this size stay on the V8 heap.
+ */
+export const MAX_OBSERVATION_BYTES = 1000 * 1024;
 /** Observations being written at once. */
 const WRITES_IN_FLIGHT = 2;
 /** Queued output past which push() asks its caller to wait, and the level at which it may go on. */
