@@ -27,13 +27,14 @@
 // Beside the throughput, the CPU each party spent per MB of the stream (this process, the agent,
 // PostgreSQL, the Docker engine; from /proc, Linux only): steadier than wall time on a shared
 // machine, and it shows where a stream's cost goes. KEEL_BENCH_AGENT_NODE_ARGS passes Node flags to
-// the agent child (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") for profiling it.
+// the agent child (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") for profiling it; KEEL_BENCH_PROFILE_DIR
+// profiles this process over each timed stream through keel alone.
 //
 //   npm run bench -- sandbox [--acquisitions 30] [--cold 30] [--pool-size 4] [--execs 100] [--warmup 10] [--stream-mib 64]
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
-import { chmod, chown, mkdir, mkdtemp, rm } from "node:fs/promises";
+import { chmod, chown, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -576,6 +577,30 @@ function cpuMeter(target: { agentPid: number | undefined; postgresDataDir: strin
   };
 }
 
+/**
+ * With KEEL_BENCH_PROFILE_DIR set, a CPU profile of this process (the control plane) over one
+ * timed stream only (through keel, or discarding), written there as <name>-<time>.cpuprofile.
+ */
+async function startProfile(name: string): Promise<{ stop(progress: (line: string) => void): Promise<void> } | undefined> {
+  const dir = process.env["KEEL_BENCH_PROFILE_DIR"];
+  if (dir === undefined || dir === "") return undefined;
+  const { Session } = await import("node:inspector/promises");
+  const session = new Session();
+  session.connect();
+  await session.post("Profiler.enable");
+  await session.post("Profiler.start");
+  return {
+    async stop(progress) {
+      const { profile } = await session.post("Profiler.stop");
+      session.disconnect();
+      await mkdir(dir, { recursive: true });
+      const file = path.join(dir, `${name}-${Date.now()}.cpuprofile`);
+      await writeFile(file, JSON.stringify(profile));
+      progress(`CPU profile (${name}): ${file}`);
+    },
+  };
+}
+
 async function streamPhase(
   target: {
     dispatcher: KeelApp["sandbox"]["dispatcher"];
@@ -608,6 +633,7 @@ async function streamPhase(
   let seq = 0;
   const rssBeforeMb = peakRssMb();
   progress(`streaming ${streamBytes / MiB} MiB through keel into the observations table (output cap ${target.maxOutputBytes} bytes)`);
+  const profile = await startProfile("stream");
   const cpu = cpuMeter(target.cpu);
   const started = performance.now();
   const result = await dispatcher.exec(
@@ -619,6 +645,7 @@ async function streamPhase(
   );
   const keelMs = performance.now() - started;
   const keelCpu = cpu.lap();
+  await profile?.stop(progress);
   const peak = peakRssMb();
   if (result.exitCode !== 0 || result.timedOut || result.outputTruncated || result.outputBytes !== streamBytes) {
     throw new Error(
@@ -641,6 +668,7 @@ async function streamPhase(
 
   // The same stream with a sink that drops it: what the control plane and agent cost without the ledger.
   cpu.lap();
+  const discardProfile = await startProfile("discard");
   const discardStarted = performance.now();
   const discarded = await dispatcher.exec(
     workspaceId,
@@ -651,6 +679,7 @@ async function streamPhase(
   );
   const discardMs = performance.now() - discardStarted;
   const discardCpu = cpu.lap();
+  await discardProfile?.stop(progress);
   if (discarded.exitCode !== 0 || discarded.outputBytes !== streamBytes) throw new Error(`the discarded stream exec ended with exit code ${discarded.exitCode} after ${discarded.outputBytes} bytes`);
   progress(`keel, output discarded instead of persisted: ${streamBytes} bytes in ${(discardMs / 1000).toFixed(2)} s`);
 
