@@ -3,7 +3,7 @@
 // time against what is committed. What a message does is decided by domain/interrupt.ts;
 // this file reads the conversation, asks the planner, and writes the plan.
 import { randomUUID } from "node:crypto";
-import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS, type AgentSpec } from "../domain/agent.js";
+import type { AgentSpec } from "../domain/agent.js";
 import { FailedPreconditionError, NotFoundError, PermissionDeniedError } from "../domain/errors.js";
 import { coalesceUntil, planAdmission, type AdmissionPlan, type ConversationState, type TargetRun } from "../domain/interrupt.js";
 import { ackKey, ZERO_USAGE, type CommitBoundary, type RunStatus } from "../domain/run.js";
@@ -16,7 +16,7 @@ import {
   type Continuation,
   type MailboxStore,
 } from "../conversation/ingress.js";
-import { ADMISSION_LOCK, appendRunEvents, EMISSION_SEQUENCE_LOCK, stopParkedRun } from "./ledger-writes.js";
+import { AGENT_CEILING_SQL, appendRunEvents, EMISSION_SEQUENCE_LOCK, lockForStart, stopParkedRun } from "./ledger-writes.js";
 import { asDate, preparedRows, rows, type Sql, type SqlTransaction } from "./sql.js";
 
 const LIVE: ReadonlySet<RunStatus> = new Set(["queued", "running", "awaiting_tool", "awaiting_input", "waiting"]);
@@ -482,8 +482,10 @@ interface StartClaim {
   readonly installCeiling: number;
 }
 
-/** The agent's own ceiling on concurrent root runs, from its spec, as claimNext reads it. */
-const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
+/** A claim whose locks are taken (lockForStart): the ceiling counts leave `margin` for starts in flight beside it. */
+interface LockedClaim extends StartClaim {
+  readonly margin: number;
+}
 
 /**
  * Whether a new request in this conversation may start the moment it commits: its coalesce
@@ -514,15 +516,15 @@ interface NewRun {
   readonly summary: string;
   /** A new logical request's hourglass, on the message that started it; a successor has none of its own. */
   readonly ack?: { readonly messageId: string; readonly actorId: string };
-  /** Claim the run for this worker in the same statement when the ceilings allow (the caller holds the admission lock). */
-  readonly claim?: StartClaim;
+  /** Claim the run for this worker in the same statement when the ceilings allow (the caller holds the locks for it). */
+  readonly claim?: LockedClaim;
 }
 
 /**
  * Inserts a root run with its triggers, its first event and, for a new logical request, its
  * working ack, in one statement. With a claim, and room under both ceilings (counted as
- * claimNext counts them, on a snapshot taken after the caller took the admission lock), the run
- * is inserted running, leased to the reserved worker at epoch 1; otherwise it is queued and a
+ * claimNext counts them, on a snapshot taken after the caller took lockForStart's locks, less its
+ * margin), the run is inserted running, leased to the reserved worker at epoch 1; otherwise it is queued and a
  * worker is woken. The ack's insert draws its seq only after the emission-order lock is held in
  * shared mode (it selects from the lock), as reserveEmissions does. Returns whether the run was claimed.
  */
@@ -536,8 +538,8 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
     `WITH executing AS (
        SELECT agent_id FROM runs WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL),
      start AS (
-       SELECT ?::boolean AND (SELECT count(*) FROM executing x WHERE x.agent_id = a.id) < ${AGENT_CEILING_SQL}
-         AND (SELECT count(*) FROM executing) < ? AS go
+       SELECT ?::boolean AND (SELECT count(*) FROM executing x WHERE x.agent_id = a.id) + ?::int < ${AGENT_CEILING_SQL}
+         AND (SELECT count(*) FROM executing) + ?::int < ? AS go
        FROM agents a WHERE a.id = ?),
      carried AS (
        INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)
@@ -576,6 +578,8 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
      FROM start`,
     [
       claim !== undefined,
+      claim?.margin ?? 0,
+      claim?.margin ?? 0,
       claim?.installCeiling ?? 0,
       room.agent.id,
       run.runId,
@@ -638,11 +642,9 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
 async function newRequest(room: Mailroom, incoming: Incoming, why: string, claim?: StartClaim): Promise<{ admission: Admission; claimed: ClaimedRun | undefined }> {
   const runId = randomUUID();
   const relation = incoming.relationLabel === "edit" ? "edit" : "initial";
-  if (claim !== undefined) {
-    // Every start of a root run is serialized by this lock (claimNext takes it too), so the
-    // ceiling counts in insertRun, on a snapshot taken after it, see every start committed before.
-    await preparedRows(room.trx, `SELECT pg_advisory_xact_lock(${ADMISSION_LOCK})`);
-  }
+  // The ceiling counts in insertRun, on a snapshot taken after these locks, see every start
+  // committed before and leave room for those in flight beside this one.
+  const locked = claim === undefined ? undefined : { ...claim, margin: await lockForStart(room.trx, room.agent.id, claim.installCeiling) };
   const started = await insertRun(room, {
     runId,
     connector: incoming.connector,
@@ -654,7 +656,7 @@ async function newRequest(room: Mailroom, incoming: Incoming, why: string, claim
     trigger: { incoming, relation },
     summary: `message ${incoming.externalId} from ${incoming.actorId}: ${why}`,
     ack: { messageId: incoming.externalId, actorId: incoming.actorId },
-    ...(claim === undefined ? {} : { claim }),
+    ...(locked === undefined ? {} : { claim: locked }),
   });
   // A connector is told the run was admitted (queued) whether or not an idle worker took it in
   // the same commit: what it sees does not depend on this process's idle workers.

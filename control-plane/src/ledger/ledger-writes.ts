@@ -1,5 +1,6 @@
 // Writes that several transactions share: the run's event sequence and emission reservations.
 import { randomUUID } from "node:crypto";
+import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS } from "../domain/agent.js";
 import { partialResultReply } from "../domain/interrupt.js";
 import type { EmissionDraft } from "../domain/records.js";
 import { ackKey, type CommitBoundary, type RunEventKind, type RunStatus } from "../domain/run.js";
@@ -54,11 +55,50 @@ export async function insertRunEvents(trx: SqlTransaction, runId: string, firstS
 }
 
 /**
- * Serializes the start of root runs across every worker and process on the database: claimNext
- * takes it (run.repository.ts keeps its own copy of the key), and so does admission when it
- * starts a run for an idle worker of its own process.
+ * Guards the ceilings on concurrent root runs across every worker and process on the database.
+ * claimNext takes it exclusively before it starts a queued run; admission, starting a run for an idle worker of its own process, takes it
+ * through lockForStart.
  */
 export const ADMISSION_LOCK = 7234002;
+/** Admission starts that may be in flight side by side, each holding one slot lock (keys START_SLOT_LOCK..+START_SLOTS-1). */
+const START_SLOTS = 8;
+const START_SLOT_LOCK = 7234100;
+
+/** The agent's own ceiling on concurrent root runs, from its spec `a` (a missing or zero value means the default). */
+export const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
+
+/**
+ * Takes the locks for starting a root run of `agentId` in this transaction, before the statement
+ * that counts executing runs against the ceilings (on a snapshot taken after these locks) and
+ * starts it. Returns the margin that count must leave below each ceiling.
+ *
+ * Far from both ceilings, with room for every slot, a start takes a free slot lock and the
+ * admission lock in shared mode, so up to START_SLOTS starts commit side by side (their commits
+ * share one WAL flush) instead of queueing behind each other's: each leaves room for the other
+ * slots (margin START_SLOTS - 1), so together they can never pass a ceiling. Near a ceiling, or
+ * with every slot taken, it takes the admission lock exclusively, which waits for the slots in
+ * flight, and counts exactly (margin 0), as claimNext does.
+ */
+export async function lockForStart(trx: SqlTransaction, agentId: string, installCeiling: number): Promise<number> {
+  const [locked] = await preparedRows<{ margin: number }>(
+    trx,
+    `WITH executing AS (
+       SELECT agent_id FROM runs WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL),
+     roomy AS (
+       SELECT (SELECT count(*) FROM executing x WHERE x.agent_id = a.id) + ${START_SLOTS} <= ${AGENT_CEILING_SQL}
+         AND (SELECT count(*) FROM executing) + ${START_SLOTS} <= ?::int AS fast
+       FROM agents a WHERE a.id = ?),
+     slot AS (
+       SELECT s FROM roomy, generate_series(0, ${START_SLOTS - 1}) s
+       WHERE CASE WHEN roomy.fast THEN pg_try_advisory_xact_lock(${START_SLOT_LOCK} + s) ELSE false END
+       LIMIT 1)
+     SELECT CASE WHEN taken.s IS NULL THEN 0 ELSE ${START_SLOTS - 1} END AS margin,
+       CASE WHEN taken.s IS NULL THEN pg_advisory_xact_lock(${ADMISSION_LOCK}) ELSE pg_advisory_xact_lock_shared(${ADMISSION_LOCK}) END AS locked
+     FROM (SELECT (SELECT s FROM slot) AS s) taken`,
+    [installCeiling, agentId],
+  );
+  return locked?.margin ?? 0;
+}
 
 /**
  * Emission order. Every writer holds this lock in shared mode from before it draws an emission's

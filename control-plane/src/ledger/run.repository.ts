@@ -1,24 +1,26 @@
 import { randomUUID } from "node:crypto";
-import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS, type AgentSpec, type Policy } from "../domain/agent.js";
+import type { AgentSpec, Policy } from "../domain/agent.js";
 import { systemClock, type Clock } from "../domain/clock.js";
 import { inheritablePrefix } from "../domain/interrupt.js";
 import { LeaseLostError } from "../domain/errors.js";
 import { isTerminal, ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
-import type {
-  ClaimedRun,
-  Fence,
-  InvocationState,
-  RunHistory,
-  RunInputMessage,
-  RunControlState,
-  RunStore,
-  Settlement,
-  StepCommit,
-  ToolOutcome,
-  StepState,
+import {
+  refusedReply,
+  type ClaimedRun,
+  type Fence,
+  type InvocationState,
+  type ReplyGuard,
+  type RunHistory,
+  type RunInputMessage,
+  type RunControlState,
+  type RunStore,
+  type Settlement,
+  type StepCommit,
+  type ToolOutcome,
+  type StepState,
 } from "../runner/run-store.js";
-import { appendRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
+import { ADMISSION_LOCK, AGENT_CEILING_SQL, appendRunEvents, reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
 import { toArtifactRecord } from "./row-mapping.js";
 import { asDate, optional, optionalDate, preparedRows, rows, type Sql, type SqlTransaction } from "./sql.js";
 
@@ -57,15 +59,11 @@ interface TriggerRow {
 
 /** Non-terminal statuses: a started root run in one of these is its conversation's run in flight. */
 const LIVE_SQL = "'queued', 'running', 'awaiting_tool', 'awaiting_input', 'waiting'";
-/** The agent's own ceiling on concurrent root runs, from its spec (a missing or zero value means the default). */
-const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
 /**
  * A conversation's queue order: by when its logical request arrived, so a successor keeps the
  * place of the request it supersedes, ahead of independent requests that came after it.
  */
 export const MAILBOX_ORDER_SQL = "coalesce(request_received_at, created_at), created_at, id";
-/** Serializes the start of queued runs across every worker and process on the database. */
-const ADMISSION_LOCK = 7234002;
 /** The run's triggers as input messages, in arrival order; `?` is the run id. */
 const TRIGGERS_SQL = `SELECT json_agg(json_build_object('message_id', t.external_message_id, 'actor_id', t.actor_id, 'text', m.text,
     'relation', t.relation, 'after_step', t.after_step, 'inherited', t.inherited) ORDER BY t.inherited DESC, t.ordinal, t.received_at)
@@ -117,8 +115,8 @@ interface FencedChange {
   /** A write intent or outcome: the commit must be durable before anything else happens. */
   readonly writes: boolean;
   readonly events: readonly RunEventDraft[];
-  /** Write nothing if a stop (cancellation, supersession) is requested; see StepCommit.unlessStopped. */
-  readonly unlessStopped: boolean;
+  /** Write nothing if a stop is requested or the trigger count moved from the one given; see StepCommit.unlessChangedSince. */
+  readonly unlessChangedSince: ReplyGuard | undefined;
 }
 
 /** Statuses in which a worker keeps its lease. */
@@ -157,7 +155,8 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
            event_seq = r.event_seq + ? + CASE WHEN previous.status <> ? THEN 1 ELSE 0 END
          FROM previous, durability, conversations c, agents a
          WHERE r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
-           AND r.lease_epoch = ? AND r.lease_owner = ? AND NOT (?::boolean AND r.cancel_requested_by_actor_id IS NOT NULL)
+           AND r.lease_epoch = ? AND r.lease_owner = ?
+           AND (NOT ?::boolean OR (r.cancel_requested_by_actor_id IS NULL AND (?::int IS NULL OR r.trigger_count = ?::int)))
          RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
            c.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
            a.spec -> 'policy' AS policy)`,
@@ -176,7 +175,9 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       settlement.status,
       fence.epoch,
       fence.workerId,
-      change.unlessStopped,
+      change.unlessChangedSince !== undefined,
+      change.unlessChangedSince?.triggerCount ?? null,
+      change.unlessChangedSince?.triggerCount ?? null,
     );
     const step = change.step;
     if (step !== undefined) {
@@ -334,10 +335,11 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
             return fenced;
           });
     if (run !== undefined) return toControlState(run);
-    if (change.unlessStopped) {
-      // Matched nothing: a stop was requested, or the lease is gone. Nothing was written either way.
+    if (change.unlessChangedSince !== undefined) {
+      // Matched nothing: the guard held it back, or the lease is gone. Nothing was written either way.
       const [held] = await preparedRows<ControlRow>(sql, `${CONTROL_OF_RUN} AND r.lease_epoch = ? AND r.lease_owner = ?`, [fence.runId, fence.epoch, fence.workerId]);
-      if (held?.cancel_requested_by_actor_id !== null && held?.cancel_requested_by_actor_id !== undefined) return toControlState(held);
+      const control = held === undefined ? undefined : toControlState(held);
+      if (control !== undefined && refusedReply(change.unlessChangedSince, control)) return control;
     }
     throw new LeaseLostError(fence.runId, fence.epoch);
   };
@@ -533,7 +535,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         crossesCommitBoundary: commit.crossesCommitBoundary ?? false,
         writes: step?.invocations.some((intent) => intent.effect === "write" && intent.status === "pending") ?? false,
         events,
-        unlessStopped: commit.unlessStopped ?? false,
+        unlessChangedSince: commit.unlessChangedSince,
       });
     },
 
@@ -545,7 +547,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
         crossesCommitBoundary: false,
         writes: commit.effect === "write",
         events: settledEvents(outcomes),
-        unlessStopped: false,
+        unlessChangedSince: undefined,
       });
     },
 

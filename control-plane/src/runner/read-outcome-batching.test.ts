@@ -130,13 +130,13 @@ describe("read results ride with the run's next commit", () => {
       commitStep: async (commit: StepCommit) => {
         commits.push(commit);
         // The guarded reply finds a stop requested: nothing is written.
-        return commit.unlessStopped === true ? { ...CONTROL, cancelRequestedByActorId: "bob" } : CONTROL;
+        return commit.unlessChangedSince !== undefined ? { ...CONTROL, cancelRequestedByActorId: "bob" } : CONTROL;
       },
       readControl: async () => CONTROL,
     } as unknown as RunStore;
     const batching = batchReadOutcomes(store, { flushAfterMs: 10_000 });
     await batching.commitToolOutcome(outcome("read-1", "read"));
-    expect(await batching.commitStep({ ...step(2), status: "succeeded", unlessStopped: true })).toMatchObject({ cancelRequestedByActorId: "bob" });
+    expect(await batching.commitStep({ ...step(2), status: "succeeded", unlessChangedSince: { triggerCount: 1 } })).toMatchObject({ cancelRequestedByActorId: "bob" });
     await batching.commitStep({ ...step(3), status: "cancelled" });
     expect(commits.map((c) => [c.status, ids(c.priorOutcomes)])).toEqual([
       ["succeeded", ["read-1"]],

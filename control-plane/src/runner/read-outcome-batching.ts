@@ -6,7 +6,7 @@
 // committed on their own after `flushAfterMs`, so the ledger never lags a read by more than
 // that. Writes, refusals, interruptions and anything that parks or settles the run are
 // committed at once, carrying whatever reads are held.
-import type { RunControlState, RunStore, StepCommit, ToolOutcomeCommit } from "./run-store.js";
+import { refusedReply, type RunControlState, type RunStore, type StepCommit, type ToolOutcomeCommit } from "./run-store.js";
 
 /** How long a finished read's result may wait for the run's next commit. */
 export const DEFAULT_READ_FLUSH_MS = 100;
@@ -103,7 +103,7 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
         const prior = take();
         const control = await committing(() => store.commitStep(withPrior(commit, prior)));
         // Refused, nothing written: what it carried is held again, for the commit that stops the run.
-        if (commit.unlessStopped === true && control.cancelRequestedByActorId !== undefined) held = [...prior, ...held];
+        if (refusedReply(commit.unlessChangedSince, control)) held = [...prior, ...held];
         return control;
       }),
     commitToolOutcome: (commit: ToolOutcomeCommit) =>

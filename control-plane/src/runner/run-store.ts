@@ -137,11 +137,23 @@ export interface StepCommit extends Fence, Settlement {
   /** The step's first external effect moves the run past its commit boundary. */
   readonly crossesCommitBoundary?: boolean;
   /**
-   * The step settles the run with the model's reply, which was decided on the control state the
-   * worker last saw. If a cancellation or supersession has been committed since, nothing is
-   * written and the returned state shows the stop; a commit that was written never returns one.
+   * The step settles the run with the model's reply, decided on the control state the worker
+   * last saw: no stop, and (when `triggerCount` is given) its input as of that many triggers. If
+   * a stop (cancellation, supersession) or another trigger has been committed since, nothing is
+   * written and the returned state shows it (see refusedReply).
    */
-  readonly unlessStopped?: boolean;
+  readonly unlessChangedSince?: ReplyGuard;
+}
+
+/** What a reply was decided on (StepCommit.unlessChangedSince). */
+export interface ReplyGuard {
+  readonly triggerCount: number | undefined;
+}
+
+/** Whether a reply committed with this guard came back refused, with nothing written. */
+export function refusedReply(guard: ReplyGuard | undefined, control: RunControlState): boolean {
+  if (guard === undefined) return false;
+  return control.cancelRequestedByActorId !== undefined || (guard.triggerCount !== undefined && control.triggerCount !== guard.triggerCount);
 }
 
 /** One tool call's result, with its artifacts, committed atomically. */

@@ -17,18 +17,19 @@ import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import { ToolOutcomeUnknownError, type RegisteredTool, type ToolRegistry } from "../tools/tool-registry.js";
 import type { ModelProvider } from "./model-provider.js";
 import { batchReadOutcomes, DEFAULT_READ_FLUSH_MS } from "./read-outcome-batching.js";
-import type {
-  ClaimedRun,
-  Fence,
-  InvocationIntent,
-  InvocationState,
-  RunControlState,
-  RunHistory,
-  RunInputMessage,
-  RunStore,
-  Settlement,
-  StepCommit,
-  ToolOutcomeCommit,
+import {
+  refusedReply,
+  type ClaimedRun,
+  type Fence,
+  type InvocationIntent,
+  type InvocationState,
+  type RunControlState,
+  type RunHistory,
+  type RunInputMessage,
+  type RunStore,
+  type Settlement,
+  type StepCommit,
+  type ToolOutcomeCommit,
 } from "./run-store.js";
 
 export interface RunnerDeps {
@@ -336,7 +337,8 @@ class RunDriver {
       wallClockMs: this.elapsed(),
     };
     const callId = randomUUID();
-    const request = requestForStorage(callId, { messages, tools }, this.previousRequest);
+    const previousRequest = this.previousRequest;
+    const request = requestForStorage(callId, { messages, tools }, previousRequest);
     this.previousRequest = request.remembered;
     const step = {
       id: randomUUID(),
@@ -374,16 +376,21 @@ class RunDriver {
         ],
       }) ?? { complete: true as const };
       if (completion.complete || overrun !== undefined) {
-        const control = await this.deps.store.commitStep({
+        const reply: StepCommit = {
           ...this.fence,
           step: { ...step, replayability: "replayable", invocations: [] },
           ...this.settlement("succeeded", { summary: "replied", replyText: output.finalText, finalReply: output.finalText }),
-          unlessStopped: true,
-        });
-        if (control.cancelRequestedByActorId === undefined) throw new RunParked();
-        // Stopped (cancelled or superseded) while the model wrote this reply: nothing was
-        // committed, and the stop is handled at the checkpoint as if it had come a moment sooner.
+          // Over budget, the reply stands even if more input came: there is no budget left to answer it.
+          unlessChangedSince: { triggerCount: overrun === undefined ? this.triggerCount : undefined },
+        };
+        const control = await this.deps.store.commitStep(reply);
+        if (!refusedReply(reply.unlessChangedSince, control)) throw new RunParked();
+        // Stopped, or given more input, while the model wrote this reply: nothing was committed.
+        // The checkpoint handles it as if it had come a moment sooner (a stop ends the run; new
+        // input goes to the model). The call still counts against the budget.
         this.control = control;
+        this.stepIndex = step.index;
+        this.previousRequest = previousRequest;
         return;
       }
       const feedback = `Your reply does not complete the task yet (${profile?.evaluator.name} v${profile?.evaluator.version}): ${completion.missing}`;
