@@ -16,9 +16,34 @@ export function hashToken(secret: string): string {
   return createHash("sha256").update(secret).digest("hex");
 }
 
+/** How long a verified role is trusted before it is checked again. */
+const TRUSTED_MS = 5_000;
+/** Past TRUSTED_MS a role is still served while a check runs in the background, for this long at most. */
+const STALE_MS = 5_000;
+
 export function createApiTokenRepository(orm: LedgerOrm): ApiTokenRepository {
-  // Verification is on every RPC; a short cache keeps it off the database.
-  const cache = new Map<string, { role: TokenRole | undefined; until: number }>();
+  // Verification is on every RPC; a short cache keeps it off the database. A role past its
+  // trusted time is re-checked in the background while it is served, so a busy connector never
+  // waits on that check; an idle one (nothing for STALE_MS more) is checked inline again.
+  const cache = new Map<string, { role: TokenRole | undefined; until: number; checking?: Promise<TokenRole | undefined> }>();
+  const check = (hash: string): Promise<TokenRole | undefined> => {
+    const checking = (async () => {
+      try {
+        const found = await orm.em.fork().findOne(ApiTokenEntity, { tokenHash: hash, revokedAt: null });
+        const role = found === null ? undefined : (found.role as TokenRole);
+        if (cache.size > 10_000) cache.clear();
+        cache.set(hash, { role, until: Date.now() + TRUSTED_MS });
+        return role;
+      } catch (error) {
+        const cached = cache.get(hash);
+        if (cached !== undefined) cache.set(hash, { role: cached.role, until: cached.until });
+        throw error;
+      }
+    })();
+    const cached = cache.get(hash);
+    if (cached !== undefined) cache.set(hash, { ...cached, checking });
+    return checking;
+  };
   return {
     async create(role, label) {
       const secret = `keel_${role.replace("-", "_")}_${randomBytes(24).toString("base64url")}`;
@@ -31,12 +56,14 @@ export function createApiTokenRepository(orm: LedgerOrm): ApiTokenRepository {
     async roleOf(secret) {
       const hash = hashToken(secret);
       const cached = cache.get(hash);
-      if (cached !== undefined && cached.until > Date.now()) return cached.role;
-      const found = await orm.em.fork().findOne(ApiTokenEntity, { tokenHash: hash, revokedAt: null });
-      const role = found === null ? undefined : (found.role as TokenRole);
-      if (cache.size > 10_000) cache.clear();
-      cache.set(hash, { role, until: Date.now() + 5_000 });
-      return role;
+      const now = Date.now();
+      if (cached !== undefined && cached.until > now) return cached.role;
+      if (cached !== undefined && cached.until + STALE_MS > now) {
+        // A failed background check leaves the role as it was until the next request tries again.
+        if (cached.checking === undefined) check(hash).catch(() => {});
+        return cached.role;
+      }
+      return cached?.checking ?? check(hash);
     },
   };
 }
