@@ -27,13 +27,14 @@
 // Beside the throughput, the CPU each party spent per MB of the stream (this process, the agent,
 // PostgreSQL, the Docker engine; from /proc, Linux only): steadier than wall time on a shared
 // machine, and it shows where a stream's cost goes. KEEL_BENCH_AGENT_NODE_ARGS passes Node flags to
-// the agent child (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") for profiling it; KEEL_BENCH_PROFILE_DIR
-// profiles this process over each timed stream through keel alone.
+// the agent child (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") for profiling it, KEEL_BENCH_AGENT_LOG=file
+// appends everything the agent prints there, each line with its time (e.g. with "--trace-gc");
+// KEEL_BENCH_PROFILE_DIR profiles this process over each timed stream through keel alone.
 //
 //   npm run bench -- sandbox [--acquisitions 30] [--cold 30] [--pool-size 4] [--execs 100] [--warmup 10] [--stream-mib 64]
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { appendFileSync, readdirSync, readFileSync } from "node:fs";
 import { chmod, chown, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -47,6 +48,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { loadConfig } from "../control-plane/src/config.js";
+import type { ObservationText } from "../control-plane/src/domain/sandbox.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import { createRunRepository } from "../control-plane/src/ledger/run.repository.js";
 import type { SandboxExec, WorkspaceGrant } from "../control-plane/src/tools/sandbox-dispatcher.js";
@@ -361,7 +363,9 @@ function startAgent(options: { url: string; token: string; hostId: string; dataD
     { cwd: ROOT, env: { ...process.env, KEEL_SANDBOX_TOKEN: options.token, KEEL_LOG_LEVEL: "warn" }, stdio: ["ignore", "pipe", "pipe"] },
   );
   const output: string[] = [];
+  const logFile = process.env["KEEL_BENCH_AGENT_LOG"];
   const keep = (line: string) => {
+    if (logFile !== undefined && logFile !== "") appendFileSync(logFile, `${Date.now()} ${line}\n`);
     output.push(line);
     if (output.length > 40) output.shift();
   };
@@ -612,7 +616,7 @@ async function streamPhase(
     streamBytes: number;
     cpu: { agentPid: number | undefined; postgresDataDir: string };
   },
-  persist: (invocationId: string, seq: number, stream: string, text: string) => Promise<void>,
+  persist: (invocationId: string, seq: number, stream: string, text: ObservationText) => Promise<void>,
   progress: (line: string) => void,
 ): Promise<StreamPhase> {
   const { dispatcher, workspaceId, container, db, streamBytes } = target;

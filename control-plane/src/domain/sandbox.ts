@@ -63,6 +63,13 @@ function usable(secrets: readonly GrantedSecret[]): GrantedSecret[] {
   return secrets.filter((s) => s.value !== "");
 }
 
+/**
+ * An observation's text on its way to the ledger: a string, or the output's own bytes where they
+ * are already what the ledger stores (valid UTF-8, no NUL, nothing to redact), so a fast stream is
+ * not decoded into strings only to be encoded back for the database.
+ */
+export type ObservationText = string | Uint8Array;
+
 /** Postgres text cannot hold NUL; binary output keeps its shape with a visible stand-in. */
 export function storableText(text: string): string {
   return text.includes("\0") ? text.replaceAll("\0", "\u2400") : text;
@@ -103,6 +110,8 @@ export function redactSecrets(text: string, secrets: readonly GrantedSecret[]): 
 }
 
 export interface StreamRedactor {
+  /** No secret to look for: push() returns its text as it is and nothing is ever held back. */
+  readonly passesThrough: boolean;
   /** Redacts a chunk; holds back a short tail that could be the start of a secret split across chunks. */
   push(text: string): string;
   /** Everything held back, redacted: call once the stream ends. */
@@ -120,6 +129,7 @@ export function createStreamRedactor(secrets: readonly GrantedSecret[]): StreamR
   const holdBack = Math.max(0, ...active.map((s) => s.value.length - 1));
   let pending = "";
   return {
+    passesThrough: active.length === 0,
     push(text) {
       if (active.length === 0) return text;
       const buffer = pending + text;

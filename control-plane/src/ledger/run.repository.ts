@@ -558,14 +558,16 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
     },
 
     async appendObservation(runId, invocationId, seq, stream, text) {
-      // Prepared: a streaming exec appends one row per MiB or so, all with this statement.
+      // Prepared: a streaming exec appends one row per MiB or so, all with this statement. Bytes
+      // go as a binary parameter, which for a text column is the UTF-8 itself (the server checks
+      // it): no string is built here, nor encoded again by the driver.
       await preparedRows(sql, "INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES (?, ?, ?, ?, ?, ?)", [
         randomUUID(),
         runId,
         invocationId,
         seq,
         stream,
-        text,
+        typeof text === "string" || Buffer.isBuffer(text) ? text : Buffer.from(text.buffer, text.byteOffset, text.byteLength),
       ]);
     },
 

@@ -1,6 +1,7 @@
 import type { AgentSpec, Policy, ToolEffect } from "../domain/agent.js";
 import type { StoredModelRequest } from "../domain/model-request.js";
 import type { ArtifactRecord, EmissionDraft, ToolInvocationStatus } from "../domain/records.js";
+import type { ObservationText } from "../domain/sandbox.js";
 import type { BudgetDimension, CommitBoundary, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
 import type { TranscriptInvocation, TranscriptStep } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
@@ -214,7 +215,7 @@ export interface RunStore {
   /** Commits one call's result with its artifacts; returns the run's control state as of the commit. */
   commitToolOutcome(commit: ToolOutcomeCommit): Promise<RunControlState>;
   /** Appends an observation chunk as it arrives (not fenced: it is evidence of what happened). */
-  appendObservation(runId: string, invocationId: string, seq: number, stream: string, text: string): Promise<void>;
+  appendObservation(runId: string, invocationId: string, seq: number, stream: string, text: ObservationText): Promise<void>;
   /** Gives the run back: queued again (paused, or shutting down) with the lease cleared. */
   release(fence: Fence, summary: string): Promise<void>;
 }

@@ -1,14 +1,17 @@
 import { StringDecoder } from "node:string_decoder";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import type { ObservationText } from "../domain/sandbox.js";
 import { createObservationPump, HIGH_WATER_BYTES, MAX_OBSERVATION_BYTES, stillNeeded } from "./observation-pump.js";
 
 const bytes = (text: string) => Buffer.from(text, "utf8");
+/** What the ledger stores for an observation: bytes are its UTF-8. */
+const asText = (text: ObservationText) => (typeof text === "string" ? text : Buffer.from(text.buffer, text.byteOffset, text.byteLength).toString("utf8"));
 const tick = () => new Promise((resolve) => setImmediate(resolve));
 
 /** A sink that records what it was given, in call order, and lets the test decide when writes finish. */
 function slowSink() {
-  const written: { stream: string; text: string }[] = [];
+  const written: { stream: string; text: string; asBytes: boolean }[] = [];
   const pending: (() => void)[] = [];
   let inFlight = 0;
   let maxInFlight = 0;
@@ -17,8 +20,8 @@ function slowSink() {
     get maxInFlight() {
       return maxInFlight;
     },
-    sink: (stream: string, text: string) => {
-      written.push({ stream, text });
+    sink: (stream: string, text: ObservationText) => {
+      written.push({ stream, text: asText(text), asBytes: typeof text !== "string" });
       inFlight += 1;
       maxInFlight = Math.max(maxInFlight, inFlight);
       return new Promise<void>((resolve) =>
@@ -67,7 +70,7 @@ describe("observation pump (issue #4: streaming into the ledger)", () => {
 
   it("decodes a character split across chunks, switching between ASCII and UTF-8 chunks", async () => {
     const written: string[] = [];
-    const pump = createObservationPump({ secrets: [], maxBytes: 1024, sink: async (_s, text) => void written.push(text) });
+    const pump = createObservationPump({ secrets: [], maxBytes: 1024, sink: async (_s, text) => void written.push(asText(text)) });
     const text = "plain ascii, then é and 😀, then ascii again";
     const encoded = bytes(text);
     // Cut every way: inside the 2-byte é and the 4-byte emoji, and at ASCII boundaries.
@@ -81,7 +84,7 @@ describe("observation pump (issue #4: streaming into the ledger)", () => {
 
   it("ends a stream cut inside a character with a replacement character, as a UTF-8 decoder would", async () => {
     const written: string[] = [];
-    const pump = createObservationPump({ secrets: [], maxBytes: 1024, sink: async (_s, text) => void written.push(text) });
+    const pump = createObservationPump({ secrets: [], maxBytes: 1024, sink: async (_s, text) => void written.push(asText(text)) });
     pump.push("stdout", Buffer.from([0x61, 0xe2, 0x82]));
     await pump.finish();
     expect(written.join("")).toBe("a\uFFFD");
@@ -92,7 +95,7 @@ describe("observation pump (issue #4: streaming into the ledger)", () => {
     const pump = createObservationPump({
       secrets: [{ name: "TOKEN", value: "s3cr3t-value" }],
       maxBytes: 1024,
-      sink: async (_s, text) => void written.push(text),
+      sink: async (_s, text) => void written.push(asText(text)),
     });
     for (const part of ["token=s3c", "r3t-", "value done\0", "\n"]) {
       pump.push("stdout", bytes(part));
@@ -100,6 +103,36 @@ describe("observation pump (issue #4: streaming into the ledger)", () => {
     }
     await pump.finish();
     expect(written.join("")).toBe("token=[redacted:TOKEN] done\u2400\n");
+  });
+
+  it("hands whole, valid UTF-8 without NUL over as its bytes when there is nothing to redact, and decodes the rest", async () => {
+    const sink = slowSink();
+    const pump = createObservationPump({ secrets: [], maxBytes: 1024, sink: sink.sink });
+    const steps: [Buffer, boolean][] = [
+      [bytes("plain ascii\n"), true],
+      [bytes("caf\u00e9 \u{1F600}\n"), true], // valid UTF-8, whole characters
+      [bytes("half \u00e9").subarray(0, 6), false], // ends inside a character: the decoder keeps it
+      [bytes("\u00e9 rest\n").subarray(1), false], // the character's end, after what the decoder held
+      [bytes("after\n"), true],
+      [Buffer.from([0x6e, 0x75, 0x6c, 0x00, 0x0a]), false], // NUL: stored with a stand-in
+      [Buffer.from([0x62, 0x61, 0x64, 0xff, 0x0a]), false], // not UTF-8: a replacement character
+    ];
+    for (const [chunk] of steps) {
+      pump.push("stdout", chunk);
+      await settleUntil(sink, tick()); // one observation per chunk
+    }
+    await settleUntil(sink, pump.finish());
+    expect(sink.written.map((w) => w.asBytes)).toEqual(steps.map(([, asBytes]) => asBytes));
+    expect(sink.written.map((w) => w.text).join("")).toBe("plain ascii\ncaf\u00e9 \u{1F600}\nhalf \u00e9 rest\nafter\nnul\u2400\nbad\uFFFD\n");
+  });
+
+  it("never hands bytes over while a secret is to be redacted", async () => {
+    const sink = slowSink();
+    const pump = createObservationPump({ secrets: [{ name: "TOKEN", value: "hunter2" }], maxBytes: 1024, sink: sink.sink });
+    pump.push("stdout", bytes("nothing secret here\n"));
+    await settleUntil(sink, pump.finish());
+    expect(sink.written.every((w) => !w.asBytes)).toBe(true);
+    expect(sink.written.map((w) => w.text).join("")).toBe("nothing secret here\n");
   });
 
   it("asks its feeder to wait past the high-water mark and lets it go on once the ledger caught up", async () => {
@@ -179,7 +212,7 @@ describe("observation pump, any text cut anywhere", () => {
     await fc.assert(
       fc.asyncProperty(fc.string({ unit: "binary", maxLength: 200 }), fc.array(fc.integer({ min: 1, max: 7 }), { minLength: 1, maxLength: 20 }), async (text, sizes) => {
         const written: string[] = [];
-        const pump = createObservationPump({ secrets: [], maxBytes: 1 << 20, sink: async (_s, t) => void written.push(t) });
+        const pump = createObservationPump({ secrets: [], maxBytes: 1 << 20, sink: async (_s, t) => void written.push(asText(t)) });
         const encoded = Buffer.from(text, "utf8");
         for (let i = 0, k = 0; i < encoded.length; k++) {
           const size = sizes[k % sizes.length]!;

@@ -4,7 +4,7 @@
 
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
-import { grantedSecrets, redactOutputTail, redactSecrets, type GrantedSecret } from "../domain/sandbox.js";
+import { grantedSecrets, redactOutputTail, redactSecrets, type GrantedSecret, type ObservationText } from "../domain/sandbox.js";
 import type { SandboxDispatcher, SandboxExecResult, WorkspaceGrant } from "../tools/sandbox-dispatcher.js";
 import { ToolOutcomeUnknownError } from "../tools/tool-registry.js";
 import type { CommandOutcome, HostCommand } from "./host-protocol.js";
@@ -171,7 +171,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
 
   const runExec = async (
     secrets: readonly GrantedSecret[],
-    onOutput: (stream: "stdout" | "stderr", text: string) => Promise<void>,
+    onOutput: (stream: "stdout" | "stderr", text: ObservationText) => Promise<void>,
     send: (watch: CommandWatch) => Promise<CommandOutcome>,
   ): Promise<{ outcome: CommandOutcome; result: SandboxExecResult }> => {
     const pump = createObservationPump({ secrets, maxBytes: options.maxOutputBytes, sink: onOutput });

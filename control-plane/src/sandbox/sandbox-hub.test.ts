@@ -250,7 +250,7 @@ describe("observation pump", () => {
       maxBytes: 22,
       sink: async (stream, text) => {
         await gate;
-        written.push([stream, text]);
+        written.push([stream, typeof text === "string" ? text : new TextDecoder().decode(text)]);
       },
     });
     pump.push("stdout", bytes("pass=hun"));

@@ -2,6 +2,8 @@
 // sandbox module implements it over SandboxService.Attach streams. When the host running a
 // call goes away mid-call, its methods throw ToolOutcomeUnknownError.
 
+import type { ObservationText } from "../domain/sandbox.js";
+
 export interface WorkspaceGrant {
   readonly runId: string;
   readonly agentId: string;
@@ -39,7 +41,7 @@ export interface SandboxDispatcher {
    * host streams them. `commandId` is the tool invocation id, so a restarted control plane can
    * re-attach to a command that is still running.
    */
-  exec(workspaceId: string, commandId: string, command: SandboxExec, onOutput: (stream: "stdout" | "stderr", text: string) => Promise<void>, signal: AbortSignal): Promise<SandboxExecResult>;
+  exec(workspaceId: string, commandId: string, command: SandboxExec, onOutput: (stream: "stdout" | "stderr", text: ObservationText) => Promise<void>, signal: AbortSignal): Promise<SandboxExecResult>;
   readFile(workspaceId: string, path: string, maxBytes: number, signal: AbortSignal): Promise<Uint8Array>;
   writeFile(workspaceId: string, path: string, content: Uint8Array, signal: AbortSignal): Promise<void>;
   listFiles(workspaceId: string, path: string, signal: AbortSignal): Promise<readonly { path: string; type: string; sizeBytes: number }[]>;
@@ -47,7 +49,7 @@ export interface SandboxDispatcher {
    * Waits for the outcome of an exec that outlived the worker (or the control-plane process)
    * that started it, by its command id. Undefined when no attached host knows the command.
    */
-  reattach(grant: WorkspaceGrant, commandId: string, onOutput: (stream: "stdout" | "stderr", text: string) => Promise<void>, signal: AbortSignal): Promise<SandboxExecResult | undefined>;
+  reattach(grant: WorkspaceGrant, commandId: string, onOutput: (stream: "stdout" | "stderr", text: ObservationText) => Promise<void>, signal: AbortSignal): Promise<SandboxExecResult | undefined>;
   /** Releases the run's workspace now (the sweeper does it once the run ended and its inspection time passed). */
   releaseRun(runId: string): Promise<void>;
 }

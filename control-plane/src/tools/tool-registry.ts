@@ -2,6 +2,7 @@ import { z } from "zod";
 import type { AgentSpec, ToolEffect, ToolGrant } from "../domain/agent.js";
 import { mayAdvertise } from "../domain/policy.js";
 import type { ToolSpec } from "../domain/transcript.js";
+import type { ObservationText } from "../domain/sandbox.js";
 
 /** An artifact a trusted tool reports. Tools never report model provenance. */
 export interface ArtifactDraft {
@@ -31,8 +32,8 @@ export interface ToolExecutionContext {
   readonly grant: ToolGrant | undefined;
   /** The run's agent as the run sees it (its sandbox settings, secret grants and policy). */
   readonly agent: AgentSpec;
-  /** Persists a chunk of what the tool sees as it arrives. */
-  observe(stream: string, text: string): Promise<void>;
+  /** Persists a chunk of what the tool sees as it arrives (bytes: valid UTF-8 without NUL, see ObservationText). */
+  observe(stream: string, text: ObservationText): Promise<void>;
 }
 
 export type LookupOutcome = "applied" | "not_applied" | "unknown";
