@@ -48,6 +48,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { loadConfig } from "../control-plane/src/config.js";
+import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import type { ObservationText } from "../control-plane/src/domain/sandbox.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import { createRunRepository } from "../control-plane/src/ledger/run.repository.js";
@@ -112,6 +113,9 @@ const peakRssMb = (): number => process.resourceUsage().maxRSS / 1024;
 
 export default async function sandboxBench(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
+  // This process hosts the control plane: with the garbage-collector headroom `keel serve` gives it
+  // (the agent child gets its own from `keel sandbox-agent`).
+  allowHeapGrowthForStreaming();
   const progress = (line: string) => process.stderr.write(`[sandbox] ${line}\n`);
   const docker = new Dockerode();
   try {

@@ -8,6 +8,7 @@ import { resumeCommand } from "./cli/resume-command.js";
 import { runsCommand } from "./cli/runs-command.js";
 import { sendCommand } from "./cli/send-command.js";
 import { ConfigError, loadConfig } from "./config.js";
+import { allowHeapGrowthForStreaming } from "./heap-growth.js";
 
 const USAGE = `keel: a durable control plane for AI agent runs
 
@@ -51,6 +52,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         });
         // The server side (ORM, embedded PostgreSQL, workers) loads only when needed: client commands start fast.
         const { serveCommand } = await import("./cli/serve-command.js");
+        allowHeapGrowthForStreaming();
         return await serveCommand(config, env, values.dev ?? false);
       }
       case "send": {
@@ -181,6 +183,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         });
         if (values.backend !== "docker" && values.backend !== "process") return usage("--backend must be docker or process");
         const { sandboxAgentCommand, SandboxAgentUsageError } = await import("../../sandbox-agent/src/sandbox-agent-command.js");
+        allowHeapGrowthForStreaming();
         try {
           return await sandboxAgentCommand({
             controlPlaneUrl: values["control-plane"],
