@@ -16,7 +16,7 @@ import {
   type Continuation,
   type MailboxStore,
 } from "../conversation/ingress.js";
-import { AGENT_CEILING_SQL, appendRunEvents, EMISSION_SEQUENCE_LOCK, lockForStart, stopParkedRun } from "./ledger-writes.js";
+import { appendRunEvents, EMISSION_SEQUENCE_LOCK, MAY_START_ROOT_RUN_SQL, stopParkedRun } from "./ledger-writes.js";
 import { asDate, preparedRows, rows, type Sql, type SqlTransaction } from "./sql.js";
 
 const LIVE: ReadonlySet<RunStatus> = new Set(["queued", "running", "awaiting_tool", "awaiting_input", "waiting"]);
@@ -482,11 +482,6 @@ interface StartClaim {
   readonly installCeiling: number;
 }
 
-/** A claim whose locks are taken (lockForStart): the ceiling counts leave `margin` for starts in flight beside it. */
-interface LockedClaim extends StartClaim {
-  readonly margin: number;
-}
-
 /**
  * Whether a new request in this conversation may start the moment it commits: its coalesce
  * window is zero, and no root run of the conversation is live, so it is the head of the
@@ -516,15 +511,14 @@ interface NewRun {
   readonly summary: string;
   /** A new logical request's hourglass, on the message that started it; a successor has none of its own. */
   readonly ack?: { readonly messageId: string; readonly actorId: string };
-  /** Claim the run for this worker in the same statement when the ceilings allow (the caller holds the locks for it). */
-  readonly claim?: LockedClaim;
+  /** Claim the run for this worker in the same statement when the ceilings allow. */
+  readonly claim?: StartClaim;
 }
 
 /**
  * Inserts a root run with its triggers, its first event and, for a new logical request, its
- * working ack, in one statement. With a claim, and room under both ceilings (counted as
- * claimNext counts them, on a snapshot taken after the caller took lockForStart's locks, less its
- * margin), the run is inserted running, leased to the reserved worker at epoch 1; otherwise it is queued and a
+ * working ack, in one statement. With a claim, and room under both ceilings (MAY_START_ROOT_RUN_SQL
+ * takes the locks and counts as claimNext counts), the run is inserted running, leased to the reserved worker at epoch 1; otherwise it is queued and a
  * worker is woken. The ack's insert draws its seq only after the emission-order lock is held in
  * shared mode (it selects from the lock), as reserveEmissions does. Returns whether the run was claimed.
  */
@@ -535,11 +529,8 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
   const claim = run.claim;
   const [inserted] = await preparedRows<{ started: boolean }>(
     room.trx,
-    `WITH executing AS (
-       SELECT agent_id FROM runs WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL),
-     start AS (
-       SELECT ?::boolean AND (SELECT count(*) FROM executing x WHERE x.agent_id = a.id) + ?::int < ${AGENT_CEILING_SQL}
-         AND (SELECT count(*) FROM executing) + ?::int < ? AS go
+    `WITH start AS (
+       SELECT CASE WHEN ?::boolean THEN ${MAY_START_ROOT_RUN_SQL} ELSE false END AS go
        FROM agents a WHERE a.id = ?),
      carried AS (
        INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)
@@ -578,8 +569,6 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
      FROM start`,
     [
       claim !== undefined,
-      claim?.margin ?? 0,
-      claim?.margin ?? 0,
       claim?.installCeiling ?? 0,
       room.agent.id,
       run.runId,
@@ -642,9 +631,6 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
 async function newRequest(room: Mailroom, incoming: Incoming, why: string, claim?: StartClaim): Promise<{ admission: Admission; claimed: ClaimedRun | undefined }> {
   const runId = randomUUID();
   const relation = incoming.relationLabel === "edit" ? "edit" : "initial";
-  // The ceiling counts in insertRun, on a snapshot taken after these locks, see every start
-  // committed before and leave room for those in flight beside this one.
-  const locked = claim === undefined ? undefined : { ...claim, margin: await lockForStart(room.trx, room.agent.id, claim.installCeiling) };
   const started = await insertRun(room, {
     runId,
     connector: incoming.connector,
@@ -656,7 +642,7 @@ async function newRequest(room: Mailroom, incoming: Incoming, why: string, claim
     trigger: { incoming, relation },
     summary: `message ${incoming.externalId} from ${incoming.actorId}: ${why}`,
     ack: { messageId: incoming.externalId, actorId: incoming.actorId },
-    ...(locked === undefined ? {} : { claim: locked }),
+    ...(claim === undefined ? {} : { claim }),
   });
   // A connector is told the run was admitted (queued) whether or not an idle worker took it in
   // the same commit: what it sees does not depend on this process's idle workers.

@@ -57,7 +57,7 @@ export async function insertRunEvents(trx: SqlTransaction, runId: string, firstS
 /**
  * Guards the ceilings on concurrent root runs across every worker and process on the database.
  * claimNext takes it exclusively before it starts a queued run; admission, starting a run for an idle worker of its own process, takes it
- * through lockForStart.
+ * through MAY_START_ROOT_RUN_SQL.
  */
 export const ADMISSION_LOCK = 7234002;
 /** Admission starts that may be in flight side by side, each holding one slot lock (keys START_SLOT_LOCK..+START_SLOTS-1). */
@@ -68,37 +68,14 @@ const START_SLOT_LOCK = 7234100;
 export const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
 
 /**
- * Takes the locks for starting a root run of `agentId` in this transaction, before the statement
- * that counts executing runs against the ceilings (on a snapshot taken after these locks) and
- * starts it. Returns the margin that count must leave below each ceiling.
- *
- * Far from both ceilings, with room for every slot, a start takes a free slot lock and the
- * admission lock in shared mode, so up to START_SLOTS starts commit side by side (their commits
- * share one WAL flush) instead of queueing behind each other's: each leaves room for the other
- * slots (margin START_SLOTS - 1), so together they can never pass a ceiling. Near a ceiling, or
- * with every slot taken, it takes the admission lock exclusively, which waits for the slots in
- * flight, and counts exactly (margin 0), as claimNext does.
+ * SQL for "may a root run of agent `a` start now, in this transaction", taking the locks that
+ * make the answer hold until the commit (migration 20261204100000 has the function): far from
+ * both ceilings, one of START_SLOTS slot locks and the admission lock in shared mode, so
+ * admission starts commit side by side (their commits share a WAL flush) instead of queueing
+ * behind each other's, each leaving room for the other slots; near a ceiling, the admission
+ * lock exclusively and an exact count, as claimNext takes. One `?`: the install's ceiling.
  */
-export async function lockForStart(trx: SqlTransaction, agentId: string, installCeiling: number): Promise<number> {
-  const [locked] = await preparedRows<{ margin: number }>(
-    trx,
-    `WITH executing AS (
-       SELECT agent_id FROM runs WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL),
-     roomy AS (
-       SELECT (SELECT count(*) FROM executing x WHERE x.agent_id = a.id) + ${START_SLOTS} <= ${AGENT_CEILING_SQL}
-         AND (SELECT count(*) FROM executing) + ${START_SLOTS} <= ?::int AS fast
-       FROM agents a WHERE a.id = ?),
-     slot AS (
-       SELECT s FROM roomy, generate_series(0, ${START_SLOTS - 1}) s
-       WHERE CASE WHEN roomy.fast THEN pg_try_advisory_xact_lock(${START_SLOT_LOCK} + s) ELSE false END
-       LIMIT 1)
-     SELECT CASE WHEN taken.s IS NULL THEN 0 ELSE ${START_SLOTS - 1} END AS margin,
-       CASE WHEN taken.s IS NULL THEN pg_advisory_xact_lock(${ADMISSION_LOCK}) ELSE pg_advisory_xact_lock_shared(${ADMISSION_LOCK}) END AS locked
-     FROM (SELECT (SELECT s FROM slot) AS s) taken`,
-    [installCeiling, agentId],
-  );
-  return locked?.margin ?? 0;
-}
+export const MAY_START_ROOT_RUN_SQL = `keel_may_start_root_run(a.id, ${AGENT_CEILING_SQL}, ?::int, ${ADMISSION_LOCK}, ${START_SLOT_LOCK}, ${START_SLOTS})`;
 
 /**
  * Emission order. Every writer holds this lock in shared mode from before it draws an emission's

@@ -3,6 +3,7 @@ import { Migration20261130005606 } from "./Migration20261130005606.js";
 import { Migration20261201000000 } from "./Migration20261201000000.js";
 import { Migration20261202000000 } from "./Migration20261202000000.js";
 import { Migration20261203000000 } from "./Migration20261203000000.js";
+import { Migration20261204100000 } from "./Migration20261204100000.js";
 
 /** Migrations in order. Generated with `npm run migration:create`, committed, never edited once landed. */
 export const ledgerMigrations: MigrationObject[] = [
@@ -10,4 +11,5 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261201000000", class: Migration20261201000000 },
   { name: "Migration20261202000000", class: Migration20261202000000 },
   { name: "Migration20261203000000", class: Migration20261203000000 },
+  { name: "Migration20261204100000", class: Migration20261204100000 },
 ];
