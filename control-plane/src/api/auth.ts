@@ -41,20 +41,30 @@ export function authInterceptor(verifier: TokenVerifier): Interceptor {
   };
 }
 
-/** Unary calls without a client deadline get the server default; streams are bounded by their own heartbeats. */
+/**
+ * Unary calls get the server default deadline as well as any the client set (whichever is first);
+ * streams are bounded by their own heartbeats. One controller and one timer per call.
+ */
 export function defaultDeadlineInterceptor(defaultTimeoutMs: number): Interceptor {
   return (next) => async (request) => {
     if (request.stream || request.method.methodKind !== "unary") return next(request);
-    const timeout = AbortSignal.timeout(defaultTimeoutMs);
-    let onTimeout: (() => void) | undefined;
+    const deadline = new AbortController();
+    const cancelled = () => deadline.abort(request.signal.reason);
+    if (request.signal.aborted) cancelled();
+    else request.signal.addEventListener("abort", cancelled, { once: true });
+    let timer: NodeJS.Timeout | undefined;
     const expired = new Promise<never>((_, reject) => {
-      onTimeout = () => reject(new ConnectError(`deadline of ${defaultTimeoutMs} ms exceeded`, Code.DeadlineExceeded));
-      timeout.addEventListener("abort", onTimeout, { once: true });
+      timer = setTimeout(() => {
+        const error = new ConnectError(`deadline of ${defaultTimeoutMs} ms exceeded`, Code.DeadlineExceeded);
+        deadline.abort(error);
+        reject(error);
+      }, defaultTimeoutMs);
     });
     try {
-      return await Promise.race([next({ ...request, signal: AbortSignal.any([request.signal, timeout]) }), expired]);
+      return await Promise.race([next({ ...request, signal: deadline.signal }), expired]);
     } finally {
-      if (onTimeout !== undefined) timeout.removeEventListener("abort", onTimeout);
+      clearTimeout(timer);
+      request.signal.removeEventListener("abort", cancelled);
     }
   };
 }
