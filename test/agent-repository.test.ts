@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiTokenRepository, hashToken } from "../control-plane/src/ledger/api-token.repository.js";
+import { rows } from "../control-plane/src/ledger/sql.js";
 import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 describe("agents in the ledger", () => {
@@ -27,5 +29,37 @@ describe("agents in the ledger", () => {
     expect(first.items).toHaveLength(2);
     expect(ids.filter((id) => id.startsWith("page-"))).toEqual(["page-a", "page-b", "page-c"]);
     expect(rest.nextPageToken).toBe("");
+  });
+});
+
+describe("API tokens", () => {
+  let keel: TestKeel;
+  beforeAll(async () => {
+    keel = await startTestKeel();
+  });
+  afterAll(async () => {
+    await keel.stop();
+  });
+
+  it("trusts a checked role for 5 s, then serves it while it is checked again, then goes by the ledger", async () => {
+    let now = 1_000_000;
+    const tokens = createApiTokenRepository(keel.app.ledger.orm, () => now);
+    const { secret } = await tokens.create("connector", "revocation test");
+    expect(await tokens.roleOf(secret)).toBe("connector");
+    await rows(keel.app.ledger.sql, "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = ?", [hashToken(secret)]);
+    // Within the trusted time the cached role stands.
+    now += 4_000;
+    expect(await tokens.roleOf(secret)).toBe("connector");
+    // Past it, a busy caller is not made to wait: the cached role is served and a check starts...
+    now += 2_000;
+    expect(await tokens.roleOf(secret)).toBe("connector");
+    // ...whose answer (revoked) holds from then on.
+    await expect.poll(() => tokens.roleOf(secret), { timeout: 5_000 }).toBeUndefined();
+    // A token unseen for longer than trusted + stale time is checked inline.
+    const other = await tokens.create("operator", "idle test");
+    expect(await tokens.roleOf(other.secret)).toBe("operator");
+    await rows(keel.app.ledger.sql, "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = ?", [hashToken(other.secret)]);
+    now += 11_000;
+    expect(await tokens.roleOf(other.secret)).toBeUndefined();
   });
 });

@@ -21,7 +21,8 @@ const TRUSTED_MS = 5_000;
 /** Past TRUSTED_MS a role is still served while a check runs in the background, for this long at most. */
 const STALE_MS = 5_000;
 
-export function createApiTokenRepository(orm: LedgerOrm): ApiTokenRepository {
+/** `now` is for tests: milliseconds, as Date.now. */
+export function createApiTokenRepository(orm: LedgerOrm, now: () => number = Date.now): ApiTokenRepository {
   // Verification is on every RPC; a short cache keeps it off the database. A role past its
   // trusted time is re-checked in the background while it is served, so a busy connector never
   // waits on that check; an idle one (nothing for STALE_MS more) is checked inline again.
@@ -32,7 +33,7 @@ export function createApiTokenRepository(orm: LedgerOrm): ApiTokenRepository {
         const found = await orm.em.fork().findOne(ApiTokenEntity, { tokenHash: hash, revokedAt: null });
         const role = found === null ? undefined : (found.role as TokenRole);
         if (cache.size > 10_000) cache.clear();
-        cache.set(hash, { role, until: Date.now() + TRUSTED_MS });
+        cache.set(hash, { role, until: now() + TRUSTED_MS });
         return role;
       } catch (error) {
         const cached = cache.get(hash);
@@ -56,9 +57,9 @@ export function createApiTokenRepository(orm: LedgerOrm): ApiTokenRepository {
     async roleOf(secret) {
       const hash = hashToken(secret);
       const cached = cache.get(hash);
-      const now = Date.now();
-      if (cached !== undefined && cached.until > now) return cached.role;
-      if (cached !== undefined && cached.until + STALE_MS > now) {
+      const at = now();
+      if (cached !== undefined && cached.until > at) return cached.role;
+      if (cached !== undefined && cached.until + STALE_MS > at) {
         // A failed background check leaves the role as it was until the next request tries again.
         if (cached.checking === undefined) check(hash).catch(() => {});
         return cached.role;
