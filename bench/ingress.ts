@@ -23,6 +23,7 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
 import { loadConfig } from "../control-plane/src/config.js";
+import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { isTerminal, ZERO_USAGE } from "../control-plane/src/domain/run.js";
@@ -111,6 +112,8 @@ interface PhaseResult {
 
 export default async function ingressBench(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
+  // This process hosts the control plane, with the garbage-collector headroom `keel serve` gives it.
+  allowHeapGrowthForStreaming();
   const progress = (line: string) => process.stderr.write(`[ingress] ${line}\n`);
 
   await withBenchPostgres("ingress", progress, async (postgres) => {

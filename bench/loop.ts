@@ -14,6 +14,7 @@ import { z } from "zod";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
 import { loadConfig } from "../control-plane/src/config.js";
+import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { withBudgetDefaults, type AgentSpec, type ScriptedTurn } from "../control-plane/src/domain/agent.js";
 
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
@@ -65,6 +66,8 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
   });
   const options: Options = { iterations: Number(values.iterations), concurrent: Number(values.concurrent), raw: Number(values.raw) };
   const progress = (line: string) => process.stderr.write(`[loop] ${line}\n`);
+  // This process hosts the control plane, with the garbage-collector headroom `keel serve` gives it.
+  allowHeapGrowthForStreaming();
 
   await withBenchPostgres("loop", progress, async (postgres) => {
     const dataDir = postgres.dataDir;
