@@ -250,7 +250,8 @@ export function startWorkerPool(
       if (committed !== undefined) {
         const claim = new AbortController();
         const stop = (): void => claim.abort(stopping.signal.reason);
-        stopping.signal.addEventListener("abort", stop, { once: true });
+        if (stopping.signal.aborted) stop();
+        else stopping.signal.addEventListener("abort", stop, { once: true });
         committed.catch((error: unknown) => claim.abort(error));
         unlink = () => stopping.signal.removeEventListener("abort", stop);
         signal = claim.signal;
