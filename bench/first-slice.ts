@@ -11,16 +11,13 @@ import { parseArgs } from "node:util";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
-import { pino } from "pino";
 import { EmissionKind, EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
-import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
-import { loadConfig } from "../control-plane/src/config.js";
 import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/runner/runner.js";
-import { durabilitySettings, ms, pick, summarize, table, withBenchPostgres } from "./support.js";
+import { durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres } from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
@@ -62,21 +59,8 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
   const progress = (line: string) => process.stderr.write(`[first-slice] ${line}\n`);
 
   await withBenchPostgres("first-slice", progress, async (postgres) => {
-    let app: KeelApp | undefined;
+    const { app, config, url, token } = await startBenchKeel(postgres, DEMO_AGENT);
     try {
-
-      const env = {
-        DATABASE_URL: postgres.url,
-        KEEL_LOG_LEVEL: "warn",
-        ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
-      };
-      const config = loadConfig(env);
-      app = await buildApp(config, env, { log: pino({ level: "warn" }, pino.destination(2)) });
-      await app.agents.put(DEMO_AGENT);
-      const { secret: token } = await app.tokens.create("connector", "bench");
-      const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
-      app.startWorkers();
-
       const db = new pg.Client({ connectionString: postgres.url });
       await db.connect();
       let settings: string;
@@ -113,7 +97,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
     } finally {
-      await app?.stop();
+      await app.stop();
     }
   });
 }

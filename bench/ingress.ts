@@ -18,17 +18,13 @@ import { parseArgs } from "node:util";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
-import { pino } from "pino";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
-import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
-import { loadConfig } from "../control-plane/src/config.js";
-import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { isTerminal, ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
-import { durabilitySettings, ms, nodeCpuMs, pick, postgresCpuMs, summarize, table, type Stats, withBenchPostgres } from "./support.js";
+import { durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, type Stats, withBenchPostgres } from "./support.js";
 
 const AGENT: AgentSpec = {
   ...DEMO_AGENT,
@@ -112,50 +108,35 @@ interface PhaseResult {
 
 export default async function ingressBench(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
-  // This process hosts the control plane, with the garbage-collector headroom `keel serve` gives it.
-  allowHeapGrowthForStreaming();
   const progress = (line: string) => process.stderr.write(`[ingress] ${line}\n`);
 
   await withBenchPostgres("ingress", progress, async (postgres) => {
-    let app: KeelApp | undefined;
+    const marks = new Marks();
+    const { app, config, url, token } = await startBenchKeel(postgres, AGENT, {
+      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
+        ...deps,
+        providers: {
+          ...deps.providers,
+          scripted: {
+            ...deps.providers.scripted,
+            complete: (request) => {
+              const user = request.messages.findLast((m) => m.role === "user");
+              if (user !== undefined) marks.firstModelCall(user.content, performance.now());
+              return deps.providers.scripted.complete(request);
+            },
+          },
+        },
+        store: {
+          ...deps.store,
+          commitStep: async (commit) => {
+            const control = await deps.store.commitStep(commit);
+            if (isTerminal(commit.status)) marks.runSettled(commit.runId);
+            return control;
+          },
+        },
+      }),
+    });
     try {
-      const env = {
-        DATABASE_URL: postgres.url,
-        KEEL_LOG_LEVEL: "warn",
-        ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
-      };
-      const config = loadConfig(env);
-      const marks = new Marks();
-      app = await buildApp(config, env, {
-        log: pino({ level: "warn" }, pino.destination(2)),
-        wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
-          ...deps,
-          providers: {
-            ...deps.providers,
-            scripted: {
-              ...deps.providers.scripted,
-              complete: (request) => {
-                const user = request.messages.findLast((m) => m.role === "user");
-                if (user !== undefined) marks.firstModelCall(user.content, performance.now());
-                return deps.providers.scripted.complete(request);
-              },
-            },
-          },
-          store: {
-            ...deps.store,
-            commitStep: async (commit) => {
-              const control = await deps.store.commitStep(commit);
-              if (isTerminal(commit.status)) marks.runSettled(commit.runId);
-              return control;
-            },
-          },
-        }),
-      });
-      await app.agents.put(AGENT);
-      const { secret: token } = await app.tokens.create("connector", "bench");
-      const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
-      app.startWorkers();
-
       const db = new pg.Client({ connectionString: postgres.url });
       await db.connect();
       let settings: string;
@@ -224,7 +205,7 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
     } finally {
-      await app?.stop();
+      await app.stop();
     }
   });
 }

@@ -4,6 +4,11 @@ import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { pino } from "pino";
+import { buildApp, type BuildOptions, type KeelApp } from "../control-plane/src/app.js";
+import { loadConfig, type KeelConfig } from "../control-plane/src/config.js";
+import type { AgentSpec } from "../control-plane/src/domain/agent.js";
+import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 
 export interface Stats {
@@ -123,4 +128,39 @@ export async function durabilitySettings(db: { query<R>(text: string): Promise<{
     "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit",
   );
   return `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
+}
+
+/** A Keel served from this process on the bench's PostgreSQL, with one agent and a connector token. */
+export interface BenchKeel {
+  readonly app: KeelApp;
+  readonly config: KeelConfig;
+  readonly url: string;
+  readonly token: string;
+}
+
+/**
+ * Builds Keel as `keel serve` runs it (settings from KEEL_WORKERS, KEEL_DB_POOL_MAX,
+ * KEEL_IDLE_POLL_MS and KEEL_LEASE_MS when set), puts `agent`, listens on loopback and starts the
+ * workers, with the garbage-collector headroom `keel serve` gives its process. The caller stops
+ * `app`; if starting fails, it is stopped here.
+ */
+export async function startBenchKeel(postgres: BenchPostgres, agent: AgentSpec, options: Pick<BuildOptions, "wrapRunnerDeps"> = {}): Promise<BenchKeel> {
+  const env = {
+    DATABASE_URL: postgres.url,
+    KEEL_LOG_LEVEL: "warn",
+    ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
+  };
+  const config = loadConfig(env);
+  allowHeapGrowthForStreaming();
+  const app = await buildApp(config, env, { log: pino({ level: "warn" }, pino.destination(2)), ...options });
+  try {
+    await app.agents.put(agent);
+    const { secret: token } = await app.tokens.create("connector", "bench");
+    const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
+    app.startWorkers();
+    return { app, config, url, token };
+  } catch (error) {
+    await app.stop();
+    throw error;
+  }
 }
