@@ -12,11 +12,13 @@
 //      → agent → docker exec → result back). Baseline: a raw dockerode exec of `true` in the
 //      same container (found by its keel.workspace-id label), read to the end and inspected for
 //      its exit code. The two are interleaved so drift hits both alike.
-//   3. Streaming: one exec printing --stream-mib MiB of `a` (a file written into the workspace
+//   3. Streaming: an exec printing --stream-mib MiB of `a` (a file written into the workspace
 //      untimed, then `cat`) through the dispatcher with the output cap raised above it
 //      (KEEL_SANDBOX_MAX_OUTPUT_BYTES), every chunk persisted as observations by the run store's
 //      appendObservation (the runner's sink for exec tools), timed until the result is back and
 //      the last observation is written; the observations table is checked to hold every byte.
+//      Run four times: the first (the process's first large stream, still warming up) is
+//      printed but not counted, and the figure is the median of the other three.
 //      Peak RSS is this process's lifetime peak (it hosts the control plane; the agent is a
 //      separate process), beside its peak before the stream. Baseline: the same command through a
 //      raw dockerode exec, read to the end. For diagnosis, the same stream through Keel with a
@@ -66,6 +68,8 @@ const PROGRESS_EVERY = 25;
 const WARM_TARGET_MS = 20;
 const EXEC_RATIO_TARGET = 1.3;
 const STREAM_TARGET_MB_S = 100;
+/** Streams timed after the first one; the figure is their median. */
+const TIMED_STREAMS = 3;
 
 interface Options {
   readonly acquisitions: number;
@@ -211,7 +215,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
       "",
       `sandbox: image ${options.image}; warm pool of ${options.poolSize}, ${warm.length} warm takes vs ${cold.length} cold create+start; ` +
         `${exec.keel.length} exec round trips of \`true\` each way (interleaved, ${options.warmup} warm-up each not counted); ` +
-        `one ${options.streamMib} MiB stdout stream; embedded PostgreSQL 17 (${stream.settings}); MB = MiB`,
+        `${TIMED_STREAMS + 1} stdout streams of ${options.streamMib} MiB each, the first not counted; embedded PostgreSQL 17 (${stream.settings}); MB = MiB`,
       "",
       ...table(
         ["metric", "value", "baseline", "target"],
@@ -221,15 +225,17 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
           ["exec round trip p50 ms (baseline: raw dockerode exec, same container)", ms(keelExec.p50), ms(rawExec.p50), `<= ${EXEC_RATIO_TARGET}x`],
           ["exec round trip p99 ms (baseline: raw dockerode exec, same container)", ms(keelExec.p99), ms(rawExec.p99), ""],
           ["exec ratio, keel p50 / raw p50", ratio.toFixed(2), "1.00", `<= ${EXEC_RATIO_TARGET}`],
-          ["stream into ledger MB/s (baseline: raw dockerode read)", stream.keelMbS.toFixed(1), stream.rawMbS.toFixed(1), `>= ${STREAM_TARGET_MB_S}`],
+          [`stream into ledger MB/s, median of ${TIMED_STREAMS} (baseline: raw dockerode read)`, stream.keelMbS.toFixed(1), stream.rawMbS.toFixed(1), `>= ${STREAM_TARGET_MB_S}`],
+          ["first stream into ledger MB/s, not counted (baseline: raw dockerode read)", stream.firstMbS.toFixed(1), stream.rawMbS.toFixed(1), ""],
           ["stream, output discarded (no ledger) MB/s (baseline: raw dockerode read)", stream.discardMbS.toFixed(1), stream.rawMbS.toFixed(1), ""],
-          ["control plane peak RSS MB (baseline: peak before the stream)", stream.peakRssMb.toFixed(1), stream.rssBeforeMb.toFixed(1), ""],
+          ["control plane peak RSS MB (baseline: peak before the streams)", stream.peakRssMb.toFixed(1), stream.rssBeforeMb.toFixed(1), ""],
         ],
       ),
       "",
-      `stream: ${stream.bytes} bytes in ${stream.observations} observations, ${(stream.keelMs / 1000).toFixed(2)} s through keel, ` +
+      `stream: ${stream.bytes} bytes in ${stream.observations} observations, ${(stream.keelMs / 1000).toFixed(2)} s through keel (median; ` +
+        `the ${TIMED_STREAMS} timed streams ${stream.keelMbSRange.map((v) => v.toFixed(1)).join(", ")} MB/s, the first ${stream.firstMbS.toFixed(1)} MB/s), ` +
         `${(stream.discardMs / 1000).toFixed(2)} s through keel discarding it, ${(stream.rawMs / 1000).toFixed(2)} s raw; every byte found in the observations table`,
-      `CPU ms per MB (control plane / agent / postgres / docker engine): through keel ${perMb(stream.keelCpu)}; ` +
+      `CPU ms per MB (control plane / agent / postgres / docker engine): through keel ${perMb(stream.keelCpu)} (the first stream ${perMb(stream.firstCpu)}); ` +
         `discarding ${perMb(stream.discardCpu)}; raw read ${perMb(stream.rawCpu)} (the raw read runs in the control-plane process)`,
       `targets: warm p50 <= ${WARM_TARGET_MS} ms ${verdict(warmStats.p50 <= WARM_TARGET_MS)}; ` +
         `exec ratio <= ${EXEC_RATIO_TARGET} ${verdict(ratio <= EXEC_RATIO_TARGET)}; ` +
@@ -504,7 +510,12 @@ interface StreamPhase {
   readonly keelMs: number;
   readonly rawMs: number;
   readonly discardMs: number;
+  /** The median of the timed streams, and each of them in the order run. */
   readonly keelMbS: number;
+  readonly keelMbSRange: readonly number[];
+  /** The first stream through keel (the process's first large one), not counted. */
+  readonly firstMbS: number;
+  readonly firstCpu: CpuLap;
   readonly discardMbS: number;
   readonly rawMbS: number;
   readonly keelCpu: CpuLap;
@@ -637,45 +648,57 @@ async function streamPhase(
   const argv = ["cat", file];
 
   // Keel first: this process's peak RSS must not include the raw read's buffers.
-  const invocationId = randomUUID();
-  let seq = 0;
   const rssBeforeMb = peakRssMb();
-  progress(`streaming ${streamBytes / MiB} MiB through keel into the observations table (output cap ${target.maxOutputBytes} bytes)`);
-  const profile = await startProfile("stream");
-  const cpu = cpuMeter(target.cpu);
-  const started = performance.now();
-  const result = await dispatcher.exec(
-    workspaceId,
-    invocationId,
-    { argv, workingDirectory: "/workspace", env: {}, timeoutMs: 600_000, maxOutputBytes: target.maxOutputBytes },
-    (stream, text) => persist(invocationId, ++seq, stream, text),
-    AbortSignal.timeout(660_000),
-  );
-  const keelMs = performance.now() - started;
-  const keelCpu = cpu.lap();
-  await profile?.stop(progress);
-  const peak = peakRssMb();
-  if (result.exitCode !== 0 || result.timedOut || result.outputTruncated || result.outputBytes !== streamBytes) {
-    throw new Error(
-      `the stream exec ended with exit code ${result.exitCode}, timedOut ${result.timedOut}, truncated ${result.outputTruncated}, ${result.outputBytes} of ${streamBytes} bytes`,
+  /** One stream through keel into the observations table, checked byte for byte afterwards. */
+  const throughKeel = async (label: string): Promise<{ ms: number; cpu: CpuLap; observations: number }> => {
+    const invocationId = randomUUID();
+    let seq = 0;
+    progress(`${label}: streaming ${streamBytes / MiB} MiB through keel into the observations table (output cap ${target.maxOutputBytes} bytes)`);
+    const profile = await startProfile("stream");
+    const cpu = cpuMeter(target.cpu);
+    const started = performance.now();
+    const result = await dispatcher.exec(
+      workspaceId,
+      invocationId,
+      { argv, workingDirectory: "/workspace", env: {}, timeoutMs: 600_000, maxOutputBytes: target.maxOutputBytes },
+      (stream, text) => persist(invocationId, ++seq, stream, text),
+      AbortSignal.timeout(660_000),
     );
-  }
-  // Every byte is in the ledger, and nothing but the command's stdout.
-  const stored = await db.query<{ n: string; bytes: string | null; bad: string }>(
-    `SELECT count(*) AS n, sum(octet_length(text)) AS bytes, count(*) FILTER (WHERE stream <> 'stdout' OR text !~ '^a+$') AS bad
-     FROM observations WHERE run_id = $1 AND tool_invocation_id = $2`,
-    [target.runId, invocationId],
-  );
-  const row = stored.rows[0];
-  const storedBytes = Number(row?.bytes ?? 0);
-  if (storedBytes !== streamBytes || Number(row?.bad ?? 0) !== 0) {
-    throw new Error(`the observations table holds ${storedBytes} of ${streamBytes} bytes (${row?.bad ?? "?"} observations not plain stdout 'a's)`);
-  }
-  const observations = Number(row?.n ?? 0);
-  progress(`keel: ${streamBytes} bytes in ${observations} observations in ${(keelMs / 1000).toFixed(2)} s; peak RSS ${peak.toFixed(1)} MiB`);
+    const elapsed = performance.now() - started;
+    const spent = cpu.lap();
+    await profile?.stop(progress);
+    if (result.exitCode !== 0 || result.timedOut || result.outputTruncated || result.outputBytes !== streamBytes) {
+      throw new Error(
+        `the stream exec ended with exit code ${result.exitCode}, timedOut ${result.timedOut}, truncated ${result.outputTruncated}, ${result.outputBytes} of ${streamBytes} bytes`,
+      );
+    }
+    // Every byte is in the ledger, and nothing but the command's stdout.
+    const stored = await db.query<{ n: string; bytes: string | null; bad: string }>(
+      `SELECT count(*) AS n, sum(octet_length(text)) AS bytes, count(*) FILTER (WHERE stream <> 'stdout' OR text !~ '^a+$') AS bad
+       FROM observations WHERE run_id = $1 AND tool_invocation_id = $2`,
+      [target.runId, invocationId],
+    );
+    const row = stored.rows[0];
+    const storedBytes = Number(row?.bytes ?? 0);
+    if (storedBytes !== streamBytes || Number(row?.bad ?? 0) !== 0) {
+      throw new Error(`the observations table holds ${storedBytes} of ${streamBytes} bytes (${row?.bad ?? "?"} observations not plain stdout 'a's)`);
+    }
+    const observations = Number(row?.n ?? 0);
+    progress(`${label}: ${streamBytes} bytes in ${observations} observations in ${(elapsed / 1000).toFixed(2)} s (${(streamBytes / MiB / (elapsed / 1000)).toFixed(1)} MB/s)`);
+    return { ms: elapsed, cpu: spent, observations };
+  };
+  // The process's first large stream pays for warming up (code not yet optimized, heap and
+  // allocator growing to a stream's working set), as exec round trips do before their warm-up
+  // is done: it is reported on its own line, and the target is judged on the median of the
+  // streams after it.
+  const first = await throughKeel("first stream");
+  const timed: { ms: number; cpu: CpuLap; observations: number }[] = [];
+  for (let i = 1; i <= TIMED_STREAMS; i++) timed.push(await throughKeel(`stream ${i}/${TIMED_STREAMS}`));
+  const peak = peakRssMb();
+  const median = [...timed].sort((a, b) => a.ms - b.ms)[Math.floor(TIMED_STREAMS / 2)]!;
 
   // The same stream with a sink that drops it: what the control plane and agent cost without the ledger.
-  cpu.lap();
+  const cpu = cpuMeter(target.cpu);
   const discardProfile = await startProfile("discard");
   const discardStarted = performance.now();
   const discarded = await dispatcher.exec(
@@ -702,14 +725,17 @@ async function streamPhase(
   const mbS = (elapsedMs: number) => streamBytes / MiB / (elapsedMs / 1000);
   return {
     bytes: streamBytes,
-    observations,
-    keelMs,
+    observations: median.observations,
+    keelMs: median.ms,
     rawMs,
     discardMs,
-    keelMbS: mbS(keelMs),
+    keelMbS: mbS(median.ms),
+    keelMbSRange: timed.map((t) => mbS(t.ms)),
+    firstMbS: mbS(first.ms),
+    firstCpu: first.cpu,
     rawMbS: mbS(rawMs),
     discardMbS: mbS(discardMs),
-    keelCpu,
+    keelCpu: median.cpu,
     discardCpu,
     rawCpu,
     rssBeforeMb,

@@ -561,7 +561,8 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       // Prepared: a streaming exec appends one row per MiB or so, all with this statement. Bytes
       // go as a binary parameter, which for a text column is the UTF-8 itself (the server checks
       // it): no string is built here, nor encoded again by the driver.
-      await preparedRows(sql, "INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES (?, ?, ?, ?, ?, ?)", [
+      // Committed without waiting for the WAL flush (see APPEND_OBSERVATION).
+      await preparedRows(sql, APPEND_OBSERVATION, [
         randomUUID(),
         runId,
         invocationId,
@@ -585,6 +586,19 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       }),
   };
 }
+
+/**
+ * One streamed observation, committed asynchronously (synchronous_commit off for this
+ * transaction only): a stream's rows no longer wait for a WAL flush each, which was a tenth of a
+ * fast stream's time. Nothing is weakened: WAL is flushed in order, so no later commit (the
+ * exec's outcome, its step, anything a connector is told) is durable without every observation
+ * before it. Only a PostgreSQL or machine crash can lose the last fraction of a second of rows,
+ * and then together with everything committed after them: an exec whose outcome is not in the
+ * ledger, which recovery treats as interrupted (a read) or unknown (a write) as it would anyway.
+ */
+const APPEND_OBSERVATION = `WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
+  INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text)
+  SELECT ?::uuid, ?::uuid, ?::uuid, ?::int, ?::text, ?::text FROM durability`;
 
 const CONTROL_OF_RUN = `SELECT r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy
   FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ?`;
