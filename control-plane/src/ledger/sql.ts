@@ -47,24 +47,39 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
     types,
   });
   pool.on("error", (error) => options.onError?.(error));
-  const onClient = (client: pg.ClientBase): Sql => ({
-    query: (text, bindings, name) => run(client, text, bindings, name),
-    transaction: (work) => work(onClient(client)),
-  });
+  /**
+   * A transaction on one connection. BEGIN is not sent on its own: it goes in front of the
+   * transaction's first statement, in the same round trip (see BeginThenQuery). A transaction
+   * whose work ran no statement sends nothing at all.
+   */
+  const inTransaction = (client: pg.PoolClient) => {
+    let begun = false;
+    const trx: Sql = {
+      query(text, bindings, name) {
+        if (begun) return run(client, text, bindings, name);
+        begun = true;
+        return runFirst(client, text, bindings, name);
+      },
+      transaction: (work) => work(trx),
+    };
+    return { trx, begun: () => begun };
+  };
   return {
     query: (text, bindings, name) => run(pool, text, bindings, name),
     async transaction(work) {
       const client = await pool.connect();
+      const { trx, begun } = inTransaction(client);
       let broken: Error | undefined;
       try {
-        await client.query("BEGIN");
-        const result = await work(onClient(client));
-        await client.query("COMMIT");
+        const result = await work(trx);
+        if (begun()) await client.query("COMMIT");
         return result;
       } catch (error) {
-        await client.query("ROLLBACK").catch((rollbackFailed: unknown) => {
-          broken = rollbackFailed instanceof Error ? rollbackFailed : new Error(String(rollbackFailed));
-        });
+        if (begun()) {
+          await client.query("ROLLBACK").catch((rollbackFailed: unknown) => {
+            broken = rollbackFailed instanceof Error ? rollbackFailed : new Error(String(rollbackFailed));
+          });
+        }
         throw error;
       } finally {
         // A connection whose rollback failed is in an unknown state: it is closed, not reused.
@@ -79,13 +94,91 @@ interface Queryable {
   query<T extends pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<T>>;
 }
 
-async function run<T>(target: Queryable, text: string, bindings: readonly unknown[] = [], name?: string): Promise<T[]> {
-  const values = bindings.map((value, i) => {
+function checkedValues(bindings: readonly unknown[]): unknown[] {
+  return bindings.map((value, i) => {
     if (value === undefined) throw new Error(`undefined SQL binding at position ${i + 1}`);
     return value;
   });
+}
+
+async function run<T>(target: Queryable, text: string, bindings: readonly unknown[] = [], name?: string): Promise<T[]> {
+  const values = checkedValues(bindings);
   const result = await target.query<T & pg.QueryResultRow>({ text: numbered(text), values, ...(name === undefined ? {} : { name }) });
   return result.rows;
+}
+
+/** The parts of pg's Connection and Query that BeginThenQuery drives (pg 8's extended-protocol messages). */
+interface WireConnection {
+  readonly parsedStatements: Record<string, string>;
+  parse(message: { text: string; name: string; types: unknown[] }): void;
+  bind(message: { portal: string; statement: string; values: unknown[] }): void;
+  execute(message: { portal: string; rows: number }): void;
+}
+interface PgQueryInternals {
+  prepare(connection: WireConnection): void;
+  handleCommandComplete(message: unknown, connection: WireConnection): void;
+}
+const PgQuery = pg.Query as unknown as new (config: pg.QueryConfig & { queryMode: "extended"; callback: (error: Error | null, result?: pg.QueryResult) => void }) => pg.Submittable & PgQueryInternals;
+
+/**
+ * A transaction's first statement with BEGIN in front of it, in one round trip: BEGIN's Parse,
+ * Bind and Execute go ahead of the statement's own messages, under its one Sync. BEGIN's
+ * CommandComplete is the only extra reply, and it is dropped here; an error in either aborts the
+ * transaction just as it would have after a separate BEGIN, and the caller rolls back. One round
+ * trip fewer per transaction is most of a millisecond on an idle machine, where each round trip
+ * wakes PostgreSQL and then this process.
+ */
+class BeginThenQuery extends PgQuery {
+  private beginCompleted = false;
+
+  override prepare(connection: WireConnection): void {
+    // The unnamed statement and portal: BEGIN is done with both before the statement binds.
+    connection.parse({ text: "BEGIN", name: "", types: [] });
+    connection.bind({ portal: "", statement: "", values: [] });
+    connection.execute({ portal: "", rows: 0 });
+    super.prepare(connection);
+  }
+
+  override handleCommandComplete(message: unknown, connection: WireConnection): void {
+    if (!this.beginCompleted) {
+      this.beginCompleted = true;
+      return;
+    }
+    super.handleCommandComplete(message, connection);
+  }
+}
+
+/** Whether BEGIN may go in front of this statement on this connection (see runFirst). */
+function mayPipelineBegin(client: pg.PoolClient, text: string, name: string | undefined): boolean {
+  if (name === undefined) return true;
+  const connection = (client as unknown as { connection?: WireConnection }).connection;
+  return connection?.parsedStatements[name] === text;
+}
+
+/**
+ * A transaction's first statement, BEGIN sent with it. pg records a named statement as parsed
+ * on the first ParseComplete its query sees, which here would be BEGIN's: so a named statement
+ * not yet prepared on this connection (its first use per connection) gets BEGIN on its own first.
+ */
+async function runFirst<T>(client: pg.PoolClient, text: string, bindings: readonly unknown[] = [], name?: string): Promise<T[]> {
+  const values = checkedValues(bindings);
+  const statement = numbered(text);
+  if (!mayPipelineBegin(client, statement, name)) {
+    await client.query("BEGIN");
+    return run(client, text, values, name);
+  }
+  const result = await new Promise<pg.QueryResult>((resolve, reject) => {
+    client.query(
+      new BeginThenQuery({
+        text: statement,
+        values,
+        ...(name === undefined ? {} : { name }),
+        queryMode: "extended",
+        callback: (error, done) => (error ? reject(error) : resolve(done!)),
+      }),
+    );
+  });
+  return result.rows as T[];
 }
 
 const numberedTexts = new Map<string, string>();

@@ -1,0 +1,117 @@
+// Keel's SQL pool sends BEGIN in the same round trip as a transaction's first statement. These
+// tests hold it to what a separate BEGIN gave: every statement of the transaction in one
+// transaction (one snapshot time, one transaction id), a rollback that undoes the first
+// statement too, errors in the first statement reported and the connection still usable, and
+// a named statement's first use on a connection (where BEGIN goes on its own) the same.
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createSqlPool, preparedRows, type SqlPool, type SqlTransaction } from "../control-plane/src/ledger/sql.js";
+import { createTestDatabase } from "./support/keel-fixture.js";
+
+describe("SQL transactions with BEGIN sent alongside their first statement", () => {
+  let url: string;
+  let sql: SqlPool;
+  let db: pg.Client;
+  let connections: SqlPool;
+
+  beforeAll(async () => {
+    url = await createTestDatabase();
+    // One connection: every transaction below reuses it, so named statements are prepared on it.
+    sql = createSqlPool({ url, max: 1 });
+    connections = createSqlPool({ url, max: 4 });
+    db = new pg.Client({ connectionString: url });
+    await db.connect();
+    await db.query("CREATE TABLE notes (id int PRIMARY KEY, body text NOT NULL)");
+  });
+
+  afterAll(async () => {
+    await db?.end();
+    await sql?.close();
+    await connections?.close();
+  });
+
+  const count = async (id: number) => Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM notes WHERE id = $1", [id])).rows[0]?.n);
+
+  it("runs the first statement inside the transaction, unnamed and named alike", async () => {
+    const INSERT = "INSERT INTO notes (id, body) VALUES (?, ?) RETURNING txid_current()::text AS xid, now()::text AS at";
+    const NAMED = `${INSERT} -- named`;
+    type Seen = { xid: string; at: string };
+    const cases = [
+      { label: "unnamed", first: (trx: SqlTransaction, id: number) => trx.query<Seen>(INSERT, [id, "first"]) },
+      // Its first use prepares the statement on the connection (BEGIN then goes on its own) ...
+      { label: "named, first use", first: (trx: SqlTransaction, id: number) => preparedRows<Seen>(trx, NAMED, [id, "first"]) },
+      // ... and from then on BEGIN goes with it.
+      { label: "named, prepared", first: (trx: SqlTransaction, id: number) => preparedRows<Seen>(trx, NAMED, [id, "first"]) },
+    ];
+    for (const [i, { label, first }] of cases.entries()) {
+      const id = 100 + i;
+      const [inserted, later] = await sql.transaction(async (trx) => {
+        const [row] = await first(trx, id);
+        const [after] = await trx.query<Seen>("SELECT txid_current()::text AS xid, now()::text AS at");
+        return [row, after] as const;
+      });
+      // One transaction: the same id and the same statement-start time in both statements.
+      expect(inserted?.xid, label).toMatch(/^\d+$/);
+      expect(later?.xid, label).toBe(inserted?.xid);
+      expect(later?.at, label).toBe(inserted?.at);
+      expect(await count(id), label).toBe(1);
+    }
+  });
+
+  it("rolls back the first statement when the work throws", async () => {
+    await expect(
+      sql.transaction(async (trx) => {
+        await trx.query("INSERT INTO notes (id, body) VALUES (?, ?)", [200, "doomed"]);
+        throw new Error("changed my mind");
+      }),
+    ).rejects.toThrow("changed my mind");
+    expect(await count(200)).toBe(0);
+
+    // The same through an already prepared named statement (prepared by the first round).
+    const NAMED = "INSERT INTO notes (id, body) VALUES (?, ?) -- rollback";
+    await sql.transaction((trx) => preparedRows(trx, NAMED, [201, "kept"]));
+    await expect(
+      sql.transaction(async (trx) => {
+        await preparedRows(trx, NAMED, [202, "doomed"]);
+        throw new Error("changed my mind again");
+      }),
+    ).rejects.toThrow("changed my mind again");
+    expect(await count(201)).toBe(1);
+    expect(await count(202)).toBe(0);
+  });
+
+  it("reports an error in the first statement and keeps the connection usable", async () => {
+    const NAMED = "INSERT INTO notes (id, body) VALUES (?, ?) -- conflict";
+    await sql.transaction((trx) => preparedRows(trx, NAMED, [300, "one"]));
+    // Pipelined (prepared) and failing: a unique violation.
+    await expect(sql.transaction((trx) => preparedRows(trx, NAMED, [300, "again"]))).rejects.toMatchObject({ code: "23505" });
+    // Unnamed and failing at parse time.
+    await expect(sql.transaction((trx) => trx.query("SELEC 1"))).rejects.toMatchObject({ code: "42601" });
+    // The one connection is still good, outside and inside transactions.
+    expect(await sql.query<{ one: number }>("SELECT 1 AS one")).toEqual([{ one: 1 }]);
+    await sql.transaction((trx) => preparedRows(trx, NAMED, [301, "two"]));
+    expect(await count(301)).toBe(1);
+  });
+
+  it("sends nothing for a transaction that runs no statement", async () => {
+    await expect(sql.transaction(async () => "nothing to do")).resolves.toBe("nothing to do");
+    expect(await sql.query<{ one: number }>("SELECT 1 AS one")).toEqual([{ one: 1 }]);
+  });
+
+  it("keeps transactions on different connections apart", async () => {
+    // Two transactions at once: the second waits on the first's row lock, then sees its commit.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    await connections.query("INSERT INTO notes (id, body) VALUES (?, ?)", [400, "v0"]);
+    const first = connections.transaction(async (trx) => {
+      await trx.query("UPDATE notes SET body = 'v1' WHERE id = ?", [400]);
+      await held;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const second = connections.transaction(async (trx) => trx.query<{ body: string }>("SELECT body FROM notes WHERE id = ? FOR UPDATE", [400]));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    release();
+    await first;
+    expect(await second).toEqual([{ body: "v1" }]);
+  });
+});
