@@ -96,3 +96,63 @@ describe("admission hands a run to a worker before its commit returns", () => {
     expect(rows.length).toBeGreaterThan(2);
   }, 60_000);
 });
+
+/** One root run at a time, each taking a while to answer. */
+const ONE_AT_A_TIME: AgentSpec = {
+  ...DEMO_AGENT,
+  id: "one-at-a-time",
+  maxConcurrentRootRuns: 1,
+  interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 },
+  models: {
+    ...DEMO_AGENT.models,
+    primary: { ...DEMO_AGENT.models.primary, scriptedTurns: [{ replyText: "done", toolCalls: [], delayMs: 1_500, inputTokens: 1, outputTokens: 1 }] },
+  },
+};
+
+describe("admission starts the worker before the claim is written", () => {
+  let keel: TestKeel;
+  let db: pg.Client;
+  const lines: string[] = [];
+
+  beforeAll(async () => {
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(...chunk.toString("utf8").split("\n").filter((line) => line !== ""));
+        done();
+      },
+    });
+    // Two workers: while one serves the first run, the other is idle and gets reserved for the second.
+    keel = await startTestKeel({ workers: 2, agents: [ONE_AT_A_TIME], log: pino({ level: "debug" }, sink) });
+    db = new pg.Client({ connectionString: keel.databaseUrl });
+    await db.connect();
+  }, 60_000);
+
+  afterAll(async () => {
+    await db?.end();
+    await keel?.stop();
+  });
+
+  const statusOf = async (runId: string) => (await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status;
+
+  it("aborts the worker's model call when a ceiling queues the run instead, and serves the run later", async () => {
+    const ingress = grpcClient(IngressService, keel.url, keel.tokens.connector);
+    const first = await ingress.submitMessage({ agentId: ONE_AT_A_TIME.id, conversationId: "c-first", actor: { id: "ana" }, messageId: "m-first", text: "first", connector: "test" });
+    await expect.poll(() => statusOf(first.runId), { timeout: 10_000 }).toBe("running");
+
+    // The agent's ceiling is taken: the second run is written queued, and the idle worker that
+    // admission had already started on it lets it go.
+    const second = await ingress.submitMessage({ agentId: ONE_AT_A_TIME.id, conversationId: "c-second", actor: { id: "bo" }, messageId: "m-second", text: "second", connector: "test" });
+    await expect.poll(() => lines.find((line) => line.includes("a ceiling queued the run")), { timeout: 10_000 }).toBeDefined();
+    expect(lines.find((line) => line.includes(second.runId) && line.includes("a ceiling queued the run"))).toBeDefined();
+    expect(await statusOf(second.runId)).toBe("queued");
+    expect(lines.filter((line) => line.includes("did not commit"))).toEqual([]);
+
+    // Once the first run is done, the second is claimed the ordinary way and answered once.
+    await expect.poll(() => statusOf(first.runId), { timeout: 10_000 }).toBe("succeeded");
+    await expect.poll(() => statusOf(second.runId), { timeout: 10_000 }).toBe("succeeded");
+    const { rows: calls } = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM model_calls WHERE run_id = $1", [second.runId]);
+    expect(calls[0]?.n).toBe(1);
+    const { rows: reply } = await db.query<{ final_reply: string }>("SELECT final_reply FROM runs WHERE id = $1", [second.runId]);
+    expect(reply[0]?.final_reply).toBe("done");
+  }, 60_000);
+});

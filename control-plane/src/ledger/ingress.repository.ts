@@ -8,7 +8,7 @@ import { FailedPreconditionError, NotFoundError, PermissionDeniedError } from ".
 import { coalesceUntil, planAdmission, type AdmissionPlan, type ConversationState, type TargetRun } from "../domain/interrupt.js";
 import { ackKey, ZERO_USAGE, type CommitBoundary, type RunStatus } from "../domain/run.js";
 import type { ClaimedRun } from "../runner/run-store.js";
-import type { ReservedWorker, WorkerHandoff } from "../runner/worker-pool.js";
+import { ClaimNotStarted, type ReservedWorker, type WorkerHandoff } from "../runner/worker-pool.js";
 import {
   ACK_WORKING_TEXT,
   type Admission,
@@ -159,6 +159,8 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
       // flush, and everything else it does waits for `committing` (see ReservedWorker.start).
       let reserved: ReservedWorker | undefined;
       let committing: { resolve: () => void; reject: (error: unknown) => void } | undefined;
+      /** Whether the reserved worker was started (from then on it is the worker's to let go, not released here). */
+      let handedOver = false;
       let attempt: AdmissionAttempt<Admission>;
       try {
         attempt = await answering(() => sql.transaction(async (trx): Promise<AdmissionAttempt<Admission>> => {
@@ -252,11 +254,19 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
             if (reserved !== undefined) {
               const worker = reserved;
               const why = note === undefined ? plan.why : `${plan.why} (${note})`;
-              const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling });
-              if (started.claimed !== undefined) {
-                const committed = new Promise<void>((resolve, reject) => (committing = { resolve, reject }));
-                committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
-                worker.start(started.claimed, committed);
+              // The worker starts now, before the claim is even written: its first model call
+              // (replayable inference, nothing written) overlaps the insert and the COMMIT. If
+              // a ceiling leaves the run queued instead, or the transaction fails, the call is
+              // aborted and the worker goes back to claiming.
+              const runId = randomUUID();
+              const committed = new Promise<void>((resolve, reject) => (committing = { resolve, reject }));
+              committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
+              worker.start(freshClaim(room, incoming, runId), committed);
+              handedOver = true;
+              const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling }, runId);
+              if (started.claimed === undefined) {
+                committing!.reject(new ClaimNotStarted(runId));
+                committing = undefined;
               }
               return { kind: "done", result: started.admission };
             }
@@ -266,12 +276,13 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
         }));
       } catch (error) {
         if (committing !== undefined) committing.reject(error);
-        else reserved?.release();
+        else if (!handedOver) reserved?.release();
         throw error;
       }
-      // Committed: the worker's run is durable (or, if a ceiling said wait, the worker goes back to waiting: the run was queued and announced).
+      // Committed: the worker's run is durable (or, if a ceiling said wait, the run was queued
+      // and announced and the worker has already been told to let it go).
       if (committing !== undefined) committing.resolve();
-      else reserved?.release();
+      else if (!handedOver) reserved?.release();
       return attempt;
     },
 
@@ -628,9 +639,14 @@ async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {
  * started for the reserved worker when the ceilings allow; what the worker needs is all known here
  * (a fresh run has one trigger, no steps and nothing inherited), so it starts without a read.
  */
-async function newRequest(room: Mailroom, incoming: Incoming, why: string, claim?: StartClaim): Promise<{ admission: Admission; claimed: ClaimedRun | undefined }> {
-  const runId = randomUUID();
-  const relation = incoming.relationLabel === "edit" ? "edit" : "initial";
+async function newRequest(
+  room: Mailroom,
+  incoming: Incoming,
+  why: string,
+  claim?: StartClaim,
+  runId: string = randomUUID(),
+): Promise<{ admission: Admission; claimed: ClaimedRun | undefined }> {
+  const relation = relationOf(incoming);
   const started = await insertRun(room, {
     runId,
     connector: incoming.connector,
@@ -648,27 +664,34 @@ async function newRequest(room: Mailroom, incoming: Incoming, why: string, claim
   // the same commit: what it sees does not depend on this process's idle workers.
   const admission: Admission = { runId, status: "queued", duplicate: false };
   if (!started || claim === undefined) return { admission, claimed: undefined };
+  return { admission, claimed: freshClaim(room, incoming, runId) };
+}
+
+const relationOf = (incoming: Incoming): "edit" | "initial" => (incoming.relationLabel === "edit" ? "edit" : "initial");
+
+/**
+ * The run newRequest starts for a worker, as the worker gets it: everything is known before the
+ * run is written (a fresh run has one trigger, no steps and nothing inherited).
+ */
+function freshClaim(room: Mailroom, incoming: Incoming, runId: string): ClaimedRun {
   return {
-    admission,
-    claimed: {
-      runId,
-      epoch: 1,
-      agent: room.agent,
-      connector: incoming.connector,
-      status: "queued",
-      stepCount: 0,
-      usage: ZERO_USAGE,
-      startedAt: room.now,
-      cancelRequestedByActorId: undefined,
-      supersededByRunId: undefined,
-      messages: [{ messageId: incoming.externalId, actorId: incoming.actorId, text: incoming.text, relation, afterStep: 0, inherited: false }],
-      triggerCount: 1,
-      requestedByActorId: incoming.actorId,
-      replyToMessageId: incoming.externalId,
-      logicalRequestId: runId,
-      commitBoundary: "buffering",
-      inheritsFromRunId: undefined,
-    },
+    runId,
+    epoch: 1,
+    agent: room.agent,
+    connector: incoming.connector,
+    status: "queued",
+    stepCount: 0,
+    usage: ZERO_USAGE,
+    startedAt: room.now,
+    cancelRequestedByActorId: undefined,
+    supersededByRunId: undefined,
+    messages: [{ messageId: incoming.externalId, actorId: incoming.actorId, text: incoming.text, relation: relationOf(incoming), afterStep: 0, inherited: false }],
+    triggerCount: 1,
+    requestedByActorId: incoming.actorId,
+    replyToMessageId: incoming.externalId,
+    logicalRequestId: runId,
+    commitBoundary: "buffering",
+    inheritsFromRunId: undefined,
   };
 }
 

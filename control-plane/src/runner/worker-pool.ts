@@ -19,17 +19,29 @@ export interface WorkerPool {
   stop(): Promise<void>;
 }
 
+/**
+ * Why a started worker's `committed` rejects when admission wrote the run after all but a
+ * ceiling left it queued: nothing failed, the run waits for a worker like any other.
+ */
+export class ClaimNotStarted extends Error {
+  constructor(readonly runId: string) {
+    super(`run ${runId} was queued behind a ceiling instead of started`);
+    this.name = "ClaimNotStarted";
+  }
+}
+
 /** An idle worker taken aside for one run that admission is about to claim on its behalf. */
 export interface ReservedWorker {
   /** The lease owner to claim the run for. */
   readonly workerId: string;
   readonly leaseMs: number;
   /**
-   * The claim is written and its transaction is committing: the worker starts on the run at
-   * once, while `committed` is pending. Until it resolves the run exists only in that
-   * transaction, so the worker does nothing but its first model call (replayable inference):
-   * every ledger call waits for `committed`. If it rejects, the model call is aborted and the
-   * run dropped with nothing written or sent.
+   * Admission has planned to start the run for this worker and is writing the claim: the worker
+   * starts on it at once, while `committed` is pending. Until it resolves the run may not exist
+   * (it resolves once the claim is written and committed), so the worker does nothing but its
+   * first model call (replayable inference): every ledger call waits for `committed`. If it
+   * rejects (the transaction failed, or ClaimNotStarted: a ceiling queued the run instead), the
+   * model call is aborted and the run dropped here with nothing written or sent.
    */
   start(claimed: ClaimedRun, committed: Promise<void>): void;
   /** No claim after all (not startable, or the transaction failed): the worker goes back to claiming. */
@@ -267,7 +279,9 @@ export function startWorkerPool(
       try {
         await advanceRun(runDeps, run, { workerId, signal });
       } catch (error) {
-        if (committed !== undefined && (await committed.then(() => false, () => true))) runLog.warn({ err: error }, "the admission that claimed this run did not commit; nothing was written");
+        const refused = committed === undefined ? undefined : await committed.then(() => undefined, (reason: unknown) => reason ?? error);
+        if (refused instanceof ClaimNotStarted) runLog.debug("a ceiling queued the run admission was starting for this worker; its model call was aborted");
+        else if (refused !== undefined) runLog.warn({ err: error }, "the admission that claimed this run did not commit; nothing was written");
         else if (error instanceof LeaseLostError) runLog.warn(error.message);
         else if (!stopping.signal.aborted) runLog.error({ err: error }, "run step failed; the lease will expire and the run be retried");
       } finally {
