@@ -351,6 +351,9 @@ export type ResolveUnknownOutcomeResponse = Message<"keel.v1.ResolveUnknownOutco
   toolInvocation?: ToolInvocation | undefined;
 
   /**
+   * The run as read after the resolution committed. A run the resolution requeued may already
+   * be claimed again by then (running, or further along).
+   *
    * @generated from field: keel.v1.Run run = 2;
    */
   run?: Run | undefined;
@@ -483,6 +486,8 @@ export const RequeueRunRequestSchema: GenMessage<RequeueRunRequest> = /*@__PURE_
  */
 export type RequeueRunResponse = Message<"keel.v1.RequeueRunResponse"> & {
   /**
+   * The run as read after the requeue committed: a worker may already have claimed it again.
+   *
    * @generated from field: keel.v1.Run run = 1;
    */
   run?: Run | undefined;
