@@ -9,7 +9,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { DEMO_AGENT, startTestKeel, type TestKeel, type TestKeelOptions } from "./support/keel-fixture.js";
 import { grpcClient } from "./support/clients.js";
 
 /** A model call that would take a minute unless aborted. */
@@ -25,11 +25,11 @@ const SLOW: AgentSpec = {
 const QUICK: AgentSpec = { ...DEMO_AGENT, id: "quick-model", interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 } };
 const REFUSED = "refused at commit";
 
-describe("admission hands a run to a worker before its commit returns", () => {
-  let keel: TestKeel;
-  let db: pg.Client;
+/** Within a describe: a Keel whose log lines land in `lines`, and a plain client on its database. */
+function keelWithLog(options: TestKeelOptions, level: string, setup: (db: pg.Client) => Promise<void> = async () => {}) {
   const lines: string[] = [];
-
+  let keel: TestKeel | undefined;
+  let db: pg.Client | undefined;
   beforeAll(async () => {
     const sink = new Writable({
       write(chunk: Buffer, _encoding, done) {
@@ -37,10 +37,25 @@ describe("admission hands a run to a worker before its commit returns", () => {
         done();
       },
     });
-    // One worker, so the second message can only be served if the first claim let it go.
-    keel = await startTestKeel({ workers: 1, agents: [SLOW, QUICK], log: pino({ level: "warn" }, sink) });
+    keel = await startTestKeel({ ...options, log: pino({ level }, sink) });
     db = new pg.Client({ connectionString: keel.databaseUrl });
     await db.connect();
+    await setup(db);
+  }, 60_000);
+  afterAll(async () => {
+    await db?.end();
+    await keel?.stop();
+  });
+  return {
+    lines,
+    keel: () => keel!,
+    db: () => db!,
+  };
+}
+
+describe("admission hands a run to a worker before its commit returns", () => {
+  // One worker, so the second message can only be served if the first claim let it go.
+  const h = keelWithLog({ workers: 1, agents: [SLOW, QUICK] }, "warn", async (db) => {
     // A real failure at COMMIT: a deferred constraint trigger refuses one message's text.
     await db.query(`
       CREATE FUNCTION refuse_marked_message() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -50,15 +65,11 @@ describe("admission hands a run to a worker before its commit returns", () => {
       END $$;
       CREATE CONSTRAINT TRIGGER refuse_marked_message AFTER INSERT ON messages
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_marked_message();`);
-  }, 60_000);
-
-  afterAll(async () => {
-    await db?.end();
-    await keel?.stop();
   });
+  const lines = h.lines;
 
   it("aborts the model call and writes nothing when the admission does not commit", async () => {
-    const ingress = grpcClient(IngressService, keel.url, keel.tokens.connector);
+    const ingress = grpcClient(IngressService, h.keel().url, h.keel().tokens.connector);
     const started = Date.now();
     const failed = await ingress
       .submitMessage({ agentId: SLOW.id, conversationId: "c-refused", actor: { id: "ana" }, messageId: "m-refused", text: REFUSED, connector: "test" })
@@ -72,24 +83,24 @@ describe("admission hands a run to a worker before its commit returns", () => {
     await expect.poll(() => lines.find((line) => line.includes("did not commit")), { timeout: 10_000 }).toBeDefined();
     expect(Date.now() - started).toBeLessThan(30_000);
     for (const table of ["runs", "messages", "run_events", "emissions", "run_steps", "model_calls"]) {
-      const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`);
+      const { rows } = await h.db().query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`);
       expect({ table, rows: rows[0]?.n }).toEqual({ table, rows: 0 });
     }
 
     // The one worker is free again: the next message is answered.
     const next = await ingress.submitMessage({ agentId: QUICK.id, conversationId: "c-next", actor: { id: "ana" }, messageId: "m-next", text: "hello", connector: "test" });
     await expect
-      .poll(async () => (await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [next.runId])).rows[0]?.status, { timeout: 10_000 })
+      .poll(async () => (await h.db().query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [next.runId])).rows[0]?.status, { timeout: 10_000 })
       .toBe("succeeded");
   }, 60_000);
 
   it("starts the model call for a handed run and commits its step after the admission", async () => {
-    const ingress = grpcClient(IngressService, keel.url, keel.tokens.connector);
+    const ingress = grpcClient(IngressService, h.keel().url, h.keel().tokens.connector);
     const { runId } = await ingress.submitMessage({ agentId: QUICK.id, conversationId: "c-ok", actor: { id: "bo" }, messageId: "m-ok", text: "hi there", connector: "test" });
     await expect
-      .poll(async () => (await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status, { timeout: 10_000 })
+      .poll(async () => (await h.db().query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status, { timeout: 10_000 })
       .toBe("succeeded");
-    const { rows } = await db.query<{ kind: string; summary: string }>("SELECT kind, summary FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
+    const { rows } = await h.db().query<{ kind: string; summary: string }>("SELECT kind, summary FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
     // Claimed in the admission itself (epoch 1, the reserved worker), not later by claimNext.
     expect(rows[0]?.kind).toBe("created");
     expect(rows[1]?.summary).toMatch(/^claimed by worker-.* at epoch 1$/);
@@ -110,32 +121,14 @@ const ONE_AT_A_TIME: AgentSpec = {
 };
 
 describe("admission starts the worker before the claim is written", () => {
-  let keel: TestKeel;
-  let db: pg.Client;
-  const lines: string[] = [];
+  // Two workers: while one serves the first run, the other is idle and gets reserved for the second.
+  const h = keelWithLog({ workers: 2, agents: [ONE_AT_A_TIME] }, "debug");
+  const lines = h.lines;
 
-  beforeAll(async () => {
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        lines.push(...chunk.toString("utf8").split("\n").filter((line) => line !== ""));
-        done();
-      },
-    });
-    // Two workers: while one serves the first run, the other is idle and gets reserved for the second.
-    keel = await startTestKeel({ workers: 2, agents: [ONE_AT_A_TIME], log: pino({ level: "debug" }, sink) });
-    db = new pg.Client({ connectionString: keel.databaseUrl });
-    await db.connect();
-  }, 60_000);
-
-  afterAll(async () => {
-    await db?.end();
-    await keel?.stop();
-  });
-
-  const statusOf = async (runId: string) => (await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status;
+  const statusOf = async (runId: string) => (await h.db().query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status;
 
   it("aborts the worker's model call when a ceiling queues the run instead, and serves the run later", async () => {
-    const ingress = grpcClient(IngressService, keel.url, keel.tokens.connector);
+    const ingress = grpcClient(IngressService, h.keel().url, h.keel().tokens.connector);
     const first = await ingress.submitMessage({ agentId: ONE_AT_A_TIME.id, conversationId: "c-first", actor: { id: "ana" }, messageId: "m-first", text: "first", connector: "test" });
     await expect.poll(() => statusOf(first.runId), { timeout: 10_000 }).toBe("running");
 
@@ -150,9 +143,9 @@ describe("admission starts the worker before the claim is written", () => {
     // Once the first run is done, the second is claimed the ordinary way and answered once.
     await expect.poll(() => statusOf(first.runId), { timeout: 10_000 }).toBe("succeeded");
     await expect.poll(() => statusOf(second.runId), { timeout: 10_000 }).toBe("succeeded");
-    const { rows: calls } = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM model_calls WHERE run_id = $1", [second.runId]);
+    const { rows: calls } = await h.db().query<{ n: number }>("SELECT count(*)::int AS n FROM model_calls WHERE run_id = $1", [second.runId]);
     expect(calls[0]?.n).toBe(1);
-    const { rows: reply } = await db.query<{ final_reply: string }>("SELECT final_reply FROM runs WHERE id = $1", [second.runId]);
+    const { rows: reply } = await h.db().query<{ final_reply: string }>("SELECT final_reply FROM runs WHERE id = $1", [second.runId]);
     expect(reply[0]?.final_reply).toBe("done");
   }, 60_000);
 });
