@@ -99,17 +99,24 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
   });
 
   it("keeps transactions on different connections apart", async () => {
-    // Two transactions at once: the second waits on the first's row lock, then sees its commit.
+    // The second transaction's first statement waits on the first's row lock, then sees its commit.
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
+    let updated!: () => void;
+    const didUpdate = new Promise<void>((resolve) => (updated = resolve));
     await connections.query("INSERT INTO notes (id, body) VALUES (?, ?)", [400, "v0"]);
     const first = connections.transaction(async (trx) => {
       await trx.query("UPDATE notes SET body = 'v1' WHERE id = ?", [400]);
+      updated();
       await held;
     });
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await didUpdate;
+    let secondDone = false;
     const second = connections.transaction(async (trx) => trx.query<{ body: string }>("SELECT body FROM notes WHERE id = ? FOR UPDATE", [400]));
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    void second.finally(() => (secondDone = true));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Still blocked: the first transaction (BEGIN and its UPDATE in it) holds the row.
+    expect(secondDone).toBe(false);
     release();
     await first;
     expect(await second).toEqual([{ body: "v1" }]);
