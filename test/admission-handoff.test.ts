@@ -116,7 +116,7 @@ const ONE_AT_A_TIME: AgentSpec = {
   interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 },
   models: {
     ...DEMO_AGENT.models,
-    primary: { ...DEMO_AGENT.models.primary, scriptedTurns: [{ replyText: "done", toolCalls: [], delayMs: 1_500, inputTokens: 1, outputTokens: 1 }] },
+    primary: { ...DEMO_AGENT.models.primary, scriptedTurns: [{ replyText: "done", toolCalls: [], delayMs: 3_000, inputTokens: 1, outputTokens: 1 }] },
   },
 };
 
