@@ -127,7 +127,7 @@ describe("admission starts the worker before the claim is written", () => {
 
   const statusOf = async (runId: string) => (await h.db().query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status;
 
-  it("aborts the worker's model call when a ceiling queues the run instead, and serves the run later", async () => {
+  it("aborts the worker's model call when a ceiling queues the run instead, starts no more early while the agent is at it, and serves every run later", async () => {
     const ingress = grpcClient(IngressService, h.keel().url, h.keel().tokens.connector);
     const first = await ingress.submitMessage({ agentId: ONE_AT_A_TIME.id, conversationId: "c-first", actor: { id: "ana" }, messageId: "m-first", text: "first", connector: "test" });
     await expect.poll(() => statusOf(first.runId), { timeout: 10_000 }).toBe("running");
@@ -140,12 +140,23 @@ describe("admission starts the worker before the claim is written", () => {
     expect(await statusOf(second.runId)).toBe("queued");
     expect(lines.filter((line) => line.includes("did not commit"))).toEqual([]);
 
-    // Once the first run is done, the second is claimed the ordinary way and answered once.
-    await expect.poll(() => statusOf(first.runId), { timeout: 10_000 }).toBe("succeeded");
-    await expect.poll(() => statusOf(second.runId), { timeout: 10_000 }).toBe("succeeded");
-    const { rows: calls } = await h.db().query<{ n: number }>("SELECT count(*)::int AS n FROM model_calls WHERE run_id = $1", [second.runId]);
-    expect(calls[0]?.n).toBe(1);
-    const { rows: reply } = await h.db().query<{ final_reply: string }>("SELECT final_reply FROM runs WHERE id = $1", [second.runId]);
-    expect(reply[0]?.final_reply).toBe("done");
-  }, 60_000);
+    // The agent met its ceiling: the next message is not started early again (no second call to
+    // abort), and waits queued too. (The worker that let the run go is idle again by then.)
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const third = await ingress.submitMessage({ agentId: ONE_AT_A_TIME.id, conversationId: "c-third", actor: { id: "cy" }, messageId: "m-third", text: "third", connector: "test" });
+    expect(await statusOf(third.runId)).toBe("queued");
+    // Time for an aborted early start to be logged, were there one; the ceiling is still held.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await statusOf(first.runId)).toBe("running");
+    expect(lines.filter((line) => line.includes("a ceiling queued the run"))).toHaveLength(1);
+
+    // Once the first run is done, the others are claimed the ordinary way, one at a time, and each answered once.
+    for (const { runId } of [first, second, third]) {
+      await expect.poll(() => statusOf(runId), { timeout: 15_000 }).toBe("succeeded");
+      const { rows: calls } = await h.db().query<{ n: number }>("SELECT count(*)::int AS n FROM model_calls WHERE run_id = $1", [runId]);
+      expect(calls[0]?.n).toBe(1);
+      const { rows: reply } = await h.db().query<{ final_reply: string }>("SELECT final_reply FROM runs WHERE id = $1", [runId]);
+      expect(reply[0]?.final_reply).toBe("done");
+    }
+  }, 90_000);
 });

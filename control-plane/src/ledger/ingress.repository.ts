@@ -152,6 +152,8 @@ const DEFAULT_INSTALL_CEILING = 64;
 
 export function createIngressRepository(sql: Sql, options: IngressRepositoryOptions = {}): MailboxStore {
   const installCeiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_CEILING;
+  /** Agents whose last start in this process was refused by a ceiling (see admit). */
+  const atCeiling = new Set<string>();
   return {
     admit: async (message, answers, now) => {
       // A worker reserved for the new run. When the run is claimed for it, the worker starts as
@@ -257,16 +259,28 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
               // The worker starts now, before the claim is even written: its first model call
               // (replayable inference, nothing written) overlaps the insert and the COMMIT. If
               // a ceiling leaves the run queued instead, or the transaction fails, the call is
-              // aborted and the worker goes back to claiming.
+              // aborted and the worker goes back to claiming. An agent whose last start here met
+              // a ceiling is not started early until a start succeeds again, so an agent at its
+              // ceiling does not send the provider a call to abort for every message.
               const runId = randomUUID();
+              const early = !atCeiling.has(room.agent.id);
               const committed = new Promise<void>((resolve, reject) => (committing = { resolve, reject }));
               committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
-              worker.start(freshClaim(room, incoming, runId), committed);
-              handedOver = true;
+              if (early) {
+                worker.start(freshClaim(room, incoming, runId), committed);
+                handedOver = true;
+              }
               const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling }, runId);
               if (started.claimed === undefined) {
-                committing!.reject(new ClaimNotStarted(runId));
+                atCeiling.add(room.agent.id);
+                if (early) committing!.reject(new ClaimNotStarted(runId));
                 committing = undefined;
+              } else {
+                atCeiling.delete(room.agent.id);
+                if (!early) {
+                  worker.start(started.claimed, committed);
+                  handedOver = true;
+                }
               }
               return { kind: "done", result: started.admission };
             }
