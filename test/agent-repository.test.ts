@@ -3,15 +3,16 @@ import { createApiTokenRepository, hashToken } from "../control-plane/src/ledger
 import { rows } from "../control-plane/src/ledger/sql.js";
 import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
-describe("agents in the ledger", () => {
-  let keel: TestKeel;
-  beforeAll(async () => {
-    keel = await startTestKeel();
-  });
-  afterAll(async () => {
-    await keel.stop();
-  });
+// One Keel for the file: agents and tokens are both read through its ledger.
+let keel: TestKeel;
+beforeAll(async () => {
+  keel = await startTestKeel();
+});
+afterAll(async () => {
+  await keel.stop();
+});
 
+describe("agents in the ledger", () => {
   it("puts of one agent at the same moment all succeed, each a revision of its own (two servers starting on one database)", async () => {
     const spec = { ...DEMO_AGENT, id: "raced", displayName: "raced" };
     const stored = await Promise.all(Array.from({ length: 8 }, (_, i) => keel.app.agents.put({ ...spec, systemPrompt: `prompt ${i}` })));
@@ -33,14 +34,6 @@ describe("agents in the ledger", () => {
 });
 
 describe("API tokens", () => {
-  let keel: TestKeel;
-  beforeAll(async () => {
-    keel = await startTestKeel();
-  });
-  afterAll(async () => {
-    await keel.stop();
-  });
-
   it("trusts a checked role for 5 s, then serves it while it is checked again, then goes by the ledger", async () => {
     let now = 1_000_000;
     const tokens = createApiTokenRepository(keel.app.ledger.orm, () => now);

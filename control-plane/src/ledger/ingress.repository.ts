@@ -156,13 +156,11 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
   const atCeiling = new Set<string>();
   return {
     admit: async (message, answers, now) => {
-      // A worker reserved for the new run. When the run is claimed for it, the worker starts as
-      // soon as the claim is written, while COMMIT is flushed: its first model call overlaps the
-      // flush, and everything else it does waits for `committing` (see ReservedWorker.start).
+      // A worker reserved for the new run, until it is handed the run (then it is the run's and
+      // lets go of it itself). Once handed, its first model call goes ahead and everything else
+      // it does waits for `committing` (see ReservedWorker.start).
       let reserved: ReservedWorker | undefined;
       let committing: { resolve: () => void; reject: (error: unknown) => void } | undefined;
-      /** Whether the reserved worker was started (from then on it is the worker's to let go, not released here). */
-      let handedOver = false;
       let attempt: AdmissionAttempt<Admission>;
       try {
         attempt = await answering(() => sql.transaction(async (trx): Promise<AdmissionAttempt<Admission>> => {
@@ -264,23 +262,21 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
               // ceiling does not send the provider a call to abort for every message.
               const runId = randomUUID();
               const early = !atCeiling.has(room.agent.id);
-              const committed = new Promise<void>((resolve, reject) => (committing = { resolve, reject }));
-              committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
-              if (early) {
-                worker.start(freshClaim(room, incoming, runId), committed);
-                handedOver = true;
-              }
+              const handOver = (claimed: ClaimedRun) => {
+                const committed = new Promise<void>((resolve, reject) => (committing = { resolve, reject }));
+                committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
+                worker.start(claimed, committed);
+                reserved = undefined; // the worker is the run's now: it lets go of it itself
+              };
+              if (early) handOver(freshClaim(room, incoming, runId));
               const started = await newRequest(room, incoming, why, { workerId: worker.workerId, leaseMs: worker.leaseMs, installCeiling }, runId);
               if (started.claimed === undefined) {
                 atCeiling.add(room.agent.id);
-                if (early) committing!.reject(new ClaimNotStarted(runId));
+                committing?.reject(new ClaimNotStarted(runId));
                 committing = undefined;
               } else {
                 atCeiling.delete(room.agent.id);
-                if (!early) {
-                  worker.start(started.claimed, committed);
-                  handedOver = true;
-                }
+                if (!early) handOver(started.claimed);
               }
               return { kind: "done", result: started.admission };
             }
@@ -289,14 +285,14 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
           return { kind: "done", result: admission };
         }));
       } catch (error) {
-        if (committing !== undefined) committing.reject(error);
-        else if (!handedOver) reserved?.release();
+        committing?.reject(error);
+        reserved?.release();
         throw error;
       }
       // Committed: the worker's run is durable (or, if a ceiling said wait, the run was queued
-      // and announced and the worker has already been told to let it go).
-      if (committing !== undefined) committing.resolve();
-      else if (!handedOver) reserved?.release();
+      // and announced, and a worker started on it early has already been told to let it go).
+      committing?.resolve();
+      reserved?.release();
       return attempt;
     },
 
@@ -543,8 +539,8 @@ interface NewRun {
 /**
  * Inserts a root run with its triggers, its first event and, for a new logical request, its
  * working ack, in one statement. With a claim, and room under both ceilings (MAY_START_ROOT_RUN_SQL
- * takes the locks and counts as claimNext counts), the run is inserted running, leased to the reserved worker at epoch 1; otherwise it is queued and a
- * worker is woken. The ack's insert draws its seq only after the emission-order lock is held in
+ * takes the locks and counts as claimNext counts), the run is inserted running, leased to the
+ * reserved worker at epoch 1; otherwise it is queued and a worker is woken. The ack's insert draws its seq only after the emission-order lock is held in
  * shared mode (it selects from the lock), as reserveEmissions does. Returns whether the run was claimed.
  */
 async function insertRun(room: Mailroom, run: NewRun): Promise<boolean> {

@@ -56,8 +56,8 @@ export async function insertRunEvents(trx: SqlTransaction, runId: string, firstS
 
 /**
  * Guards the ceilings on concurrent root runs across every worker and process on the database.
- * claimNext takes it exclusively before it starts a queued run; admission, starting a run for an idle worker of its own process, takes it
- * through MAY_START_ROOT_RUN_SQL.
+ * claimNext takes it exclusively before it starts a queued run; admission, starting a run for an
+ * idle worker of its own process, takes it through MAY_START_ROOT_RUN_SQL.
  */
 export const ADMISSION_LOCK = 7234002;
 /** Admission starts that may be in flight side by side, each holding one slot lock (keys START_SLOT_LOCK..+START_SLOTS-1). */

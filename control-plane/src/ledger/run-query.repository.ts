@@ -19,7 +19,7 @@ import {
   toTriggerRecord,
 } from "./row-mapping.js";
 import { asDate, decodePageToken, encodePageToken, rows, type Sql } from "./sql.js";
-import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS } from "../domain/agent.js";
+import { AGENT_CEILING_SQL } from "./ledger-writes.js";
 import { systemClock, type Clock } from "../domain/clock.js";
 
 export interface RunFilter {
@@ -60,7 +60,7 @@ const WAITING_SQL = `
           OR (o.status = 'queued' AND o.started_at IS NULL AND ${AHEAD_SQL}))) THEN 'conversation_busy'
     WHEN r.parent_run_id IS NULL AND (
       (SELECT count(*) FROM runs x WHERE x.agent_id = r.agent_id AND x.parent_run_id IS NULL AND x.status IN ('running', 'awaiting_tool'))
-        >= coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})
+        >= ${AGENT_CEILING_SQL}
       OR (SELECT count(*) FROM runs x WHERE x.parent_run_id IS NULL AND x.status IN ('running', 'awaiting_tool')) >= ?)
       THEN 'concurrency_ceiling'
     ELSE r.wait_reason END`;
