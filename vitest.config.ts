@@ -6,7 +6,7 @@ export default defineConfig({
       {
         test: {
           name: "unit",
-          include: ["control-plane/src/**/*.test.ts", "sandbox-agent/**/*.test.ts"],
+          include: ["control-plane/src/**/*.test.ts", "sandbox-agent/**/*.test.ts", "common/**/*.test.ts"],
         },
       },
       {

@@ -7,7 +7,7 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { cpus, hostname, totalmem } from "node:os";
 import path from "node:path";
 import { pino, type Level } from "pino";
-import { requireSlug } from "../../control-plane/src/domain/ids.js";
+import { slugProblem } from "../../common/ids.js";
 import { createDockerWorkspaceBackend } from "./docker-workspace-backend.js";
 import { createProcessWorkspaceBackend } from "./process-workspace-backend.js";
 import { createSandboxAgent } from "./sandbox-agent.js";
@@ -41,11 +41,17 @@ function parseLabels(labels: readonly string[]): Record<string, string> {
   return parsed;
 }
 
+function requireHostId(field: string, value: string): string {
+  const problem = slugProblem(value);
+  if (problem !== undefined) throw new Error(`${field}: ${problem}`);
+  return value;
+}
+
 /** The host id: given, or made once and kept in the data folder so a restarted agent is the same host. */
 async function hostIdentity(dataDir: string, given: string | undefined): Promise<string> {
-  if (given !== undefined) return requireSlug("--host-id", given);
+  if (given !== undefined) return requireHostId("--host-id", given);
   const file = path.join(dataDir, "host-id");
-  if (existsSync(file)) return requireSlug(`${file}`, (await readFile(file, "utf8")).trim());
+  if (existsSync(file)) return requireHostId(file, (await readFile(file, "utf8")).trim());
   const base = hostname().toLowerCase().replace(/[^a-z0-9._-]/g, "-").replace(/^[^a-z0-9]+/, "").slice(0, 48) || "host";
   const id = `${base}-${randomBytes(3).toString("hex")}`;
   await writeFile(file, `${id}\n`);
