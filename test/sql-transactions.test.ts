@@ -5,6 +5,7 @@
 // a named statement's first use on a connection (where BEGIN goes on its own) the same.
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pipelinedBeginUnsupportedReason } from "../control-plane/src/ledger/pg-pipelined-begin.js";
 import { createSqlPool, preparedRows, type SqlPool, type SqlTransaction } from "../control-plane/src/ledger/sql.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
@@ -31,6 +32,12 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
   });
 
   const count = async (id: number) => Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM notes WHERE id = $1", [id])).rows[0]?.n);
+
+  it("relies only on the pg version and internals pipelined BEGIN was written against", () => {
+    // Failing here means pg changed under us: re-check pg-pipelined-begin.ts against the new
+    // version's Query and Connection before moving the pin (transactions meanwhile send BEGIN alone).
+    expect(pipelinedBeginUnsupportedReason()).toBeUndefined();
+  });
 
   it("runs the first statement inside the transaction, unnamed and named alike", async () => {
     const INSERT = "INSERT INTO notes (id, body) VALUES (?, ?) RETURNING txid_current()::text AS xid, now()::text AS at";
