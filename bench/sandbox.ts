@@ -55,7 +55,9 @@ import type { ObservationText } from "../control-plane/src/domain/sandbox.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import { createRunRepository } from "../control-plane/src/ledger/run.repository.js";
 import type { SandboxExec, WorkspaceGrant } from "../control-plane/src/tools/sandbox-dispatcher.js";
-import { createDemuxer, createDockerWorkspaceBackend, hardenedContainerConfig, LABELS, SANDBOX_USER } from "../sandbox-agent/src/docker-workspace-backend.js";
+import { hardenedContainerConfig, LABELS, SANDBOX_USER } from "../sandbox-agent/src/docker/container-config.js";
+import { createDemuxer } from "../sandbox-agent/src/docker/demuxer.js";
+import { createDockerWorkspaceBackend } from "../sandbox-agent/src/docker/docker-workspace-backend.js";
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceSpec } from "../sandbox-agent/src/workspace-backend.js";
 import { freePort, ms, nodeCpuMs, pick, postgresCpuMs, summarize, table } from "./support.js";
 

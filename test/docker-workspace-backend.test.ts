@@ -8,7 +8,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import Dockerode from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDockerWorkspaceBackend, LABELS, type DockerWorkspaceBackend, type DockerWorkspaceBackendOptions } from "../sandbox-agent/src/docker-workspace-backend.js";
+import { LABELS } from "../sandbox-agent/src/docker/container-config.js";
+import { createDockerWorkspaceBackend, type DockerWorkspaceBackend, type DockerWorkspaceBackendOptions } from "../sandbox-agent/src/docker/docker-workspace-backend.js";
 import { describeWorkspaceBackendContract, runCommand } from "../sandbox-agent/src/workspace-backend.contract.js";
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceLimits, type WorkspaceSpec } from "../sandbox-agent/src/workspace-backend.js";
 

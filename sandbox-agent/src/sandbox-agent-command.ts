@@ -8,8 +8,8 @@ import { cpus, hostname, totalmem } from "node:os";
 import path from "node:path";
 import { pino, type Level } from "pino";
 import { slugProblem } from "../../common/ids.js";
-import { createDockerWorkspaceBackend } from "./docker-workspace-backend.js";
-import { createProcessWorkspaceBackend } from "./process-workspace-backend.js";
+import { createDockerWorkspaceBackend } from "./docker/docker-workspace-backend.js";
+import { createProcessWorkspaceBackend } from "./process/process-workspace-backend.js";
 import { createSandboxAgent } from "./sandbox-agent.js";
 import type { WorkspaceBackend } from "./workspace-backend.js";
 

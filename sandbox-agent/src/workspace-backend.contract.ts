@@ -1,5 +1,5 @@
 // One contract suite for the WorkspaceBackend port, run against every implementation
-// (process-workspace-backend.test.ts, test/docker-workspace-backend.test.ts).
+// (process/process-workspace-backend.test.ts, test/docker-workspace-backend.test.ts).
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {

@@ -1,6 +1,6 @@
 // The sandbox host's port to whatever materializes workspaces, in sandbox terms.
-// Implementations: docker-workspace-backend.ts (hardened containers) and
-// process-workspace-backend.ts (a local folder and child processes; weaker isolation).
+// Implementations: docker/docker-workspace-backend.ts (hardened containers) and
+// process/process-workspace-backend.ts (a local folder and child processes; weaker isolation).
 
 export interface WorkspaceLimits {
   readonly memoryBytes: number;

@@ -2,8 +2,9 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll } from "vitest";
-import { createProcessWorkspaceBackend, detectBubblewrap } from "./process-workspace-backend.js";
-import { describeWorkspaceBackendContract } from "./workspace-backend.contract.js";
+import { describeWorkspaceBackendContract } from "../workspace-backend.contract.js";
+import { detectBubblewrap } from "./bubblewrap.js";
+import { createProcessWorkspaceBackend } from "./process-workspace-backend.js";
 
 const roots: string[] = [];
 afterAll(async () => {

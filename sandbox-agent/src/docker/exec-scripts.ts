@@ -1,0 +1,44 @@
+// The shell scripts every docker exec runs through: the wrapper that bounds a command and
+// cleans up after it, and the host's kill for a command past its timeout or aborted.
+
+// Kills every process of session $p except $me, with shell builtins only (no fork), so it
+// works when a fork bomb holds every pid. A /proc/<pid>/stat line is "pid (comm) state ppid
+// pgrp session ..."; comm may hold spaces and parentheses, hence the strip to the last ") ".
+const KILL_SESSION = [
+  "for d in /proc/[0-9]*; do",
+  '  read -r l 2>/dev/null <"$d/stat" || continue',
+  "  set -- ${l##*) }",
+  '  [ "$4" = "$p" ] && [ "${d#/proc/}" != "$me" ] && kill -KILL "${d#/proc/}" 2>/dev/null',
+  "done",
+].join("\n");
+
+// The exec's command: $0 = a marker unique to the exec, $1 = seconds for the in-container
+// timeout, then argv. The shell is the exec's session leader (runc makes every exec one); it
+// runs the command under the image's `timeout -s KILL` (whose watcher is forked up front, so
+// it fires even when a fork bomb holds every pid) and, when the command ends, by itself or by
+// that timeout, kills what the command left behind in its session.
+export const WRAPPER = [
+  "s=$1; shift",
+  'if command -v timeout >/dev/null 2>&1; then timeout -s KILL "$s" "$@"; else "$@"; fi',
+  "r=$?",
+  "p=$$; me=$$",
+  KILL_SESSION,
+  "exit $r",
+].join("\n");
+
+// The host's kill for a command past its timeout or aborted: $0 = the exec's marker. Finds the
+// wrapper by the marker in its command line (read drops the NULs), then kills its process
+// group and its whole session (GNU timeout moves the command into a group of its own).
+export const KILLER = [
+  "m=$0; me=$$; p=",
+  "for d in /proc/[0-9]*; do",
+  '  [ "${d#/proc/}" = "$me" ] && continue',
+  // cmdline holds the wrapper script's newlines: join every line.
+  '  l=; while IFS= read -r x || [ -n "$x" ]; do l="$l$x"; x=; done 2>/dev/null <"$d/cmdline"',
+  '  case "$l" in *"$m"*) p=${d#/proc/}; break ;; esac',
+  "done",
+  '[ -n "$p" ] || exit 3',
+  'kill -KILL -"$p" 2>/dev/null',
+  KILL_SESSION,
+  "exit 0",
+].join("\n");
