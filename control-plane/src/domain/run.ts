@@ -19,8 +19,14 @@ export function isTerminal(status: RunStatus): boolean {
   return TERMINAL.has(status);
 }
 
-/** Statuses a worker may hold a lease on. */
-export const CLAIMABLE_STATUSES: readonly RunStatus[] = ["queued", "running", "awaiting_tool"];
+/** Not finished: a root run in one of these, once started, is its conversation's run in flight. */
+export const LIVE_STATUSES = ["queued", "running", "awaiting_tool", "awaiting_input", "waiting"] as const satisfies readonly RunStatus[];
+
+/** Live, with no worker holding the run: a stop applies at once. */
+export const PARKED_STATUSES = ["queued", "awaiting_input", "waiting"] as const satisfies readonly RunStatus[];
+
+/** A worker holds the run: these count against the concurrency ceilings, and their leases can expire. */
+export const EXECUTING_STATUSES = ["running", "awaiting_tool"] as const satisfies readonly RunStatus[];
 
 export type WaitReason =
   | "unknown_write_outcome"
@@ -85,12 +91,4 @@ export function costMicroUsd(
   return Math.ceil(
     (usage.inputTokens * prices.inputMicroUsdPerMtok + usage.outputTokens * prices.outputMicroUsdPerMtok) / 1_000_000,
   );
-}
-
-/**
- * Acks are keyed on the logical request (the first run of a supersession chain), so retries,
- * merged messages and supersessions never put a second hourglass or a second mark on it.
- */
-export function ackKey(logicalRequestId: string, state: "working" | "settled"): string {
-  return `ack:${logicalRequestId}:${state}`;
 }

@@ -1,15 +1,15 @@
-// Claiming a run: the candidate query, admission checked again under the admission lock, and the
-// lease start with the run's input, all in one transaction.
+// Claiming a run: a candidate the run-start rule lets start (or whose lease expired), the rule
+// checked again under the admission lock, and the lease start with the run's input, in one
+// transaction.
+import type { AgentSpec } from "../domain/agent.js";
 import { systemClock, type Clock } from "../domain/clock.js";
 import { ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
-import type { AgentSpec } from "../domain/agent.js";
+import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import type { ClaimedRun, RunStore } from "../runner/run-store.js";
-import { ADMISSION_LOCK, AGENT_CEILING_SQL } from "./ledger-writes.js";
-import { toInputMessages, TRIGGERS_SQL, type TriggerRow } from "./run-triggers.js";
-import { asDate, optionalDate, preparedRows, type Sql } from "./sql.js";
-
-/** Used when the composition root passes no install ceiling (tests, benchmarks). */
-const DEFAULT_INSTALL_CEILING = 64;
+import { ADMISSION_LOCK } from "./ledger-writes.js";
+import { EXECUTING_SQL, mayStartSql } from "./run-start.sql.js";
+import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
+import { asDate, optionalDate, raw, statement, type Sql } from "./sql.js";
 
 interface ClaimRow {
   id: string;
@@ -32,13 +32,70 @@ interface ClaimRow {
   spec: AgentSpec;
 }
 
-/** Non-terminal statuses: a started root run in one of these is its conversation's run in flight. */
-const LIVE_SQL = "'queued', 'running', 'awaiting_tool', 'awaiting_input', 'waiting'";
+interface CandidateParams {
+  readonly now: Date;
+  readonly installCeiling: number;
+}
+const now = (p: { now: Date }) => p.now;
+const installCeiling = (p: { installCeiling: number }) => p.installCeiling;
+
+/** A run whose worker stopped renewing its lease: claimable again, whatever the ceilings say. */
+const LEASE_EXPIRED = `(NOT r.paused AND r.status IN (${EXECUTING_SQL}) AND r.lease_expires_at < now())`;
+
 /**
- * A conversation's queue order: by when its logical request arrived, so a successor keeps the
- * place of the request it supersedes, ahead of independent requests that came after it.
+ * The oldest claimable run, held with SKIP LOCKED so other workers pass it by; for a queued one,
+ * then the admission lock, which serializes every start of a queued run so the re-check in the
+ * next statement (a fresh snapshot, taken after the lock) sees every start committed before it.
+ * A claim lost in a database crash is harmless: the first durable commit flushes it.
  */
-export const MAILBOX_ORDER_SQL = "coalesce(request_received_at, created_at), created_at, id";
+const selectCandidate = statement<CandidateParams, { id: string; status: RunStatus }>("claim_candidate")`
+  WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting),
+  candidate AS (
+    SELECT r.id, r.status FROM runs r JOIN agents a ON a.id = r.agent_id
+    WHERE ${mayStartSql<CandidateParams>({ now, installCeiling })} OR ${raw(LEASE_EXPIRED)}
+    ORDER BY r.created_at
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED)
+  SELECT c.id, c.status, d.setting,
+    CASE WHEN c.status = 'queued' THEN pg_advisory_xact_lock(${raw(String(ADMISSION_LOCK))}) END AS admitted
+  FROM candidate c, durability d`;
+
+interface ClaimParams extends CandidateParams {
+  readonly runId: string;
+  readonly workerId: string;
+  readonly leaseMs: number;
+  readonly queued: boolean;
+  readonly summary: string;
+  readonly previousStatus: RunStatus;
+}
+
+/** The start rule again under the lock, the lease, its event and the run's input, in one statement. */
+const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
+  WITH claimed AS (
+    UPDATE runs r SET
+      status = 'running', lease_owner = ${(p) => p.workerId}, lease_epoch = r.lease_epoch + 1,
+      lease_expires_at = now() + make_interval(secs => ${(p) => p.leaseMs}::int / 1000.0),
+      started_at = coalesce(r.started_at, ${now}::timestamptz), updated_at = now(), event_seq = r.event_seq + 1
+    FROM agents a
+    WHERE r.id = ${(p) => p.runId}::uuid AND a.id = r.agent_id
+      AND CASE WHEN ${(p) => p.queued}::boolean THEN ${mayStartSql<ClaimParams>({ now, installCeiling })}
+        ELSE ${raw(LEASE_EXPIRED)} END
+    RETURNING r.id, r.status, r.lease_epoch, r.step_count, r.usage, r.connector, r.started_at, r.event_seq,
+      r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.requested_by_actor_id, r.reply_to_message_id, r.commit_boundary,
+      coalesce(r.logical_request_id, r.id) AS logical_request_id, r.trigger_count, r.inherits_from_run_id, a.spec),
+  event AS (
+    INSERT INTO run_events (run_id, seq, kind, status, summary)
+    SELECT id, event_seq, 'status_changed', 'running', ${(p) => p.summary}::text || ' at epoch ' || lease_epoch FROM claimed)
+  SELECT claimed.id, claimed.lease_epoch, claimed.step_count, claimed.usage, claimed.connector, claimed.started_at,
+    claimed.cancel_requested_by_actor_id, claimed.superseded_by_run_id, claimed.requested_by_actor_id, claimed.reply_to_message_id,
+    claimed.commit_boundary, claimed.logical_request_id, claimed.trigger_count, claimed.inherits_from_run_id, claimed.spec,
+    ${(p) => p.previousStatus}::text AS previous_status,
+    (${raw(triggersSql("claimed.id"))}) AS messages,
+    pg_notify('keel_run_events', claimed.id::text) AS notified
+  FROM claimed`;
+
+const nextDue = statement<{ now: Date }, { due: Date | null }>("claim_next_due")`
+  SELECT min(not_before) AS due FROM runs WHERE status = 'queued' AND NOT paused AND not_before > ${now}::timestamptz`;
 
 export interface RunClaimOptions {
   /** Coalesce windows and admission are decided on this clock, not the database's. */
@@ -49,95 +106,24 @@ export interface RunClaimOptions {
 
 export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}): Pick<RunStore, "claimNext" | "nextDueAt"> {
   const clock = options.clock ?? systemClock;
-  const installCeiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_CEILING;
+  const ceiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS;
   return {
     claimNext: (workerId, leaseMs) =>
       sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
-        const now = clock.now();
-        // 1. A candidate: a queued run whose time has come and that admission would let start
-        //    (the head of its conversation's queue, the conversation idle, both ceilings clear),
-        //    or a run whose worker stopped renewing its lease. Then, for a queued one, the
-        //    admission lock: every start of a queued run is serialized by it, so the checks in
-        //    the next statement (a fresh snapshot, taken after the lock) see every start
-        //    committed before them. Holding the row (SKIP LOCKED) keeps other workers off it.
-        //    A claim lost in a database crash is harmless: the first durable commit flushes it.
-        const [candidate] = await preparedRows<{ id: string; status: RunStatus; fresh: boolean }>(
-          trx,
-          `WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting),
-           executing AS (
-             SELECT agent_id, count(*)::int AS n FROM runs
-             WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL GROUP BY agent_id),
-           busy AS (
-             SELECT DISTINCT conversation_id FROM runs
-             WHERE parent_run_id IS NULL AND started_at IS NOT NULL AND status IN (${LIVE_SQL})),
-           heads AS (
-             SELECT DISTINCT ON (conversation_id) id FROM runs
-             WHERE status = 'queued' AND started_at IS NULL AND parent_run_id IS NULL
-             ORDER BY conversation_id, ${MAILBOX_ORDER_SQL}),
-           candidate AS (
-             SELECT r.id, r.status, r.started_at IS NULL AS fresh FROM runs r
-             JOIN agents a ON a.id = r.agent_id
-             LEFT JOIN executing e ON e.agent_id = r.agent_id
-             WHERE NOT r.paused AND (
-               (r.status = 'queued' AND r.not_before <= ?
-                 AND (r.parent_run_id IS NOT NULL OR (
-                   coalesce(e.n, 0) < ${AGENT_CEILING_SQL}
-                   AND (SELECT coalesce(sum(n), 0) FROM executing) < ?
-                   AND (r.started_at IS NOT NULL OR (r.id IN (SELECT id FROM heads) AND r.conversation_id NOT IN (SELECT conversation_id FROM busy))))))
-               OR (r.status IN ('running', 'awaiting_tool') AND r.lease_expires_at < now()))
-             ORDER BY r.created_at
-             LIMIT 1
-             FOR UPDATE OF r SKIP LOCKED)
-           SELECT c.id, c.status, c.fresh, d.setting,
-             CASE WHEN c.status = 'queued' THEN pg_advisory_xact_lock(${ADMISSION_LOCK}) END AS admitted
-           FROM candidate c, durability d`,
-          [now, installCeiling],
-        );
+        const at = clock.now();
+        const [candidate] = await trx.run(selectCandidate, { now: at, installCeiling: ceiling });
         if (candidate === undefined) return undefined;
         const queued = candidate.status === "queued";
-        // 2. Admission, checked again under the lock, and the claim, its event and the run's input, in one statement.
-        const [claimed] = await preparedRows<ClaimRow>(
-          trx,
-          `WITH executing AS (
-             SELECT agent_id FROM runs WHERE status IN ('running', 'awaiting_tool') AND parent_run_id IS NULL),
-           claimed AS (
-             UPDATE runs r SET
-               status = 'running', lease_owner = ?, lease_epoch = r.lease_epoch + 1,
-               lease_expires_at = now() + make_interval(secs => ? / 1000.0),
-               started_at = coalesce(r.started_at, ?), updated_at = now(), event_seq = r.event_seq + 1
-             FROM agents a
-             WHERE r.id = ? AND a.id = r.agent_id AND NOT r.paused
-               AND CASE WHEN ? THEN
-                 r.status = 'queued' AND r.not_before <= ?
-                 AND (r.parent_run_id IS NOT NULL OR (
-                   (SELECT count(*) FROM executing x WHERE x.agent_id = r.agent_id) < ${AGENT_CEILING_SQL}
-                   AND (SELECT count(*) FROM executing) < ?
-                   AND (r.started_at IS NOT NULL OR NOT EXISTS (
-                     SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.id <> r.id
-                       AND o.started_at IS NOT NULL AND o.status IN (${LIVE_SQL})))))
-               ELSE r.status IN ('running', 'awaiting_tool') AND r.lease_expires_at < now() END
-             RETURNING r.id, r.status, r.lease_epoch, r.step_count, r.usage, r.connector, r.started_at, r.event_seq,
-               r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.requested_by_actor_id, r.reply_to_message_id, r.commit_boundary,
-               coalesce(r.logical_request_id, r.id) AS logical_request_id, r.trigger_count, r.inherits_from_run_id, a.spec),
-           event AS (
-             INSERT INTO run_events (run_id, seq, kind, status, summary)
-             SELECT id, event_seq, 'status_changed', 'running', ? || ' at epoch ' || lease_epoch FROM claimed)
-           SELECT claimed.*, ?::text AS previous_status,
-             (${TRIGGERS_SQL.replace("?", "claimed.id")}) AS messages,
-             pg_notify('keel_run_events', claimed.id::text) AS notified
-           FROM claimed`,
-          [
-            workerId,
-            leaseMs,
-            now,
-            candidate.id,
-            queued,
-            now,
-            installCeiling,
-            queued ? `claimed by ${workerId}` : `lease expired while ${candidate.status}; reclaimed by ${workerId}`,
-            candidate.status,
-          ],
-        );
+        const [claimed] = await trx.run(claimRun, {
+          now: at,
+          installCeiling: ceiling,
+          runId: candidate.id,
+          workerId,
+          leaseMs,
+          queued,
+          summary: queued ? `claimed by ${workerId}` : `lease expired while ${candidate.status}; reclaimed by ${workerId}`,
+          previousStatus: candidate.status,
+        });
         // Another start got in first (the conversation, or a ceiling): leave it; a settle wakes a worker.
         if (claimed === undefined) return undefined;
         return {
@@ -162,11 +148,7 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
       }),
 
     async nextDueAt() {
-      const [row] = await preparedRows<{ due: unknown }>(
-        sql,
-        "SELECT min(not_before) AS due FROM runs WHERE status = 'queued' AND NOT paused AND not_before > ?",
-        [clock.now()],
-      );
+      const [row] = await sql.run(nextDue, { now: clock.now() });
       return optionalDate(row?.due);
     },
   };

@@ -12,10 +12,10 @@ export interface TriggerRow {
   inherited: boolean;
 }
 
-/** The run's triggers as input messages, in arrival order; `?` is the run id. */
-export const TRIGGERS_SQL = `SELECT json_agg(json_build_object('message_id', t.external_message_id, 'actor_id', t.actor_id, 'text', m.text,
+/** The triggers of run `runId` (an SQL expression) as input messages, in arrival order. */
+export const triggersSql = (runId: string): string => `SELECT json_agg(json_build_object('message_id', t.external_message_id, 'actor_id', t.actor_id, 'text', m.text,
     'relation', t.relation, 'after_step', t.after_step, 'inherited', t.inherited) ORDER BY t.inherited DESC, t.ordinal, t.received_at)
-  FROM run_triggers t JOIN messages m ON m.id = t.message_id WHERE t.run_id = ? AND t.relation <> 'cancels'`;
+  FROM run_triggers t JOIN messages m ON m.id = t.message_id WHERE t.run_id = ${runId} AND t.relation <> 'cancels'`;
 
 export function toInputMessages(rows: readonly TriggerRow[] | null): RunInputMessage[] {
   return (rows ?? []).map((m) => ({
@@ -32,8 +32,8 @@ export function loadTriggers(sql: Sql): RunStore["loadTriggers"] {
   return async (runId) => {
     const [row] = await preparedRows<{ messages: TriggerRow[] | null; trigger_count: number }>(
       sql,
-      `SELECT (${TRIGGERS_SQL}) AS messages, r.trigger_count FROM runs r WHERE r.id = ?`,
-      [runId, runId],
+      `SELECT (${triggersSql("r.id")}) AS messages, r.trigger_count FROM runs r WHERE r.id = ?`,
+      [runId],
     );
     return { messages: toInputMessages(row?.messages ?? null), triggerCount: Number(row?.trigger_count ?? 0) };
   };

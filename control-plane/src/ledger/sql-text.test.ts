@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { raw, registeredStatements, sql, statement } from "./sql-text.js";
+import { fragment, raw, registeredStatements, sql, statement } from "./sql-text.js";
 
 describe("sql``", () => {
   it("numbers each value in order and keeps ? and '?' as text", () => {
@@ -42,5 +42,18 @@ describe("statement()", () => {
 
   it("refuses an undefined parameter, naming its position", () => {
     expect(() => select.bind({ id: "r1", limit: undefined as unknown as number })).toThrow(/parameter \$2 is undefined/);
+  });
+});
+
+describe("fragment()", () => {
+  it("numbers a fragment's slots where the statement uses it, sharing reader functions", () => {
+    const now = (p: { now: Date; id: string }) => p.now;
+    const due = fragment<{ now: Date; id: string }>`not_before <= ${now}`;
+    const s = statement<{ now: Date; id: string }>("sql_text_test_fragment")`
+      SELECT id FROM runs WHERE id = ${(p) => p.id} AND ${due} AND created_at < ${now}`;
+    expect(s.text).toBe(`
+      SELECT id FROM runs WHERE id = $1 AND not_before <= $2 AND created_at < $2`);
+    const at = new Date(0);
+    expect(s.bind({ now: at, id: "r" })).toEqual(["r", at]);
   });
 });

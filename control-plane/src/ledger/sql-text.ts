@@ -55,7 +55,20 @@ export interface Statement<P, R> {
   readonly row?: R;
 }
 
-export type StatementPart<P> = ((params: P) => unknown) | RawSql;
+/** A reusable piece of a statement, with parameter slots of its own (a rule rendered once). */
+export class StatementFragment<P> {
+  constructor(
+    readonly strings: readonly string[],
+    readonly parts: readonly StatementPart<P>[],
+  ) {}
+}
+
+export type StatementPart<P> = ((params: P) => unknown) | RawSql | StatementFragment<P>;
+
+/** A fragment for statement(): the same slots, numbered where the statement uses it. */
+export function fragment<P>(strings: TemplateStringsArray, ...parts: readonly StatementPart<P>[]): StatementFragment<P> {
+  return new StatementFragment<P>([...strings], parts);
+}
 
 const registry = new Map<string, Statement<never, unknown>>();
 
@@ -66,12 +79,14 @@ const registry = new Map<string, Statement<never, unknown>>();
 export function statement<P, R = Record<string, unknown>>(name: string) {
   return (strings: TemplateStringsArray, ...parts: readonly StatementPart<P>[]): Statement<P, R> => {
     const readers: ((params: P) => unknown)[] = [];
-    const text = render(strings, parts, (part) => {
+    const slot = (part: unknown): string => {
+      if (part instanceof StatementFragment) return render(part.strings, part.parts, slot);
       const reader = part as (params: P) => unknown;
       let index = readers.indexOf(reader);
       if (index < 0) index = readers.push(reader) - 1;
       return `$${index + 1}`;
-    });
+    };
+    const text = render(strings, parts, slot);
     const defined: Statement<P, R> = {
       name: `keel_${name}`,
       text,
@@ -93,7 +108,7 @@ export function registeredStatements(): readonly Statement<never, unknown>[] {
   return [...registry.values()];
 }
 
-function render(strings: TemplateStringsArray, parts: readonly unknown[], slot: (part: unknown) => string): string {
+function render(strings: readonly string[], parts: readonly unknown[], slot: (part: unknown) => string): string {
   let text = strings[0] ?? "";
   parts.forEach((part, i) => {
     text += part instanceof RawSql ? part.text : slot(part);

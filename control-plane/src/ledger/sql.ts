@@ -3,7 +3,7 @@ import pg from "pg";
 import { beginWith } from "./pg-pipelined-begin.js";
 import { SqlQuery, type Statement } from "./sql-text.js";
 
-export { raw, registeredStatements, sql, statement, SqlQuery, type Statement } from "./sql-text.js";
+export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Statement, type StatementFragment } from "./sql-text.js";
 
 /**
  * Keel's own SQL access: a plain `pg` pool, no query builder. The hot paths (claiming,

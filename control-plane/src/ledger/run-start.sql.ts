@@ -1,0 +1,49 @@
+// The run-start rule of domain/run-start.ts and the status sets of domain/run.ts, rendered into
+// SQL once for every statement that needs them. test/run-start-rule.test.ts runs this SQL
+// against generated ledgers and compares it with the domain function.
+import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS } from "../domain/agent.js";
+import { EXECUTING_STATUSES, LIVE_STATUSES, PARKED_STATUSES, type RunStatus } from "../domain/run.js";
+import { fragment, raw, type StatementFragment } from "./sql-text.js";
+
+const list = (statuses: readonly RunStatus[]): string => statuses.map((s) => `'${s}'`).join(", ");
+
+/** `'queued', 'running', …` for `status IN (…)`. */
+export const LIVE_SQL = list(LIVE_STATUSES);
+export const PARKED_SQL = list(PARKED_STATUSES);
+export const EXECUTING_SQL = list(EXECUTING_STATUSES);
+
+/** The agent's own ceiling on concurrent root runs, from its spec `a` (domain agentCeiling). */
+export const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
+
+/** Whether run `o` is ahead of run `r` in their conversation's queue (domain aheadInQueue). */
+const AHEAD_SQL = `(coalesce(o.request_received_at, o.created_at), o.created_at, o.id) < (coalesce(r.request_received_at, r.created_at), r.created_at, r.id)`;
+
+/** Where a statement keeps the rule's two inputs. */
+export interface StartRuleParams<P> {
+  readonly now: (params: P) => Date;
+  readonly installCeiling: (params: P) => number;
+}
+
+/** The SQL form of startBlocker for run `r` of agent `a`: NULL when it may start, else the wait reason. */
+export function startBlockerSql<P>(input: StartRuleParams<P>): StatementFragment<P> {
+  return fragment<P>`CASE
+    WHEN r.paused THEN 'paused'
+    WHEN r.not_before > ${input.now}::timestamptz THEN 'coalescing'
+    WHEN r.parent_run_id IS NOT NULL THEN NULL
+    WHEN r.started_at IS NULL AND EXISTS (
+      SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.id <> r.id
+        AND ((o.started_at IS NOT NULL AND o.status IN (${raw(LIVE_SQL)}))
+          OR (o.status = 'queued' AND o.started_at IS NULL AND ${raw(AHEAD_SQL)}))) THEN 'conversation_busy'
+    WHEN (SELECT count(*) FROM runs x WHERE x.agent_id = r.agent_id AND ${raw(EXECUTING_ROOT_SQL("x"))}) >= ${raw(AGENT_CEILING_SQL)}
+      OR (SELECT count(*) FROM runs x WHERE ${raw(EXECUTING_ROOT_SQL("x"))}) >= ${input.installCeiling}::int
+      THEN 'concurrency_ceiling'
+    END`;
+}
+
+/** The SQL form of mayStart for run `r` of agent `a`. */
+export function mayStartSql<P>(input: StartRuleParams<P>): StatementFragment<P> {
+  return fragment<P>`(r.status = 'queued' AND (${startBlockerSql(input)}) IS NULL)`;
+}
+
+/** Root runs a worker holds, which count against the ceilings. */
+export const EXECUTING_ROOT_SQL = (alias: string): string => `${alias}.parent_run_id IS NULL AND ${alias}.status IN (${EXECUTING_SQL})`;
