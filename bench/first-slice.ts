@@ -16,7 +16,7 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
 import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
-import { SUCCEEDED_ACK } from "../control-plane/src/runner/runner.js";
+import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
 import { durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres } from "./support.js";
 
 const CONNECTOR = "bench";

@@ -8,7 +8,7 @@ import {
   decodeToolName,
   encodeToolName,
 } from "../control-plane/src/models/openai-model-provider.js";
-import type { ModelProvider } from "../control-plane/src/runner/model-provider.js";
+import type { ModelProvider } from "../control-plane/src/models/model-provider.js";
 import {
   startOpenAiCompatibleServer,
   type CompletionScript,

@@ -16,7 +16,7 @@ import {
   followUpQuestion,
 } from "../domain/interrupt.js";
 import { decide } from "../runner/decision.js";
-import type { ModelProvider } from "../runner/model-provider.js";
+import type { ModelProvider } from "../models/model-provider.js";
 import type { AdmissionAnswers, AdmissionAttempt, Mailbox, MailboxStore } from "./ingress.js";
 
 export interface MailboxDeps {

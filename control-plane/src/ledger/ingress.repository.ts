@@ -6,7 +6,8 @@ import { randomUUID } from "node:crypto";
 import type { AgentSpec } from "../domain/agent.js";
 import { FailedPreconditionError, NotFoundError, PermissionDeniedError } from "../domain/errors.js";
 import { coalesceUntil, planAdmission, type AdmissionPlan, type ConversationState, type TargetRun } from "../domain/interrupt.js";
-import { ackKey, ZERO_USAGE, type CommitBoundary, type RunStatus } from "../domain/run.js";
+import { ZERO_USAGE, type CommitBoundary, type RunStatus } from "../domain/run.js";
+import { ackKey } from "../domain/settlement.js";
 import type { ClaimedRun } from "../runner/run-store.js";
 import { ClaimNotStarted, type ReservedWorker, type WorkerHandoff } from "../runner/worker-pool.js";
 import {

@@ -1,10 +1,9 @@
 // Writes that several transactions share: the run's event sequence and emission reservations.
 import { randomUUID } from "node:crypto";
 import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS } from "../domain/agent.js";
-import { partialResultReply } from "../domain/interrupt.js";
 import type { EmissionDraft } from "../domain/records.js";
-import { ackKey, type CommitBoundary, type RunEventKind, type RunStatus } from "../domain/run.js";
-import { FAILED_ACK } from "../runner/runner.js";
+import type { CommitBoundary, RunEventKind, RunStatus } from "../domain/run.js";
+import { cancellationReply, settlementDrafts, type WorkDone } from "../domain/settlement.js";
 import { preparedRows, rows, type SqlTransaction } from "./sql.js";
 
 export interface RunEventDraft {
@@ -178,31 +177,18 @@ export async function stopParkedRun(trx: SqlTransaction, stop: ParkedRunStop): P
   ]);
   await trx.query("SELECT pg_notify('keel_runs', ?)", [stop.runId]);
   if (stop.supersededBy !== undefined) return;
-  const replyTo = stop.replyToMessageId === null ? {} : { replyToMessageId: stop.replyToMessageId };
-  const drafts: EmissionDraft[] = [];
+  let done: WorkDone = { stepsDone: 0, effects: [] };
   if (stop.commitBoundary === "committed") {
-    const [done] = await rows<{ steps: number; effects: string[] | null }>(
+    const [row] = await rows<{ steps: number; effects: string[] | null }>(
       trx,
       `SELECT (SELECT count(*)::int FROM run_steps WHERE run_id = ?) AS steps,
          (SELECT json_agg(tool_name ORDER BY created_at) FROM tool_invocations
           WHERE run_id = ? AND effect = 'write' AND (status = 'succeeded' OR resolved_outcome = 'applied')) AS effects`,
       [stop.runId, stop.runId],
     );
-    drafts.push({
-      kind: "reply",
-      idempotencyKey: `reply:${stop.runId}`,
-      text: partialResultReply({ stoppedBy: stop.actorId, stepsDone: done?.steps ?? 0, effects: done?.effects ?? [] }),
-      ...replyTo,
-      addressedActorIds: stop.addressedActorIds,
-    });
+    done = { stepsDone: row?.steps ?? 0, effects: row?.effects ?? [] };
   }
-  drafts.push({
-    kind: "ack",
-    idempotencyKey: ackKey(stop.logicalRequestId, "settled"),
-    text: FAILED_ACK,
-    ackState: "failed",
-    ...replyTo,
-    addressedActorIds: stop.addressedActorIds,
-  });
+  const audience = { ...stop, replyToMessageId: stop.replyToMessageId ?? undefined };
+  const drafts = settlementDrafts(audience, "cancelled", cancellationReply(stop.commitBoundary, stop.actorId, () => done));
   await reserveEmissions(trx, stop, drafts);
 }

@@ -3,12 +3,11 @@ import type { Policy } from "../domain/agent.js";
 import { inheritablePrefix } from "../domain/interrupt.js";
 import { LeaseLostError } from "../domain/errors.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
+import { refusedReply, type ReplyGuard } from "../domain/settlement.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import {
-  refusedReply,
   type Fence,
   type InvocationState,
-  type ReplyGuard,
   type RunHistory,
   type RunControlState,
   type RunStore,

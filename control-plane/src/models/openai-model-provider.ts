@@ -13,7 +13,7 @@ import { z } from "zod";
 import { DEFAULT_MODEL_TIMEOUT_MS, type ModelSpec } from "../domain/agent.js";
 import { ModelProviderError } from "../domain/errors.js";
 import type { ModelMessage, ModelTurn, ToolCallRequest, ToolSpec } from "../domain/transcript.js";
-import type { DecisionRequest, ModelProvider, ModelRequest } from "../runner/model-provider.js";
+import type { DecisionRequest, ModelProvider, ModelRequest } from "./model-provider.js";
 
 export interface OpenAiModelProviderOptions {
   /** Where API keys are read from, by the name in `ModelSpec.apiKeyEnv`. */

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import type { ModelSpec, ScriptedTurn } from "../domain/agent.js";
 import { ModelProviderError } from "../domain/errors.js";
 import type { ModelMessage } from "../domain/transcript.js";
-import type { ModelRequest } from "../runner/model-provider.js";
+import type { ModelRequest } from "./model-provider.js";
 import { createScriptedModelProvider } from "./scripted-model-provider.js";
 
 function turn(overrides: Partial<ScriptedTurn> = {}): ScriptedTurn {

@@ -4,7 +4,7 @@
 import type { ScriptedTurn } from "../domain/agent.js";
 import { ModelProviderError } from "../domain/errors.js";
 import type { ModelMessage, ModelTurn, ToolCallRequest } from "../domain/transcript.js";
-import type { DecisionRequest, ModelProvider, ModelRequest } from "../runner/model-provider.js";
+import type { DecisionRequest, ModelProvider, ModelRequest } from "./model-provider.js";
 
 const MESSAGE_PLACEHOLDER = "{{message}}";
 

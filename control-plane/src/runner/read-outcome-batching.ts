@@ -6,7 +6,8 @@
 // committed on their own after `flushAfterMs`, so the ledger never lags a read by more than
 // that. Writes, refusals, interruptions and anything that parks or settles the run are
 // committed at once, carrying whatever reads are held.
-import { refusedReply, type RunControlState, type RunStore, type StepCommit, type ToolOutcomeCommit } from "./run-store.js";
+import { refusedReply } from "../domain/settlement.js";
+import type { RunControlState, RunStore, StepCommit, ToolOutcomeCommit } from "./run-store.js";
 
 /** How long a finished read's result may wait for the run's next commit. */
 export const DEFAULT_READ_FLUSH_MS = 100;

@@ -3,6 +3,7 @@ import type { StoredModelRequest } from "../domain/model-request.js";
 import type { ArtifactRecord, EmissionDraft, ToolInvocationStatus } from "../domain/records.js";
 import type { ObservationText } from "../domain/sandbox.js";
 import type { BudgetDimension, CommitBoundary, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
+import type { ReplyGuard } from "../domain/settlement.js";
 import type { TranscriptInvocation, TranscriptStep } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type { ArtifactDraft } from "../tools/tool-registry.js";
@@ -141,20 +142,9 @@ export interface StepCommit extends Fence, Settlement {
    * The step settles the run with the model's reply, decided on the control state the worker
    * last saw: no stop, and (when `triggerCount` is given) its input as of that many triggers. If
    * a stop (cancellation, supersession) or another trigger has been committed since, nothing is
-   * written and the returned state shows it (see refusedReply).
+   * written and the returned state shows it (see refusedReply in domain/settlement.ts).
    */
   readonly unlessChangedSince?: ReplyGuard;
-}
-
-/** What a reply was decided on (StepCommit.unlessChangedSince). */
-export interface ReplyGuard {
-  readonly triggerCount: number | undefined;
-}
-
-/** Whether a reply committed with this guard came back refused, with nothing written. */
-export function refusedReply(guard: ReplyGuard | undefined, control: RunControlState): boolean {
-  if (guard === undefined) return false;
-  return control.cancelRequestedByActorId !== undefined || (guard.triggerCount !== undefined && control.triggerCount !== guard.triggerCount);
 }
 
 /** One tool call's result, with its artifacts, committed atomically. */

@@ -8,17 +8,15 @@ import { DomainError } from "../domain/errors.js";
 import { byteLength } from "../domain/ids.js";
 import { mayDispatch } from "../domain/policy.js";
 import { evaluatorFor, profileFor } from "../domain/profile.js";
-import type { EmissionDraft } from "../domain/records.js";
-import { ackKey, costMicroUsd, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
-import { partialResultReply } from "../domain/interrupt.js";
+import { costMicroUsd, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
+import { cancellationReply, questionDraft, refusedReply, settlementDrafts } from "../domain/settlement.js";
 import { requestForStorage, type PreviousModelRequest } from "../domain/model-request.js";
 import { buildTranscript } from "../domain/transcript-builder.js";
 import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import { ToolOutcomeUnknownError, type RegisteredTool, type ToolRegistry } from "../tools/tool-registry.js";
-import type { ModelProvider } from "./model-provider.js";
+import type { ModelProvider } from "../models/model-provider.js";
 import { batchReadOutcomes, DEFAULT_READ_FLUSH_MS } from "./read-outcome-batching.js";
 import {
-  refusedReply,
   type ClaimedRun,
   type Fence,
   type InvocationIntent,
@@ -58,9 +56,6 @@ export interface StepContext {
   readonly workerId: string;
   readonly signal: AbortSignal;
 }
-
-export const SUCCEEDED_ACK = "✅";
-export const FAILED_ACK = "❌";
 
 /** Thrown inside the loop when the run has been settled or handed back; ends this claim quietly. */
 class RunParked extends Error {}
@@ -294,13 +289,11 @@ class RunDriver {
 
   /** Past the commit boundary a stop must say what was already done; before it, the failed ack says enough. */
   private async stopCancelled(actorId: string): Promise<never> {
-    if (this.commitBoundary !== "committed") return this.settle("cancelled", { summary: `cancelled by ${actorId}` });
-    const done = [...this.history.steps];
-    const reply = partialResultReply({
-      stoppedBy: actorId,
-      stepsDone: done.length,
-      effects: done.flatMap((s) => s.invocations).filter((i) => i.effect === "write" && (i.status === "succeeded" || i.resolvedOutcome === "applied")).map((i) => i.toolName),
-    });
+    const reply = cancellationReply(this.commitBoundary, actorId, () => ({
+      stepsDone: this.history.steps.length,
+      effects: this.history.steps.flatMap((s) => s.invocations).filter((i) => i.effect === "write" && (i.status === "succeeded" || i.resolvedOutcome === "applied")).map((i) => i.toolName),
+    }));
+    if (reply === undefined) return this.settle("cancelled", { summary: `cancelled by ${actorId}` });
     return this.settle("cancelled", { summary: `cancelled by ${actorId} past the commit boundary; partial result sent`, replyText: reply, finalReply: reply });
   }
 
@@ -670,15 +663,7 @@ class RunDriver {
       step: undefined,
       status: "awaiting_input",
       usage: this.usage,
-      emissions: [
-        {
-          kind: "question",
-          idempotencyKey: `question:${invocation.id}`,
-          text: question,
-          ...(this.claimed.replyToMessageId === undefined ? {} : { replyToMessageId: this.claimed.replyToMessageId }),
-          addressedActorIds: this.addressed(),
-        },
-      ],
+      emissions: [questionDraft({ replyToMessageId: this.claimed.replyToMessageId, addressedActorIds: this.addressed() }, invocation.id, question)],
       summary: "asked the conversation a question",
     });
     throw new RunParked();
@@ -767,21 +752,11 @@ class RunDriver {
 
   /** The run's terminal status with its reply and the ack that replaces the hourglass. */
   private settlement(status: RunStatus, outcome: { summary: string; replyText?: string; finalReply?: string; error?: string }): Settlement {
-    const addressed = this.addressed();
-    const replyTo = this.claimed.replyToMessageId === undefined ? {} : { replyToMessageId: this.claimed.replyToMessageId };
-    const emissions: EmissionDraft[] = [];
-    if (outcome.replyText !== undefined) {
-      emissions.push({ kind: "reply", idempotencyKey: `reply:${this.claimed.runId}`, text: outcome.replyText, ...replyTo, addressedActorIds: addressed });
-    }
-    const succeeded = status === "succeeded";
-    emissions.push({
-      kind: "ack",
-      idempotencyKey: ackKey(this.claimed.logicalRequestId, "settled"),
-      text: succeeded ? SUCCEEDED_ACK : FAILED_ACK,
-      ackState: succeeded ? "succeeded" : "failed",
-      ...replyTo,
-      addressedActorIds: addressed,
-    });
+    const emissions = settlementDrafts(
+      { runId: this.claimed.runId, logicalRequestId: this.claimed.logicalRequestId, replyToMessageId: this.claimed.replyToMessageId, addressedActorIds: this.addressed() },
+      status,
+      outcome.replyText,
+    );
     this.usage = { ...this.usage, wallClockMs: this.elapsed() };
     return {
       status,

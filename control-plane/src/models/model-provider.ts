@@ -19,7 +19,7 @@ export interface DecisionRequest {
 }
 
 /**
- * The runner's port to a model. Implementations throw ModelProviderError for
+ * The port to a model (the runner and the conversation mailbox use it). Implementations throw ModelProviderError for
  * provider failures (HTTP errors, timeouts, malformed output).
  */
 export interface ModelProvider {
