@@ -36,7 +36,7 @@ describe("agents in the ledger", () => {
 describe("API tokens", () => {
   it("trusts a checked role for 5 s, then serves it while it is checked again, then goes by the ledger", async () => {
     let now = 1_000_000;
-    const tokens = createApiTokenRepository(keel.app.ledger.orm, () => now);
+    const tokens = createApiTokenRepository(keel.app.ledger.sql, () => now);
     const { secret } = await tokens.create("connector", "revocation test");
     expect(await tokens.roleOf(secret)).toBe("connector");
     await rows(keel.app.ledger.sql, "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = ?", [hashToken(secret)]);

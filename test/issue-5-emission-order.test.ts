@@ -6,12 +6,21 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { EmissionDraft } from "../control-plane/src/domain/records.js";
 import { createEmissionRepository } from "../control-plane/src/ledger/emission.repository.js";
 import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
+import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 let keel: TestKeel;
 
 beforeAll(async () => {
   keel = await startTestKeel({ workers: 0 });
+  // The emissions belong to a real run and conversation: the ledger's foreign keys reject orphans.
+  await keel.app.ledger.sql.query(sqlText`
+    WITH actor AS (INSERT INTO actors (id) VALUES ('issue-5') ON CONFLICT DO NOTHING),
+    conversation AS (
+      INSERT INTO conversations (id, agent_id, external_id, connector)
+      VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
+    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
+    VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, 'succeeded', 'issue-5', '{}', '{}')`);
 });
 
 afterAll(async () => {

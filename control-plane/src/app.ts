@@ -16,7 +16,7 @@ import { createIngressRepository } from "./ledger/ingress.repository.js";
 import { createMailbox } from "./conversation/mailbox.js";
 import { systemClock, type Clock } from "./domain/clock.js";
 import { startNotificationHub } from "./ledger/notification-hub.js";
-import { openLedger, type LedgerOrm } from "./ledger/orm.js";
+import { migrateLedger } from "./ledger/orm.js";
 import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
 import { createRunControlRepository } from "./ledger/run-control.repository.js";
@@ -34,14 +34,10 @@ import { createSandboxTools } from "./tools/sandbox-tools.js";
 import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.js";
 
 export interface Ledger {
-  readonly orm: LedgerOrm;
   readonly sql: SqlPool;
   readonly url: string;
   close(): Promise<void>;
 }
-
-/** MikroORM serves migrations and the agent and token repositories; the hot paths use the SQL pool. */
-const ORM_POOL_MAX = 4;
 
 /** Opens the ledger: DATABASE_URL if set, else the embedded PostgreSQL in the data folder. */
 export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<Ledger> {
@@ -55,15 +51,14 @@ export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<L
     });
     url = embedded.url;
   }
-  const orm = await openLedger({ url, poolMax: ORM_POOL_MAX, log: (message) => log.info({ component: "ledger" }, message) });
+  // MikroORM migrates and lets go of its connection; every query afterwards goes through the SQL pool.
+  await migrateLedger({ url, log: (message) => log.info({ component: "ledger" }, message) });
   const sql = createSqlPool({ url, max: config.dbPoolMax, onError: (error) => log.warn({ component: "ledger", err: error }, "idle database connection failed") });
   return {
-    orm,
     sql,
     url,
     async close() {
       await sql.close();
-      await orm.close();
       await embedded?.stop();
     },
   };
@@ -101,7 +96,7 @@ export async function buildApp(
   const ledger = await openKeelLedger(config, logger);
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
   const agents = createAgentRepository(ledger.sql);
-  const tokens = createApiTokenRepository(ledger.orm);
+  const tokens = createApiTokenRepository(ledger.sql);
   const clock = options.clock ?? systemClock;
   const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const runQueries = createRunQueryRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });

@@ -8,7 +8,7 @@ import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
 import { createAgentRepository } from "../../control-plane/src/ledger/agent.repository.js";
 import { createSqlPool } from "../../control-plane/src/ledger/sql.js";
 import { createApiTokenRepository, type TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
-import { openLedger } from "../../control-plane/src/ledger/orm.js";
+import { migrateLedger } from "../../control-plane/src/ledger/orm.js";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const KEEL_BIN = path.join(ROOT, "bin", "keel.js");
@@ -122,14 +122,13 @@ export function startKeelServe(args: readonly string[], env: Readonly<Record<str
 
 /** Migrates a fresh database, stores the agents and makes a token, before any server starts (so none race to). */
 export async function prepareLedger(databaseUrl: string, agents: readonly AgentSpec[], role: TokenRole = "admin"): Promise<string> {
-  const orm = await openLedger({ url: databaseUrl, poolMax: 2 });
+  await migrateLedger({ url: databaseUrl });
   const sql = createSqlPool({ url: databaseUrl, max: 2 });
   try {
     for (const agent of agents) await createAgentRepository(sql).put(agent);
-    return (await createApiTokenRepository(orm).create(role, "test")).secret;
+    return (await createApiTokenRepository(sql).create(role, "test")).secret;
   } finally {
     await sql.close();
-    await orm.close();
   }
 }
 

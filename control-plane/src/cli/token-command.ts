@@ -11,7 +11,7 @@ export async function tokenCreateCommand(config: KeelConfig, role: string, label
   }
   const ledger = await openKeelLedger(config, pino({ level: "silent" }));
   try {
-    const { id, secret } = await createApiTokenRepository(ledger.orm).create(role as TokenRole, label);
+    const { id, secret } = await createApiTokenRepository(ledger.sql).create(role as TokenRole, label);
     out(secret);
     process.stderr.write(`created ${role} token ${id}; the secret above is shown once and stored only as a hash\n`);
     return 0;

@@ -1,6 +1,5 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
-import { ApiTokenEntity } from "./entities/api-token.entity.js";
-import type { LedgerOrm } from "./orm.js";
+import { statement, type Sql } from "./sql.js";
 
 export const TOKEN_ROLES = ["connector", "sandbox-host", "operator", "admin"] as const;
 export type TokenRole = (typeof TOKEN_ROLES)[number];
@@ -21,8 +20,14 @@ const TRUSTED_MS = 5_000;
 /** Past TRUSTED_MS a role is still served while a check runs in the background, for this long at most. */
 const STALE_MS = 5_000;
 
+const selectLiveTokenRole = statement<{ tokenHash: string }, { role: string }>("select_live_token_role")`
+  SELECT role FROM api_tokens WHERE token_hash = ${(p) => p.tokenHash} AND revoked_at IS NULL`;
+
+const insertApiToken = statement<{ id: string; tokenHash: string; role: TokenRole; label: string }, never>("insert_api_token")`
+  INSERT INTO api_tokens (id, token_hash, role, label) VALUES (${(p) => p.id}, ${(p) => p.tokenHash}, ${(p) => p.role}, ${(p) => p.label})`;
+
 /** `now` is for tests: milliseconds, as Date.now. */
-export function createApiTokenRepository(orm: LedgerOrm, now: () => number = Date.now): ApiTokenRepository {
+export function createApiTokenRepository(sql: Sql, now: () => number = Date.now): ApiTokenRepository {
   // Verification is on every RPC; a short cache keeps it off the database. A role past its
   // trusted time is re-checked in the background while it is served, so a busy connector never
   // waits on that check; an idle one (nothing for STALE_MS more) is checked inline again.
@@ -30,8 +35,8 @@ export function createApiTokenRepository(orm: LedgerOrm, now: () => number = Dat
   const check = (hash: string): Promise<TokenRole | undefined> => {
     const checking = (async () => {
       try {
-        const found = await orm.em.fork().findOne(ApiTokenEntity, { tokenHash: hash, revokedAt: null });
-        const role = found === null ? undefined : (found.role as TokenRole);
+        const [found] = await sql.run(selectLiveTokenRole, { tokenHash: hash });
+        const role = found === undefined ? undefined : (found.role as TokenRole);
         if (cache.size > 10_000) cache.clear();
         cache.set(hash, { role, until: now() + TRUSTED_MS });
         return role;
@@ -49,9 +54,7 @@ export function createApiTokenRepository(orm: LedgerOrm, now: () => number = Dat
     async create(role, label) {
       const secret = `keel_${role.replace("-", "_")}_${randomBytes(24).toString("base64url")}`;
       const id = randomUUID();
-      const em = orm.em.fork();
-      em.create(ApiTokenEntity, { id, tokenHash: hashToken(secret), role, label });
-      await em.flush();
+      await sql.run(insertApiToken, { id, tokenHash: hashToken(secret), role, label });
       return { id, secret };
     },
     async roleOf(secret) {

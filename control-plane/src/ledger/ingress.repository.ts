@@ -117,7 +117,7 @@ async function conversationRuns(trx: SqlTransaction, agentId: string, conversati
          OR r.id = (SELECT n.id FROM runs n WHERE n.agent_id = ? AND n.conversation_id = ? AND n.parent_run_id IS NULL
                     ORDER BY n.created_at DESC, n.id DESC LIMIT 1))
      ORDER BY r.created_at, r.id
-     FOR UPDATE OF r`,
+     FOR NO KEY UPDATE OF r`,
     [conversationId, agentId, conversationId],
   );
 }
@@ -302,7 +302,7 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
         const [conversation] = await rows<{ id: string; spec: AgentSpec }>(
           trx,
           `SELECT c.id, a.spec FROM conversations c JOIN agents a ON a.id = c.agent_id
-           WHERE c.agent_id = ? AND c.external_id = ? FOR UPDATE OF c`,
+           WHERE c.agent_id = ? AND c.external_id = ? FOR NO KEY UPDATE OF c`,
           [edit.agentId, edit.conversationId],
         );
         if (conversation === undefined) throw new NotFoundError("message", edit.messageId);
@@ -390,7 +390,7 @@ export function createIngressRepository(sql: Sql, options: IngressRepositoryOpti
           `SELECT r.*, c.external_id, a.spec AS agent_spec,
              EXISTS (SELECT 1 FROM runs k WHERE k.continuation_of_run_id = r.id) AS continued
            FROM runs r JOIN conversations c ON c.id = r.conversation_id JOIN agents a ON a.id = r.agent_id
-           WHERE r.id = ? FOR UPDATE OF r`,
+           WHERE r.id = ? FOR NO KEY UPDATE OF r`,
           [request.runId],
         );
         if (run === undefined) throw new NotFoundError("run", request.runId);

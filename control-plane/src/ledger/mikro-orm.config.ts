@@ -3,5 +3,5 @@ import { defineConfig } from "@mikro-orm/postgresql";
 import { ledgerConfig } from "./orm.js";
 
 export default defineConfig(
-  ledgerConfig({ url: process.env["DATABASE_URL"] ?? "postgresql://keel:keel@127.0.0.1:54320/keel", poolMax: 2 }),
+  ledgerConfig({ url: process.env["DATABASE_URL"] ?? "postgresql://keel:keel@127.0.0.1:54320/keel" }),
 );

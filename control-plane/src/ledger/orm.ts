@@ -3,27 +3,30 @@ import { Migrator } from "@mikro-orm/migrations";
 import { ledgerEntities } from "./entities/index.js";
 import { ledgerMigrations } from "./migrations/index.js";
 
-export type LedgerOrm = MikroORM;
-
-export interface LedgerOptions {
+export interface LedgerMigrationOptions {
   readonly url: string;
-  readonly poolMax: number;
   readonly debug?: boolean;
   /** Where MikroORM's own messages (migrations applied) go; silent by default. */
   readonly log?: (message: string) => void;
 }
 
-export function ledgerConfig(options: LedgerOptions) {
+/**
+ * MikroORM's configuration: the entities (the schema's one description), the migrations and the
+ * migrator. Only the start-up migration, the CLI (migration:create) and the schema tests use it;
+ * at run time every query goes through the SQL pool (sql.ts).
+ */
+export function ledgerConfig(options: LedgerMigrationOptions) {
   return {
     clientUrl: options.url,
     entities: [...ledgerEntities],
     extensions: [Migrator],
-    pool: { min: 0, max: options.poolMax },
+    // Migrations run one after another on one connection.
+    pool: { min: 0, max: 1 },
     debug: options.debug ?? false,
     logger: options.log ?? (() => {}),
     // Messages go into JSON log lines; terminal colour codes would only garble them.
     colors: false,
-    // Every RPC and worker iteration forks its own EntityManager; the global one is a bug.
+    // No entity is loaded through an EntityManager; any use of the global one is a bug.
     allowGlobalContext: false,
     discovery: { warnWhenNoEntities: true },
     migrations: {
@@ -39,9 +42,12 @@ export function ledgerConfig(options: LedgerOptions) {
   };
 }
 
-/** Connects and brings the schema up to date; migrations run at every start. */
-export async function openLedger(options: LedgerOptions): Promise<LedgerOrm> {
+/** Brings the schema up to date (every start runs this), then closes MikroORM's connection. */
+export async function migrateLedger(options: LedgerMigrationOptions): Promise<void> {
   const orm = await MikroORM.init(ledgerConfig(options));
-  await orm.getMigrator().up();
-  return orm;
+  try {
+    await orm.getMigrator().up();
+  } finally {
+    await orm.close();
+  }
 }

@@ -55,7 +55,7 @@ const selectCandidate = statement<CandidateParams, { id: string; status: RunStat
     WHERE ${mayStartSql<CandidateParams>({ now, installCeiling })} OR ${raw(LEASE_EXPIRED)}
     ORDER BY r.created_at
     LIMIT 1
-    FOR UPDATE OF r SKIP LOCKED)
+    FOR NO KEY UPDATE OF r SKIP LOCKED)
   SELECT c.id, c.status, d.setting,
     CASE WHEN c.status = 'queued' THEN pg_advisory_xact_lock(${raw(String(ADMISSION_LOCK))}) END AS admitted
   FROM candidate c, durability d`;

@@ -29,7 +29,7 @@ export function createRunControlRepository(sql: Sql): RunControl {
         `SELECT r.status, r.agent_id, r.conversation_id, r.connector, c.external_id, r.reply_to_message_id,
            r.requested_by_actor_id, r.paused, coalesce(r.logical_request_id, r.id) AS logical_request_id, r.commit_boundary,
            (SELECT json_agg(DISTINCT t.actor_id) FROM run_triggers t WHERE t.run_id = r.id AND t.relation <> 'cancels') AS addressed
-         FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ? FOR UPDATE OF r`,
+         FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ? FOR NO KEY UPDATE OF r`,
         [runId],
       );
       if (run === undefined) throw new NotFoundError("run", runId);

@@ -77,7 +77,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       bindings.push(...values);
     };
     cte(`durability AS (SELECT set_config('synchronous_commit', ?, true) AS setting)`, mayCommitAsync(settlement, change.writes) ? "off" : "on");
-    cte(`previous AS (SELECT id, status FROM runs WHERE id = ? FOR UPDATE)`, fence.runId);
+    cte(`previous AS (SELECT id, status FROM runs WHERE id = ? FOR NO KEY UPDATE)`, fence.runId);
     cte(
       `fence AS (
          UPDATE runs r SET status = ?, usage = ?::jsonb, step_count = r.step_count + ?,

@@ -1,4 +1,7 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
+import { ToolInvocationEntity } from "./tool-invocation.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,13 +12,14 @@ export const ArtifactEntity = defineEntity({
   indexes: [{ properties: ["runId"] }],
   properties: {
     id: p.uuid().primary(),
-    runId: p.uuid(),
-    toolInvocationId: p.uuid().nullable(),
+    runId: () => references(RunEntity, "run_id"),
+    toolInvocationId: () => references(ToolInvocationEntity, "tool_invocation_id").nullable(),
     type: p.text(),
     schemaVersion: p.text(),
     provenance: p.text(),
     inlineData: p.text().nullable(),
     reference: p.text().nullable(),
+    // No foreign key: a verifier's result names its subject as the tool reported it; a wrong id must not fail the step's commit.
     subjectArtifactId: p.uuid().nullable(),
     conclusion: p.text().nullable(),
     createdAt: p.datetime().defaultRaw("now()"),

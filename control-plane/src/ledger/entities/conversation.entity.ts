@@ -1,4 +1,6 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { AgentEntity } from "./agent.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,7 +11,7 @@ export const ConversationEntity = defineEntity({
   uniques: [{ properties: ["agentId", "externalId"] }],
   properties: {
     id: p.uuid().primary(),
-    agentId: p.text(),
+    agentId: () => references(AgentEntity, "agent_id"),
     externalId: p.text(),
     connector: p.text(),
     createdAt: p.datetime().defaultRaw("now()"),

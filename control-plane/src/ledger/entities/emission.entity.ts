@@ -1,4 +1,8 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { AgentEntity } from "./agent.entity.js";
+import { ConversationEntity } from "./conversation.entity.js";
+import { RunEntity } from "./run.entity.js";
 
 const p = defineEntity.properties;
 
@@ -17,9 +21,9 @@ export const EmissionEntity = defineEntity({
     idempotencyKey: p.text().unique(),
     connector: p.text(),
     kind: p.text(),
-    runId: p.uuid().nullable(),
-    agentId: p.text(),
-    conversationId: p.uuid(),
+    runId: () => references(RunEntity, "run_id").nullable(),
+    agentId: () => references(AgentEntity, "agent_id"),
+    conversationId: () => references(ConversationEntity, "conversation_id"),
     externalConversationId: p.text(),
     replyToMessageId: p.text().nullable(),
     text: p.text().default(""),

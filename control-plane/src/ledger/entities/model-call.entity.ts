@@ -1,4 +1,7 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
+import { RunStepEntity } from "./run-step.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,8 +12,8 @@ export const ModelCallEntity = defineEntity({
   indexes: [{ properties: ["runId"] }, { properties: ["stepId"] }],
   properties: {
     id: p.uuid().primary(),
-    runId: p.uuid(),
-    stepId: p.uuid(),
+    runId: () => references(RunEntity, "run_id"),
+    stepId: () => references(RunStepEntity, "step_id"),
     role: p.text(),
     provider: p.text(),
     model: p.text(),

@@ -1,4 +1,7 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
+import { ToolInvocationEntity } from "./tool-invocation.entity.js";
 
 const p = defineEntity.properties;
 
@@ -10,8 +13,8 @@ export const ObservationEntity = defineEntity({
   indexes: [{ properties: ["runId"] }],
   properties: {
     id: p.uuid().primary(),
-    runId: p.uuid(),
-    toolInvocationId: p.uuid(),
+    runId: () => references(RunEntity, "run_id"),
+    toolInvocationId: () => references(ToolInvocationEntity, "tool_invocation_id"),
     seq: p.integer(),
     stream: p.text(),
     text: p.text(),

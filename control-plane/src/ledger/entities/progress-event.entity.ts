@@ -1,4 +1,7 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { EmissionEntity } from "./emission.entity.js";
+import { RunEntity } from "./run.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,10 +12,10 @@ export const ProgressEventEntity = defineEntity({
   uniques: [{ properties: ["subject", "seq"] }],
   properties: {
     id: p.uuid().primary(),
-    runId: p.uuid(),
+    runId: () => references(RunEntity, "run_id"),
     subject: p.text(),
     seq: p.integer(),
-    emissionId: p.uuid().nullable(),
+    emissionId: () => references(EmissionEntity, "emission_id").nullable(),
     text: p.text(),
     createdAt: p.datetime().defaultRaw("now()"),
   },

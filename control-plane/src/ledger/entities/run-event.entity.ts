@@ -1,4 +1,8 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
+import { RunStepEntity } from "./run-step.entity.js";
+import { ToolInvocationEntity } from "./tool-invocation.entity.js";
 
 const p = defineEntity.properties;
 
@@ -7,12 +11,12 @@ export const RunEventEntity = defineEntity({
   name: "RunEvent",
   tableName: "run_events",
   properties: {
-    runId: p.uuid().primary(),
+    runId: () => references(RunEntity, "run_id").primary(),
     seq: p.integer().primary(),
     kind: p.text(),
     status: p.text().nullable(),
-    stepId: p.uuid().nullable(),
-    toolInvocationId: p.uuid().nullable(),
+    stepId: () => references(RunStepEntity, "step_id").nullable(),
+    toolInvocationId: () => references(ToolInvocationEntity, "tool_invocation_id").nullable(),
     summary: p.text().default(""),
     // The statement's own time, not its transaction's: a claim that waited on a lock is
     // stamped after the commit it waited for, so the ledger orders claims and settles truly.

@@ -1,4 +1,6 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,10 +11,11 @@ export const RunStepEntity = defineEntity({
   uniques: [{ properties: ["runId", "index"] }],
   properties: {
     id: p.uuid().primary(),
-    runId: p.uuid(),
+    runId: () => references(RunEntity, "run_id"),
     index: p.integer(),
     replayability: p.text(),
     runStatusAfter: p.text(),
+    // No foreign key: the actor of an answer or decision may be an operator acting through a token.
     actorId: p.text().nullable(),
     /** What the runner told the model after this step: an invalid turn, an unmet completion contract. */
     feedback: p.text().nullable(),

@@ -1,4 +1,8 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { ActorEntity } from "./actor.entity.js";
+import { MessageEntity } from "./message.entity.js";
+import { RunEntity } from "./run.entity.js";
 
 const p = defineEntity.properties;
 
@@ -8,9 +12,9 @@ export const RunTriggerEntity = defineEntity({
   tableName: "run_triggers",
   indexes: [{ properties: ["messageId"] }],
   properties: {
-    runId: p.uuid().primary(),
-    messageId: p.uuid().primary(),
-    actorId: p.text(),
+    runId: () => references(RunEntity, "run_id").primary(),
+    messageId: () => references(MessageEntity, "message_id").primary(),
+    actorId: () => references(ActorEntity, "actor_id"),
     externalMessageId: p.text(),
     receivedAt: p.datetime().defaultRaw("now()"),
     /** initial, coalesced, refines, amends, cancels, edit or continues. */

@@ -1,4 +1,8 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { ActorEntity } from "./actor.entity.js";
+import { AgentEntity } from "./agent.entity.js";
+import { ConversationEntity } from "./conversation.entity.js";
 
 const p = defineEntity.properties;
 
@@ -19,19 +23,19 @@ export const RunEntity = defineEntity({
   ],
   properties: {
     id: p.uuid().primary(),
-    agentId: p.text(),
-    conversationId: p.uuid(),
+    agentId: () => references(AgentEntity, "agent_id"),
+    conversationId: () => references(ConversationEntity, "conversation_id"),
     connector: p.text(),
     status: p.text(),
     waitReason: p.text().nullable(),
     shape: p.text().default("loop"),
     commitBoundary: p.text().default("buffering"),
-    parentRunId: p.uuid().nullable(),
-    rootRunId: p.uuid().nullable(),
-    supersededByRunId: p.uuid().nullable(),
-    continuationOfRunId: p.uuid().nullable(),
+    parentRunId: () => references(RunEntity, "parent_run_id").nullable(),
+    rootRunId: () => references(RunEntity, "root_run_id").nullable(),
+    supersededByRunId: () => references(RunEntity, "superseded_by_run_id").nullable(),
+    continuationOfRunId: () => references(RunEntity, "continuation_of_run_id").nullable(),
     /** The request a chain of supersessions answers: the first run's id. Acks are keyed on it. */
-    logicalRequestId: p.uuid().nullable(),
+    logicalRequestId: () => references(RunEntity, "logical_request_id").nullable(),
     /** When the logical request's first message arrived, by the clock; the interrupt ceiling counts from here. */
     requestReceivedAt: p.datetime().nullable(),
     /** Supersessions and amendments the logical request has taken (the starvation bound). */
@@ -39,8 +43,8 @@ export const RunEntity = defineEntity({
     /** Bumped with every trigger added, so a running worker knows to read its input again. */
     triggerCount: p.integer().default(0),
     /** The run whose completed work this one starts from (the run it superseded, or the exhausted run it continues). */
-    inheritsFromRunId: p.uuid().nullable(),
-    requestedByActorId: p.text(),
+    inheritsFromRunId: () => references(RunEntity, "inherits_from_run_id").nullable(),
+    requestedByActorId: () => references(ActorEntity, "requested_by_actor_id"),
     replyToMessageId: p.text().nullable(),
     budget: p.json<Record<string, number>>(),
     usage: p.json<Record<string, number>>(),
@@ -50,6 +54,7 @@ export const RunEntity = defineEntity({
     stepCount: p.integer().default(0),
     eventSeq: p.integer().default(0),
     paused: p.boolean().default(false),
+    // No foreign key: operators cancel through the API as token holders, who need not be conversation actors.
     cancelRequestedByActorId: p.text().nullable(),
     cancelReason: p.text().nullable(),
     leaseOwner: p.text().nullable(),

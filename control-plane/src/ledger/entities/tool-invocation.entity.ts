@@ -1,4 +1,8 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { ModelCallEntity } from "./model-call.entity.js";
+import { RunEntity } from "./run.entity.js";
+import { RunStepEntity } from "./run-step.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,9 +13,9 @@ export const ToolInvocationEntity = defineEntity({
   indexes: [{ properties: ["runId", "status"] }, { properties: ["stepId"] }],
   properties: {
     id: p.uuid().primary(),
-    runId: p.uuid(),
-    stepId: p.uuid().nullable(),
-    modelCallId: p.uuid().nullable(),
+    runId: () => references(RunEntity, "run_id"),
+    stepId: () => references(RunStepEntity, "step_id").nullable(),
+    modelCallId: () => references(ModelCallEntity, "model_call_id").nullable(),
     providerCallId: p.text(),
     ordinal: p.integer(),
     toolName: p.text(),
@@ -25,6 +29,7 @@ export const ToolInvocationEntity = defineEntity({
     durationMs: p.integer().nullable(),
     outputTruncated: p.boolean().default(false),
     resolvedOutcome: p.text().nullable(),
+    // No foreign key: unknown outcomes are resolved by operators, who need not be conversation actors.
     resolvedByActorId: p.text().nullable(),
     resolutionReason: p.text().nullable(),
     createdAt: p.datetime().defaultRaw("now()"),

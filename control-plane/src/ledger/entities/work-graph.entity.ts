@@ -1,4 +1,6 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
 
 const p = defineEntity.properties;
 
@@ -8,7 +10,7 @@ export const WorkGraphEntity = defineEntity({
   tableName: "work_graphs",
   properties: {
     id: p.uuid().primary(),
-    rootRunId: p.uuid().unique(),
+    rootRunId: () => references(RunEntity, "root_run_id").unique(),
     revision: p.integer().default(0),
     replans: p.integer().default(0),
     aggregateUsage: p.json<Record<string, number>>(),

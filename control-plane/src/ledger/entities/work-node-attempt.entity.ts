@@ -1,4 +1,7 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
+import { WorkNodeEntity } from "./work-node.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,11 +12,11 @@ export const WorkNodeAttemptEntity = defineEntity({
   uniques: [{ properties: ["nodeId", "ordinal"] }],
   properties: {
     id: p.uuid().primary(),
-    nodeId: p.uuid(),
+    nodeId: () => references(WorkNodeEntity, "node_id"),
     ordinal: p.integer(),
     status: p.text(),
     replayability: p.text(),
-    childRunId: p.uuid().nullable(),
+    childRunId: () => references(RunEntity, "child_run_id").nullable(),
     startedAt: p.datetime().defaultRaw("now()"),
     finishedAt: p.datetime().nullable(),
   },

@@ -1,4 +1,6 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { WorkGraphEntity } from "./work-graph.entity.js";
 
 const p = defineEntity.properties;
 
@@ -8,13 +10,14 @@ export const WorkNodeEntity = defineEntity({
   uniques: [{ properties: ["graphId", "key"] }],
   properties: {
     id: p.uuid().primary(),
-    graphId: p.uuid(),
+    graphId: () => references(WorkGraphEntity, "graph_id"),
     key: p.text(),
     kind: p.text(),
     status: p.text(),
     objective: p.text(),
     dependsOn: p.json<string[]>(),
     gateDecision: p.text().nullable(),
+    // No foreign key: gates are decided by operators, who need not be conversation actors.
     gateDecidedByActorId: p.text().nullable(),
     createdAt: p.datetime().defaultRaw("now()"),
   },

@@ -1,4 +1,7 @@
 import { defineEntity } from "@mikro-orm/core";
+import { references } from "./references.js";
+import { RunEntity } from "./run.entity.js";
+import { SandboxHostEntity } from "./sandbox-host.entity.js";
 
 const p = defineEntity.properties;
 
@@ -9,8 +12,8 @@ export const WorkspaceEntity = defineEntity({
   indexes: [{ properties: ["hostId", "status"] }, { properties: ["runId", "status"] }],
   properties: {
     id: p.uuid().primary(),
-    hostId: p.text(),
-    runId: p.uuid(),
+    hostId: () => references(SandboxHostEntity, "host_id"),
+    runId: () => references(RunEntity, "run_id"),
     image: p.text(),
     /** active, released (the run ended and its inspection time passed), lost (its host went away) or failed. */
     status: p.text(),
