@@ -1,30 +1,23 @@
 // The sandbox host's side of SandboxService.Attach: register, heartbeat, run workspace
-// commands on a WorkspaceBackend and stream what they print back, and keep doing so across
-// lost connections.
+// commands on a WorkspaceBackend (workspace-commands.ts) and stream what they print back, and
+// keep doing so across lost connections.
 //
 // Output goes out in as few messages as the transport allows (output-batcher.ts): merged while
 // it is busy, sent the moment it asks for more, up to the chunk size the control plane announced.
 //
 // While disconnected, output and results wait in a bounded buffer and are sent after the next
-// registration. Results of finished execs are also kept for a while (RECENT_RESULTS_MS), so a
-// control plane that restarted, or whose copy of a result was lost on the wire, can ask for a
-// command again by id (a reattach) and get its real outcome instead of declaring it unknown.
+// registration.
 
 import { randomUUID } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
-import {
-  AttachRequestSchema,
-  CommandResultSchema,
-  OutputStream,
-  SandboxService,
-  type AttachRequest,
-  type WorkspaceCommand,
-} from "../../gen/keel/v1/sandbox_service_pb.js";
-import { OutputBatcher, type OutputOutlet } from "./output-batcher.js";
-import { DEFAULT_WORKSPACE_LIMITS, WorkspaceError, type WorkspaceBackend, type WorkspaceLimits } from "./workspace-backend.js";
+import { AttachRequestSchema, OutputStream, SandboxService, type AttachRequest } from "../../gen/keel/v1/sandbox_service_pb.js";
+import type { OutputBatcher, OutputOutlet } from "./output-batcher.js";
+import { RequestQueue } from "./request-queue.js";
+import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceBackend, type WorkspaceLimits } from "./workspace-backend.js";
+import { createWorkspaceCommands, type RequestInit } from "./workspace-commands.js";
 
 export interface SandboxAgentOptions {
   readonly controlPlaneUrl: string;
@@ -52,98 +45,10 @@ export interface SandboxAgent {
   stop(): Promise<void>;
 }
 
-/** How long a finished exec's result is kept for a control plane that asks again. */
-const RECENT_RESULTS_MS = 10 * 60_000;
-const MAX_RECENT_RESULTS = 2_000;
 /** Output waiting for a connection beyond this is dropped (results are always kept). */
 const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 /** Output chunk size until the control plane announces its own (one that does not keeps to this). */
 const DEFAULT_OUTPUT_CHUNK_BYTES = 32 * 1024;
-/**
- * Output queued for the stream past which execs stop reading their commands' output (the
- * transport is behind: HTTP/2 flow control, a control plane whose ledger is behind), and the
- * level at which they go on. Keeps this process's memory bounded on a fast stream.
- */
-const OUTPUT_HIGH_WATER_BYTES = 8 * 1024 * 1024;
-const OUTPUT_LOW_WATER_BYTES = 2 * 1024 * 1024;
-const DEFAULT_EXEC_TIMEOUT_MS = 120_000;
-const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
-const DEFAULT_READ_BYTES = 1024 * 1024;
-
-type RequestInit = MessageInitShape<typeof AttachRequestSchema>;
-type ResultInit = MessageInitShape<typeof CommandResultSchema>;
-
-/** A request stream fed by pushes; what the transport has not taken yet can be taken back. */
-class RequestQueue implements AsyncIterable<AttachRequest> {
-  private readonly items: AttachRequest[] = [];
-  private wake: (() => void) | undefined;
-  private ended = false;
-  /** Output bytes queued and not yet taken by the transport. */
-  private outputBytes = 0;
-  private waiters: (() => void)[] = [];
-
-  /** @param hungry Called when the transport wants a message and none is queued: a chance to send output held back. */
-  constructor(private readonly hungry: () => void) {}
-
-  /** Whether the transport is waiting for a message (it took everything and wrote it). */
-  get waiting(): boolean {
-    return this.wake !== undefined;
-  }
-
-  push(item: AttachRequest): void {
-    if (this.ended) return;
-    this.items.push(item);
-    this.outputBytes += outputBytesOf(item);
-    this.wake?.();
-  }
-
-  /** Ends the stream and returns what was never handed to the transport. */
-  end(): AttachRequest[] {
-    this.ended = true;
-    this.wake?.();
-    this.outputBytes = 0;
-    this.release();
-    return this.items.splice(0);
-  }
-
-  /** A promise while too much output waits for the transport, settling once enough was taken. */
-  backlog(): Promise<void> | undefined {
-    if (this.ended || this.outputBytes < OUTPUT_HIGH_WATER_BYTES) return undefined;
-    return new Promise<void>((resolve) => this.waiters.push(resolve));
-  }
-
-  private release(): void {
-    if (this.outputBytes > OUTPUT_LOW_WATER_BYTES) return;
-    for (const resolve of this.waiters.splice(0)) resolve();
-  }
-
-  async *[Symbol.asyncIterator](): AsyncGenerator<AttachRequest> {
-    while (!this.ended) {
-      if (this.items.length === 0) this.hungry();
-      const next = this.items.shift();
-      if (next !== undefined) {
-        this.outputBytes -= outputBytesOf(next);
-        this.release();
-        yield next;
-        continue;
-      }
-      await new Promise<void>((resolve) => (this.wake = resolve));
-      this.wake = undefined;
-    }
-  }
-}
-
-const outputBytesOf = (request: AttachRequest): number => (request.message.case === "output" ? request.message.value.chunk.byteLength : 0);
-
-interface RunningExec {
-  readonly workspaceId: string;
-  readonly abort: AbortController;
-}
-
-function failure(commandId: string, error: unknown): ResultInit {
-  const reason = error instanceof WorkspaceError ? error.reason : "backend_failure";
-  return { commandId, ok: false, error: error instanceof Error ? error.message : String(error), errorReason: reason };
-}
 
 export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
   const log = options.log;
@@ -153,8 +58,6 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
   const initialBackoffMs = options.initialBackoffMs ?? 200;
   const maxBackoffMs = options.maxBackoffMs ?? 5_000;
 
-  const running = new Map<string, RunningExec>();
-  const recent = new Map<string, { result: ResultInit; at: number }>();
   /** Workspaces this host holds and the run each belongs to (from acquires and the backend's own list). */
   const workspaces = new Map<string, string>();
   const stopping = new AbortController();
@@ -201,130 +104,25 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
     bufferedBytes += size;
   };
 
-  const sendResult = (result: ResultInit) => send({ message: { case: "result", value: result } });
-
-  const forgetOldResults = () => {
-    const now = Date.now();
-    for (const [id, entry] of recent) if (now - entry.at > RECENT_RESULTS_MS) recent.delete(id);
-    while (recent.size >= MAX_RECENT_RESULTS) recent.delete(recent.keys().next().value!);
-  };
-
-  const exec = async (commandId: string, command: Extract<WorkspaceCommand["action"], { case: "exec" }>["value"]) => {
-    const abort = new AbortController();
-    running.set(commandId, { workspaceId: command.workspaceId, abort });
-    const batcher = new OutputBatcher(outlet(commandId));
-    let result: ResultInit;
-    try {
-      const outcome = await backend.exec(
-        command.workspaceId,
-        {
-          commandId,
-          argv: command.argv,
-          workingDirectory: command.workingDirectory || "/workspace",
-          env: command.env,
-          timeoutMs: command.timeoutMs > 0 ? command.timeoutMs : DEFAULT_EXEC_TIMEOUT_MS,
-          maxOutputBytes: command.maxOutputBytes > 0n ? Number(command.maxOutputBytes) : DEFAULT_MAX_OUTPUT_BYTES,
-          // While disconnected there is no backlog to wait on: output is buffered up to a bound, then dropped.
-          outputBacklog: () => live?.backlog(),
-        },
-        (stream, chunk) => batcher.push(stream, chunk),
-        AbortSignal.any([abort.signal, stopping.signal]),
-      );
-      batcher.flush();
-      result = {
-        commandId,
-        ok: true,
-        exitCode: outcome.exitCode,
-        durationMs: Math.round(outcome.durationMs),
-        timedOut: outcome.timedOut,
-        outputTruncated: outcome.outputTruncated,
-        outputTail: batcher.tailBytes(),
-        outputBytes: BigInt(batcher.bytes),
-      };
-    } catch (error) {
-      batcher.flush();
-      result = failure(commandId, error);
-    }
-    holding.delete(batcher);
-    running.delete(commandId);
-    if (stopping.signal.aborted) return;
-    forgetOldResults();
-    recent.set(commandId, { result, at: Date.now() });
-    log.info({ commandId, workspaceId: command.workspaceId, ok: result.ok, exitCode: result.exitCode, durationMs: result.durationMs }, "exec finished");
-    sendResult(result);
-  };
-
-  const handle = async (command: WorkspaceCommand): Promise<void> => {
-    const commandId = command.commandId;
-    const action = command.action;
-    try {
-      switch (action.case) {
-        case "acquire": {
-          const a = action.value;
-          // The env carries granted secrets: it goes to the backend and nowhere else (never logged).
-          await backend.acquire(
-            { workspaceId: a.workspaceId, runId: a.runId, image: a.image, networkAccess: a.networkAccess, env: a.env, limits },
-            stopping.signal,
-          );
-          workspaces.set(a.workspaceId, a.runId);
-          log.info({ commandId, workspaceId: a.workspaceId, runId: a.runId, image: a.image, networkAccess: a.networkAccess }, "workspace acquired");
-          sendResult({ commandId, ok: true });
-          return;
-        }
-        case "release":
-          await backend.release(action.value.workspaceId);
-          workspaces.delete(action.value.workspaceId);
-          log.info({ commandId, workspaceId: action.value.workspaceId }, "workspace released");
-          sendResult({ commandId, ok: true });
-          return;
-        case "exec": {
-          // Idempotent on the command id: a command already running or finished is never run again.
-          if (running.has(commandId)) return;
-          const done = recent.get(commandId);
-          if (done !== undefined) return sendResult(done.result);
-          log.info({ commandId, workspaceId: action.value.workspaceId }, "exec started");
-          await exec(commandId, action.value);
-          return;
-        }
-        case "reattach": {
-          if (running.has(commandId)) return; // its output and result follow on this stream
-          const done = recent.get(commandId);
-          if (done !== undefined) return sendResult(done.result);
-          sendResult({ commandId, ok: false, unknownCommand: true, error: `this host has no record of command ${commandId}` });
-          return;
-        }
-        case "readFile": {
-          const maxBytes = action.value.maxBytes > 0n ? Number(action.value.maxBytes) : DEFAULT_READ_BYTES;
-          const data = await backend.readFile(action.value.workspaceId, action.value.path, maxBytes);
-          sendResult({ commandId, ok: true, data });
-          return;
-        }
-        case "writeFile":
-          await backend.writeFile(action.value.workspaceId, action.value.path, action.value.content);
-          sendResult({ commandId, ok: true });
-          return;
-        case "listFiles": {
-          const entries = await backend.listFiles(action.value.workspaceId, action.value.path);
-          sendResult({ commandId, ok: true, data: new TextEncoder().encode(JSON.stringify(entries)) });
-          return;
-        }
-        case undefined:
-          sendResult({ commandId, ok: false, error: "this host does not know the command", errorReason: "backend_failure" });
-          return;
-      }
-    } catch (error) {
-      if (stopping.signal.aborted) return;
-      log.warn({ commandId, command: action.case, error: error instanceof Error ? error.message : String(error) }, "workspace command failed");
-      sendResult(failure(commandId, error));
-    }
-  };
+  const commands = createWorkspaceCommands({
+    backend,
+    limits,
+    log,
+    stopping: stopping.signal,
+    workspaces,
+    send,
+    outlet,
+    finished: (batcher) => holding.delete(batcher),
+    // While disconnected there is no backlog to wait on: output is buffered up to a bound, then dropped.
+    outputBacklog: () => live?.backlog(),
+  });
 
   /** What this host has: every workspace its backend knows, with the execs still running in each. */
   const announcement = async () => {
     for (const summary of await backend.list()) if (!workspaces.has(summary.workspaceId)) workspaces.set(summary.workspaceId, summary.runId);
-    const commands = new Map<string, string[]>();
-    for (const [commandId, exec] of running) commands.set(exec.workspaceId, [...(commands.get(exec.workspaceId) ?? []), commandId]);
-    return [...workspaces].map(([workspaceId, runId]) => ({ workspaceId, runId, runningCommandIds: commands.get(workspaceId) ?? [] }));
+    const byWorkspace = new Map<string, string[]>();
+    for (const [commandId, exec] of commands.running) byWorkspace.set(exec.workspaceId, [...(byWorkspace.get(exec.workspaceId) ?? []), commandId]);
+    return [...workspaces].map(([workspaceId, runId]) => ({ workspaceId, runId, runningCommandIds: byWorkspace.get(workspaceId) ?? [] }));
   };
 
   const reap = async (ids: readonly string[]) => {
@@ -394,7 +192,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
           log.info({ instanceId, replayed: waiting.length, reap: message.value.reapWorkspaceIds.length }, "attached to the control plane");
           void reap(message.value.reapWorkspaceIds).catch((error: unknown) => log.warn({ err: error }, "reaping failed"));
         } else if (message.case === "command") {
-          void handle(message.value);
+          void commands.handle(message.value);
         }
       }
       log.warn("the control plane ended the attach stream");
@@ -446,7 +244,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
     stop() {
       stopped ??= (async () => {
         stopping.abort();
-        for (const exec of running.values()) exec.abort.abort();
+        commands.abortAll();
         await finished;
         await backend.close();
       })();
