@@ -7,6 +7,7 @@
 
 import type { Logger } from "pino";
 import type { CommandOutcome, HostCommand, HostMessage, HostRegistered, HostRegistration, OutputStreamName } from "./host-protocol.js";
+import { HostSession } from "./host-session.js";
 import type { HostCapacity, WorkspaceLeaseStore } from "./workspace-lease-store.js";
 
 /** The host running a command went away (or never answered): whether the command took effect is unknown. */
@@ -38,7 +39,7 @@ export interface CommandWatch {
   readonly onOutput?: (stream: OutputStreamName, chunk: Uint8Array) => void;
   /**
    * Asked after each chunk: a promise means the consumer is behind, and the host's stream is
-   * held (nothing more read from that host) until it settles, for at most MAX_HOLD_MS at a time.
+   * held (nothing more read from that host) until it settles, for a bounded time (host-session.ts).
    */
   readonly backlog?: () => Promise<void> | undefined;
 }
@@ -86,60 +87,8 @@ interface Unclaimed {
 }
 
 const MAX_UNCLAIMED_COMMANDS = 256;
-/**
- * Longest a consumer that is behind (the ledger, for a fast stream) holds a host's stream at a
- * time. Bounded, so a stuck consumer cannot silence every other command of that host for good;
- * past it the output is queued in memory again.
- */
-const MAX_HOLD_MS = 5_000;
-
-class Session {
-  private readonly queue: HostCommand[] = [];
-  private wake: (() => void) | undefined;
-  closed = false;
-  lastSeenAt = Date.now();
-  /** Whether its stream is held (not read) for a consumer that is behind: its silence is ours, not the host's. */
-  held = false;
-  /** What the last output's consumer asked the stream to wait for. */
-  backlog: Promise<void> | undefined;
-
-  constructor(
-    readonly registration: HostRegistration,
-    private readonly onClose: (session: Session, reason: string) => void,
-  ) {}
-
-  push(command: HostCommand): void {
-    if (this.closed) return;
-    this.queue.push(command);
-    this.wake?.();
-  }
-
-  close(reason: string): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.wake?.();
-    this.onClose(this, reason);
-  }
-
-  async *commands(): AsyncGenerator<HostCommand> {
-    try {
-      while (!this.closed) {
-        const next = this.queue.shift();
-        if (next !== undefined) {
-          yield next;
-          continue;
-        }
-        await new Promise<void>((resolve) => (this.wake = resolve));
-        this.wake = undefined;
-      }
-    } finally {
-      this.close("the command stream was closed");
-    }
-  }
-}
-
 export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHubOptions, log: Logger): SandboxHub {
-  const sessions = new Map<string, Session>();
+  const sessions = new Map<string, HostSession>();
   /** The agent process each host last registered with, while this control plane has known it. */
   const instances = new Map<string, string>();
   const departed = new Map<string, NodeJS.Timeout>();
@@ -170,7 +119,7 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
   }, options.heartbeatIntervalMs);
   liveness.unref();
 
-  const departure = (session: Session, reason: string) => {
+  const departure = (session: HostSession, reason: string) => {
     const hostId = session.registration.hostId;
     if (closing || sessions.get(hostId) !== session) return; // replaced by a newer registration
     sessions.delete(hostId);
@@ -206,19 +155,7 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
     return entry;
   };
 
-  const hold = async (session: Session, until: Promise<void>): Promise<void> => {
-    session.held = true;
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([until, new Promise<void>((resolve) => (timer = setTimeout(resolve, MAX_HOLD_MS)))]);
-    } finally {
-      clearTimeout(timer);
-      session.held = false;
-      session.lastSeenAt = Date.now();
-    }
-  };
-
-  const receive = (session: Session, message: HostMessage): void => {
+  const receive = (session: HostSession, message: HostMessage): void => {
     const hostId = session.registration.hostId;
     session.lastSeenAt = Date.now();
     switch (message.kind) {
@@ -332,7 +269,7 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
         }
       }
 
-      const session = new Session(registration, departure);
+      const session = new HostSession(registration, departure);
       sessions.set(hostId, session);
       // Same process, new stream: ask again for every command still waiting on this host.
       for (const entry of pendingOf(hostId)) session.push({ commandId: entry.commandId, action: { kind: "reattach", workspaceId: entry.workspaceId } });
@@ -345,11 +282,7 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
         registered: { hostId, heartbeatIntervalMs: options.heartbeatIntervalMs, reapWorkspaceIds: reap },
         commands: session.commands(),
         receive: (message) => receive(session, message),
-        holdOff: () => {
-          const backlog = session.backlog;
-          session.backlog = undefined;
-          return backlog === undefined ? undefined : hold(session, backlog);
-        },
+        holdOff: () => session.holdOff(),
         close: (reason) => session.close(reason),
       };
     },
