@@ -13,8 +13,8 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { EmissionKind, EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
-import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
-import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
 import { durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres } from "./support.js";
@@ -298,7 +298,7 @@ async function rawTransaction(db: pg.Client, key: string, i: number): Promise<vo
       `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
          reply_to_message_id, text, ack_state, addressed_actor_ids)
        VALUES ($1, $2, $3, 'ack', $4, $5, $6, $7, $8, $9, 'working', $10::jsonb)`,
-      [randomUUID(), `ack:${runId}:working`, RAW_CONNECTOR, runId, DEMO_AGENT.id, conversationId, `${key}-conversation`, externalMessageId, ACK_WORKING_TEXT, addressed],
+      [randomUUID(), `ack:${runId}:working`, RAW_CONNECTOR, runId, DEMO_AGENT.id, conversationId, `${key}-conversation`, externalMessageId, WORKING_ACK, addressed],
     );
     // The step commit: the step, its model call, the run's terminal state, events, reply and ack.
     await db.query(

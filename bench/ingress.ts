@@ -19,8 +19,8 @@ import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
-import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
-import { ACK_WORKING_TEXT } from "../control-plane/src/conversation/ingress.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { isTerminal, ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
@@ -318,7 +318,7 @@ async function rawTransaction(db: pg.Client, key: string): Promise<void> {
       `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
          reply_to_message_id, text, ack_state, addressed_actor_ids)
        VALUES ($1, $2, 'bench-raw', 'ack', $3, 'ingress-raw', $4, $5, $6, $7, 'working', $8::jsonb)`,
-      [randomUUID(), `ack:${runId}:working`, runId, conversationId, `${key}-conversation`, externalMessageId, ACK_WORKING_TEXT, JSON.stringify([actorId])],
+      [randomUUID(), `ack:${runId}:working`, runId, conversationId, `${key}-conversation`, externalMessageId, WORKING_ACK, JSON.stringify([actorId])],
     );
     // The claim.
     await db.query(

@@ -16,7 +16,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { z } from "zod";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
-import { DEMO_AGENT } from "../control-plane/src/cli/serve-command.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { loadConfig } from "../control-plane/src/config.js";
 import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { withBudgetDefaults, type AgentSpec, type ScriptedTurn } from "../control-plane/src/domain/agent.js";

@@ -9,7 +9,8 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel, type TestKeelOptions } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { startTestKeel, type TestKeel, type TestKeelOptions } from "./support/keel-fixture.js";
 import { grpcClient } from "./support/clients.js";
 
 /** A model call that would take a minute unless aborted. */

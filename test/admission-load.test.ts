@@ -12,7 +12,8 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { rows } from "../control-plane/src/ledger/sql.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const CONVERSATIONS = 50;
 const PER_CONVERSATION = 4;

@@ -13,25 +13,17 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { toolCall as call, scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools } from "./support/test-tools.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const KEEL_BIN = path.join(ROOT, "bin", "keel.js");
 const CLI_USER = "cli-tester";
 
-type ToolCall = ScriptedTurn["toolCalls"][number];
-const call = (toolName: string, args: object): ToolCall => ({ toolName, argumentsJson: JSON.stringify(args) });
-const turn = (replyText: string, toolCalls: ToolCall[] = [], delayMs = 0): ScriptedTurn => ({ replyText, toolCalls, delayMs, inputTokens: 0, outputTokens: 0 });
 
 function agentWith(id: string, turns: ScriptedTurn[]): AgentSpec {
-  const model = { ...DEMO_AGENT.models.primary, scriptedTurns: turns };
-  return {
-    ...DEMO_AGENT,
-    id,
-    models: { primary: model, fast: model, decision: model },
-    tools: ["test.echo.v1", "test.append_line.v1", "test.flaky_write.v1"].map((toolName) => ({ toolName, connectors: [], readOnlyCommands: [] })),
-  };
+  return scriptedAgent(id, turns, { tools: toolGrants(["test.echo.v1", "test.append_line.v1", "test.flaky_write.v1"]) });
 }
 
 /** A write that never answers until its worker shuts down: its outcome can only be unknown. */
@@ -67,7 +59,7 @@ describe("the keel CLI", () => {
       agents: [
         agentWith("cli-agent", [turn("", [call("test.append_line.v1", { key: "k1" }), call("test.nope.v1", {})]), turn("all done: {{message}}")]),
         agentWith("cli-flaky", [turn("", [call("test.flaky_write.v1", { key: "k7" })]), turn("went on after recovery")]),
-        agentWith("cli-slow", [turn("", [call("test.echo.v1", { text: "slowly" })], 1500), turn("resumed fine")]),
+        agentWith("cli-slow", [turn("", [call("test.echo.v1", { text: "slowly" })], { delayMs: 1500 }), turn("resumed fine")]),
       ],
     });
   });

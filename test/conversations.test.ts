@@ -20,9 +20,11 @@ import { withBudgetDefaults, type AgentSpec, type InterruptSettings, type RunBud
 import type { ConsentAnswer, FollowUpRelation } from "../control-plane/src/domain/interrupt.js";
 import { defineTool, type ToolDefinition } from "../control-plane/src/tools/tool-registry.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { ManualClock } from "./support/manual-clock.js";
-import { createTestTools, writesRecorded, scriptedTurn as turn } from "./support/test-tools.js";
+import { scriptedModel, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { createTestTools, writesRecorded } from "./support/test-tools.js";
 
 // --- A gate: a read tool each call of which waits until the test lets that one call through.
 
@@ -75,12 +77,12 @@ function agent(
   turns: ScriptedTurn[],
   options: { interrupt?: Partial<InterruptSettings>; budget?: Partial<RunBudget>; maxConcurrentRootRuns?: number } = {},
 ): AgentSpec {
-  const answering = (text: string) => ({ ...DEMO_AGENT.models.primary, scriptedTurns: [turn(text)] });
+  const answering = (text: string) => scriptedModel([turn(text)]);
   return {
     ...DEMO_AGENT,
     id,
-    models: { primary: { ...DEMO_AGENT.models.primary, scriptedTurns: turns }, fast: answering("independent"), decision: answering("unclear") },
-    tools: ["test.gate.v1", "test.echo.v1", "test.append_line.v1"].map((toolName) => ({ toolName, connectors: [], readOnlyCommands: [] })),
+    models: { primary: scriptedModel(turns), fast: answering("independent"), decision: answering("unclear") },
+    tools: toolGrants(["test.gate.v1", "test.echo.v1", "test.append_line.v1"]),
     interrupt: { coalesceWindowMs: 0, scope: "thread_scoped", maxSupersessions: 3, supersessionCeilingMs: 120_000, ...options.interrupt },
     budget: withBudgetDefaults(options.budget ?? {}),
     ...(options.maxConcurrentRootRuns === undefined ? {} : { maxConcurrentRootRuns: options.maxConcurrentRootRuns }),

@@ -15,8 +15,10 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { killAllChildren, prepareLedger, sleep, startFaultServe, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
-import { createTestDatabase, DEMO_AGENT } from "./support/keel-fixture.js";
-import { writesRecorded, scriptedTurn as turn } from "./support/test-tools.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { createTestDatabase } from "./support/keel-fixture.js";
+import { scriptedTurn as turn } from "../control-plane/src/fixtures/scripted-model.js";
+import { writesRecorded } from "./support/test-tools.js";
 
 
 const RUNS = Number(process.env["KEEL_CRASH_RUNS"] ?? 20);

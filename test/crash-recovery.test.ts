@@ -14,7 +14,8 @@ import { agentSpecToProto } from "../control-plane/src/api/agent-spec-convert.js
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { killAllChildren, startKeelServe, waitFor, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
-import { createTestDatabase, DEMO_AGENT } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { createTestDatabase } from "./support/keel-fixture.js";
 
 const MODEL_DELAY_MS = 3000;
 const LEASE_MS = 1000;

@@ -7,8 +7,9 @@ import { RunStatus, ToolInvocationStatus, Replayability, CommitBoundary } from "
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
-import { createTestTools, writesRecorded, scriptedTurn as turn } from "./support/test-tools.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { createTestTools, writesRecorded } from "./support/test-tools.js";
 import { z } from "zod";
 import { defineTool, ToolOutcomeUnknownError } from "../control-plane/src/tools/tool-registry.js";
 
@@ -48,18 +49,7 @@ function lostTools(reattached: { calls: number }) {
 
 
 function agentWith(id: string, turns: ScriptedTurn[], overrides: Partial<AgentSpec> = {}): AgentSpec {
-  const model = { ...DEMO_AGENT.models.primary, scriptedTurns: turns };
-  return {
-    ...DEMO_AGENT,
-    id,
-    models: { primary: model, fast: model, decision: model },
-    tools: [
-      { toolName: "test.echo.v1", connectors: [], readOnlyCommands: [] },
-      { toolName: "test.append_line.v1", connectors: [], readOnlyCommands: [] },
-      { toolName: "test.read_path.v1", connectors: [], readOnlyCommands: [] },
-    ],
-    ...overrides,
-  };
+  return scriptedAgent(id, turns, { tools: toolGrants(["test.echo.v1", "test.append_line.v1", "test.read_path.v1"]), ...overrides });
 }
 
 describe("the durable loop", () => {

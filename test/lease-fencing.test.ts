@@ -11,7 +11,8 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { killAllChildren, prepareLedger, sleep, startFaultServe, waitFor } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
-import { createTestDatabase, DEMO_AGENT } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { createTestDatabase } from "./support/keel-fixture.js";
 
 
 /** The demo agent with one scripted reply that takes `delayMs`. */

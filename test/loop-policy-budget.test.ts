@@ -23,36 +23,15 @@ import { agentSpecToProto } from "../control-plane/src/api/agent-spec-convert.js
 import { withBudgetDefaults, type AgentSpec, type ModelSpec, type RunBudget, type ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { defineTool, type ToolDefinition } from "../control-plane/src/tools/tool-registry.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { toolCall as call, scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools } from "./support/test-tools.js";
 
-type ToolCall = ScriptedTurn["toolCalls"][number];
-
-const call = (toolName: string, args: unknown): ToolCall => ({
-  toolName,
-  argumentsJson: typeof args === "string" ? args : JSON.stringify(args),
-});
-
-const turn = (replyText: string, toolCalls: ToolCall[] = [], extra: Partial<ScriptedTurn> = {}): ScriptedTurn => ({
-  replyText,
-  toolCalls,
-  delayMs: 0,
-  inputTokens: 0,
-  outputTokens: 0,
-  ...extra,
-});
 
 const GRANTED = ["test.echo.v1", "test.append_line.v1", "test.read_path.v1", "test.flaky_write.v1", "test.slow.v1"];
 
 function agentWith(id: string, turns: ScriptedTurn[], overrides: Partial<AgentSpec> = {}, model: Partial<ModelSpec> = {}): AgentSpec {
-  const spec: ModelSpec = { ...DEMO_AGENT.models.primary, ...model, scriptedTurns: turns };
-  return {
-    ...DEMO_AGENT,
-    id,
-    models: { primary: spec, fast: spec, decision: spec },
-    tools: GRANTED.map((toolName) => ({ toolName, connectors: [], readOnlyCommands: [] })),
-    ...overrides,
-  };
+  return scriptedAgent(id, turns, { tools: toolGrants(GRANTED), ...overrides }, model);
 }
 
 /** An agent whose one scripted turn calls test.echo.v1 and repeats forever: only a budget stops it. */

@@ -11,7 +11,8 @@ import { RunStatus, ToolInvocationStatus, type Run } from "../gen/keel/v1/run_pb
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ModelSpec } from "../control-plane/src/domain/agent.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { startOpenAiCompatibleServer, type CompletionScript, type OpenAiCompatibleServer } from "./support/openai-compatible-server.js";
 import { createTestTools } from "./support/test-tools.js";
 

@@ -18,7 +18,8 @@ import { agentSpecToProto } from "../control-plane/src/api/agent-spec-convert.js
 import type { AgentSpec, ScriptedTurn, ToolGrant } from "../control-plane/src/domain/agent.js";
 import { connectClient } from "./support/clients.js";
 import { freePort } from "./support/global-setup.js";
-import { createTestDatabase, DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { createTestDatabase, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import {
   containersOfHost,
   KEEL_BIN,

@@ -10,8 +10,9 @@ import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
 import type { Clock } from "../../control-plane/src/domain/clock.js";
 import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
 import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
-import { DEMO_AGENT } from "../../control-plane/src/cli/serve-command.js";
+import { DEMO_AGENT } from "../../control-plane/src/fixtures/demo-agent.js";
 
+// Tests written before the fixtures folder import the demo agent from here; new ones take it from fixtures/.
 export { DEMO_AGENT };
 
 /** A fresh, empty database on the shared test PostgreSQL; returns its URL. */

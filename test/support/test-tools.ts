@@ -1,9 +1,8 @@
-// Tools (and a scripted turn) for tests. The write tool counts its executions in a file outside the ledger,
+// Tools for tests. The write tool counts its executions in a file outside the ledger,
 // so a test can prove that no write ever ran twice.
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { z } from "zod";
-import type { ScriptedTurn } from "../../control-plane/src/domain/agent.js";
 import { defineTool, type ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
 
 export interface TestToolOptions {
@@ -67,9 +66,4 @@ export function createTestTools(options: TestToolOptions): ToolDefinition[] {
       },
     }),
   ];
-}
-
-/** A scripted model turn that costs nothing and takes no time: a reply, or tool calls. */
-export function scriptedTurn(replyText: string, toolCalls: { toolName: string; argumentsJson: string }[] = []): ScriptedTurn {
-  return { replyText, toolCalls, delayMs: 0, inputTokens: 0, outputTokens: 0 };
 }

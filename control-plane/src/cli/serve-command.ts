@@ -3,36 +3,8 @@ import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { buildApp } from "../app.js";
 import type { KeelConfig } from "../config.js";
-import { withBudgetDefaults, DEFAULT_GRAPH_CEILINGS, DEFAULT_MAX_CONCURRENT_ROOT_RUNS, DEFAULT_MODEL_TIMEOUT_MS, type AgentSpec, type ModelSpec } from "../domain/agent.js";
-import { DEFAULT_SANDBOX_IMAGE } from "../api/agent-spec-convert.js";
+import { DEMO_AGENT } from "../fixtures/demo-agent.js";
 import { DEV_TOKEN_FILE } from "./client.js";
-
-const DEMO_MODEL: ModelSpec = {
-  provider: "scripted",
-  model: "scripted-demo",
-  endpoint: "",
-  apiKeyEnv: "",
-  prices: { inputMicroUsdPerMtok: 0, outputMicroUsdPerMtok: 0 },
-  scriptedTurns: [{ replyText: "Hello from Keel. You said: {{message}}", toolCalls: [], delayMs: 0, inputTokens: 0, outputTokens: 0 }],
-  timeoutMs: DEFAULT_MODEL_TIMEOUT_MS,
-};
-
-/** The agent `keel serve --dev` provides: the offline scripted model, no tools. */
-export const DEMO_AGENT: AgentSpec = {
-  id: "demo",
-  displayName: "Keel demo agent (scripted model)",
-  systemPrompt: "You are Keel's demo agent.",
-  models: { primary: DEMO_MODEL, fast: DEMO_MODEL, decision: DEMO_MODEL },
-  tools: [],
-  policy: { kind: "allow_all", networkAccess: false },
-  budget: withBudgetDefaults({}),
-  interrupt: { coalesceWindowMs: 0, scope: "thread_scoped", maxSupersessions: 3, supersessionCeilingMs: 120_000 },
-  graph: DEFAULT_GRAPH_CEILINGS,
-  profile: { name: "solution_delivered", version: 1 },
-  sandbox: { image: DEFAULT_SANDBOX_IMAGE, labels: [], secrets: [] },
-  maxConcurrentRootRuns: DEFAULT_MAX_CONCURRENT_ROOT_RUNS,
-  revision: 0,
-};
 
 /** Serves until SIGINT/SIGTERM. With `dev`, also provides the demo agent and an admin token file for the CLI. */
 export async function serveCommand(config: KeelConfig, env: Readonly<Record<string, string | undefined>>, dev: boolean): Promise<number> {

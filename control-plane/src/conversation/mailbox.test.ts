@@ -3,10 +3,10 @@
 // fallbacks when the conversation keeps changing under it.
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { DEMO_AGENT } from "../cli/serve-command.js";
+import { DEMO_AGENT } from "../fixtures/demo-agent.js";
 import type { AgentSpec, ScriptedTurn } from "../domain/agent.js";
 import { createScriptedModelProvider } from "../models/scripted-model-provider.js";
-import type { Admission, AdmissionAnswers, AdmissionAttempt, MailboxStore, SubmittedMessage } from "./ingress.js";
+import type { Admission, AdmissionAnswers, AdmissionAttempt, Admissions, SubmittedMessage } from "./ingress.js";
 import { createMailbox } from "./mailbox.js";
 
 const turn = (replyText: string): ScriptedTurn => ({ replyText, toolCalls: [], delayMs: 0, inputTokens: 0, outputTokens: 0 });
@@ -26,7 +26,7 @@ const message: SubmittedMessage = {
   connector: "test",
 };
 
-function storeScript(steps: ((answers: AdmissionAnswers) => AdmissionAttempt<Admission>)[]): MailboxStore & { seen: AdmissionAnswers[] } {
+function storeScript(steps: ((answers: AdmissionAnswers) => AdmissionAttempt<Admission>)[]): Admissions & { seen: AdmissionAnswers[] } {
   const seen: AdmissionAnswers[] = [];
   return {
     seen,
@@ -41,7 +41,7 @@ function storeScript(steps: ((answers: AdmissionAnswers) => AdmissionAttempt<Adm
 }
 
 const done = (runId: string): AdmissionAttempt<Admission> => ({ kind: "done", result: { runId, status: "queued", duplicate: false } });
-const mailboxOver = (store: MailboxStore) =>
+const mailboxOver = (store: Admissions) =>
   createMailbox({ store, providers: { scripted: createScriptedModelProvider(), openai: createScriptedModelProvider() }, clock: { now: () => new Date(0) }, log: pino({ level: "silent" }) });
 
 describe("the mailbox", () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEMO_AGENT } from "../cli/serve-command.js";
+import { DEMO_AGENT } from "../fixtures/demo-agent.js";
 import type { SandboxDispatcher } from "./sandbox-dispatcher.js";
 import { createSandboxTools, execResultText, grantFor } from "./sandbox-tools.js";
 import { createToolRegistry } from "./tool-registry.js";
