@@ -1,4 +1,17 @@
-import { rows, type Sql } from "./sql.js";
+import { statement, type Sql } from "./sql.js";
+
+const runsByStatus = statement<Record<string, never>, { status: string; n: string }>("metrics_runs_by_status")`
+  SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY status`;
+
+const ledgerGauges = statement<
+  Record<string, never>,
+  { oldest_queued_s: number | null; expired_leases: string; unknown_outcomes: string; pending_emissions: string }
+>("metrics_ledger_gauges")`
+  SELECT
+    (SELECT extract(epoch FROM now() - min(created_at)) FROM runs WHERE status = 'queued' AND NOT paused) AS oldest_queued_s,
+    (SELECT count(*) FROM runs WHERE status IN ('running', 'awaiting_tool') AND lease_expires_at < now()) AS expired_leases,
+    (SELECT count(*) FROM tool_invocations WHERE status = 'unknown_outcome' AND resolved_outcome IS NULL) AS unknown_outcomes,
+    (SELECT count(*) FROM emissions WHERE delivery_status = 'pending') AS pending_emissions`;
 
 /**
  * Prometheus text for what an operator gets paged on, read from the ledger at scrape
@@ -6,17 +19,7 @@ import { rows, type Sql } from "./sql.js";
  * queued run, runs waiting on an unknown outcome, leases that have expired unclaimed.
  */
 export async function ledgerMetrics(sql: Sql): Promise<string> {
-  const [byStatus, [ages]] = await Promise.all([
-    rows<{ status: string; n: string }>(sql, "SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY status"),
-    rows<{ oldest_queued_s: number | null; expired_leases: string; unknown_outcomes: string; pending_emissions: string }>(
-      sql,
-      `SELECT
-         (SELECT extract(epoch FROM now() - min(created_at)) FROM runs WHERE status = 'queued' AND NOT paused) AS oldest_queued_s,
-         (SELECT count(*) FROM runs WHERE status IN ('running', 'awaiting_tool') AND lease_expires_at < now()) AS expired_leases,
-         (SELECT count(*) FROM tool_invocations WHERE status = 'unknown_outcome' AND resolved_outcome IS NULL) AS unknown_outcomes,
-         (SELECT count(*) FROM emissions WHERE delivery_status = 'pending') AS pending_emissions`,
-    ),
-  ]);
+  const [byStatus, [ages]] = await Promise.all([sql.run(runsByStatus, {}), sql.run(ledgerGauges, {})]);
   const lines = [
     "# HELP keel_runs Runs in the ledger by status.",
     "# TYPE keel_runs gauge",
