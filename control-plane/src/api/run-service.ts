@@ -6,7 +6,7 @@ import type { RunControl } from "../runner/run-control.js";
 import { optionalExternalId, requireSlug, requireUuid } from "../domain/ids.js";
 import type { RunRecord } from "../domain/records.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
-import type { RunQueries } from "../ledger/run-query.repository.js";
+import { parseRunsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
 import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
 import { pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
@@ -18,16 +18,9 @@ export interface RunServiceDeps {
   readonly pollMs: number;
 }
 
-/**
- * ListRuns tokens are base64url of "<created_at as toISOString>|<run id>" (run-query.repository).
- * The ledger casts both parts in SQL, so anything else must be refused here as the caller's
- * mistake; otherwise the failed cast surfaces as Internal.
- */
+/** A ListRuns token the ledger did not issue is the caller's mistake (the ledger defines the format). */
 function requireRunsPageToken(token: string): string {
-  if (token === "") return token;
-  const [createdAt = "", runId = "", ...rest] = Buffer.from(token, "base64url").toString("utf8").split("|");
-  const valid = rest.length === 0 && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(createdAt) && !Number.isNaN(Date.parse(createdAt));
-  if (!valid || !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(runId)) {
+  if (token !== "" && parseRunsPageToken(token) === undefined) {
     throw new InvalidArgumentError("page_token", "is not a page token from ListRuns");
   }
   return token;

@@ -1,4 +1,4 @@
-// Ledger rows (snake_case, int8 as strings) to domain records.
+// Ledger rows (ledger/rows/ledger-rows.ts) to domain records.
 import type {
   ArtifactRecord,
   EmissionRecord,
@@ -9,23 +9,29 @@ import type {
   ToolInvocationRecord,
   TriggerRecord,
 } from "../domain/records.js";
-import { ZERO_USAGE, type RunUsage } from "../domain/run.js";
+import { ZERO_USAGE } from "../domain/run.js";
+import type {
+  ArtifactRow,
+  EmissionRow,
+  ModelCallRow,
+  ObservationRow,
+  RunEventRow,
+  RunRow,
+  RunTriggerRow,
+  ToolInvocationRow,
+} from "./rows/ledger-rows.js";
 import { asDate, optional, optionalDate } from "./sql.js";
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- rows are untyped SQL results, narrowed here and only here */
-type Row = Record<string, any>;
-
-export function toRunRecord(row: Row, triggers: readonly TriggerRecord[]): RunRecord {
+export function toRunRecord(row: RunRow, triggers: readonly TriggerRecord[]): RunRecord {
   return {
     id: row.id,
     agentId: row.agent_id,
     conversationId: row.conversation_id,
-    externalConversationId: row.external_conversation_id ?? "",
+    externalConversationId: row.external_conversation_id,
     connector: row.connector,
     status: row.status,
-    // A queued run's reason is worked out when read (run-query.repository.ts); a stored one otherwise.
-    waitReason: optional(row.effective_wait_reason === undefined ? row.wait_reason : row.effective_wait_reason),
-    queuePosition: Number(row.queue_position ?? 0),
+    waitReason: optional(row.effective_wait_reason),
+    queuePosition: Number(row.queue_position),
     logicalRequestId: row.logical_request_id ?? row.id,
     shape: row.shape,
     commitBoundary: row.commit_boundary,
@@ -36,25 +42,25 @@ export function toRunRecord(row: Row, triggers: readonly TriggerRecord[]): RunRe
     requestedByActorId: row.requested_by_actor_id,
     replyToMessageId: optional(row.reply_to_message_id),
     triggers,
-    usage: { ...ZERO_USAGE, ...(row.usage as Partial<RunUsage>) },
+    usage: { ...ZERO_USAGE, ...row.usage },
     finalReply: optional(row.final_reply),
     error: optional(row.error),
     exhaustedDimension: optional(row.exhausted_dimension),
     stepCount: Number(row.step_count),
     leaseEpoch: Number(row.lease_epoch),
-    paused: Boolean(row.paused),
+    paused: row.paused,
     cancelledByActorId: optional(row.cancel_requested_by_actor_id),
-    createdAt: asDate(row.created_at),
-    updatedAt: asDate(row.updated_at),
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
     finishedAt: optionalDate(row.finished_at),
   };
 }
 
-export function toTriggerRecord(row: Row): TriggerRecord {
-  return { messageId: row.external_message_id, actorId: row.actor_id, receivedAt: asDate(row.received_at) };
+export function toTriggerRecord(row: RunTriggerRow): TriggerRecord {
+  return { messageId: row.external_message_id, actorId: row.actor_id, receivedAt: row.received_at };
 }
 
-export function toModelCallRecord(row: Row): ModelCallRecord {
+export function toModelCallRecord(row: ModelCallRow): ModelCallRecord {
   return {
     id: row.id,
     role: row.role,
@@ -71,18 +77,18 @@ export function toModelCallRecord(row: Row): ModelCallRecord {
   };
 }
 
-export function toObservationRecord(row: Row): ObservationRecord {
+export function toObservationRecord(row: ObservationRow): ObservationRecord {
   return {
     id: row.id,
     seq: Number(row.seq),
     stream: row.stream,
     text: row.text,
-    truncated: Boolean(row.truncated),
-    observedAt: asDate(row.observed_at),
+    truncated: row.truncated,
+    observedAt: row.observed_at,
   };
 }
 
-export function toToolInvocationRecord(row: Row, observations: readonly ObservationRecord[]): ToolInvocationRecord {
+export function toToolInvocationRecord(row: ToolInvocationRow, observations: readonly ObservationRecord[]): ToolInvocationRecord {
   return {
     id: row.id,
     runId: row.run_id,
@@ -99,16 +105,22 @@ export function toToolInvocationRecord(row: Row, observations: readonly Observat
     observations,
     exitCode: row.exit_code === null ? undefined : Number(row.exit_code),
     durationMs: row.duration_ms === null ? undefined : Number(row.duration_ms),
-    outputTruncated: Boolean(row.output_truncated),
+    outputTruncated: row.output_truncated,
     resolvedOutcome: optional(row.resolved_outcome),
     resolvedByActorId: optional(row.resolved_by_actor_id),
     resolutionReason: optional(row.resolution_reason),
-    createdAt: asDate(row.created_at),
+    createdAt: row.created_at,
     finishedAt: optionalDate(row.finished_at),
   };
 }
 
-export function toArtifactRecord(row: Row): ArtifactRecord {
+// The untyped overloads serve callers still on `SELECT *` (run.repository.ts, emission.repository.ts)
+// until they select ARTIFACT_COLUMNS / EMISSION_COLUMNS; the row is then read as the typed one, its
+// timestamp through asDate in case such a caller read it as text.
+export function toArtifactRecord(row: ArtifactRow): ArtifactRecord;
+export function toArtifactRecord(row: Record<string, unknown>): ArtifactRecord;
+export function toArtifactRecord(untyped: ArtifactRow | Record<string, unknown>): ArtifactRecord {
+  const row = untyped as ArtifactRow;
   return {
     id: row.id,
     runId: row.run_id,
@@ -124,7 +136,7 @@ export function toArtifactRecord(row: Row): ArtifactRecord {
   };
 }
 
-export function toRunEventRecord(row: Row): RunEventRecord {
+export function toRunEventRecord(row: RunEventRow): RunEventRecord {
   return {
     runId: row.run_id,
     seq: Number(row.seq),
@@ -133,11 +145,14 @@ export function toRunEventRecord(row: Row): RunEventRecord {
     stepId: optional(row.step_id),
     toolInvocationId: optional(row.tool_invocation_id),
     summary: row.summary,
-    at: asDate(row.at),
+    at: row.at,
   };
 }
 
-export function toEmissionRecord(row: Row): EmissionRecord {
+export function toEmissionRecord(row: EmissionRow): EmissionRecord;
+export function toEmissionRecord(row: Record<string, unknown>): EmissionRecord;
+export function toEmissionRecord(untyped: EmissionRow | Record<string, unknown>): EmissionRecord {
+  const row = untyped as EmissionRow;
   return {
     id: row.id,
     seq: Number(row.seq),

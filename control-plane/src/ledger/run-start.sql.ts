@@ -16,7 +16,7 @@ export const EXECUTING_SQL = list(EXECUTING_STATUSES);
 export const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
 
 /** Whether run `o` is ahead of run `r` in their conversation's queue (domain aheadInQueue). */
-const AHEAD_SQL = `(coalesce(o.request_received_at, o.created_at), o.created_at, o.id) < (coalesce(r.request_received_at, r.created_at), r.created_at, r.id)`;
+export const AHEAD_SQL = `(coalesce(o.request_received_at, o.created_at), o.created_at, o.id) < (coalesce(r.request_received_at, r.created_at), r.created_at, r.id)`;
 
 /** Where a statement keeps the rule's two inputs. */
 export interface StartRuleParams<P> {
