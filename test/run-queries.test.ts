@@ -1,14 +1,12 @@
 // The operator read side (ledger/run-query.repository.ts) through the public API, over ledgers
-// written row by row so every case is exact: ListRuns pages keyed to the microsecond, the wait
-// reason and queue position rendered from the run-start rule, and every statement of the read
-// side prepared against the migrated schema.
+// written row by row so every case is exact: ListRuns pages keyed to the microsecond, and the
+// wait reason and queue position rendered from the run-start rule. test/ledger-statements.test.ts
+// prepares the read side's statements against the schema.
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WaitReason } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import "../control-plane/src/ledger/run-query.repository.js";
-import { registeredStatements } from "../control-plane/src/ledger/sql.js";
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
@@ -134,14 +132,5 @@ describe("operator reads of runs", () => {
       [behind, WaitReason.CONVERSATION_BUSY, 1],
       [inFlight, WaitReason.UNSPECIFIED, 0],
     ]);
-  });
-
-  it("prepares every statement of the read side against the migrated schema", async () => {
-    const statements = registeredStatements().filter((s) => s.name.startsWith("keel_run_query_"));
-    expect(statements.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_run_query_get_run", "keel_run_query_list_runs"]));
-    for (const { name, text } of statements) {
-      await db.query(`PREPARE ${name} AS ${text}`);
-      await db.query(`DEALLOCATE ${name}`);
-    }
   });
 });
