@@ -38,8 +38,8 @@ const readTool = defineTool<{ key: string }>({
   description: "Returns a short fixed observation (a read that costs nothing).",
   parameters: z.object({ key: z.string() }),
   effect: "read",
-  async execute(args) {
-    return { ok: true, text: `value of ${args.key}: 42` };
+  execute(args) {
+    return Promise.resolve({ ok: true, text: `value of ${args.key}: 42` });
   },
 });
 

@@ -12,6 +12,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { fromJson, toJson, type DescMethod, type DescService, type JsonObject, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, type CallOptions, type Client } from "@connectrpc/connect";
+import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -56,7 +57,7 @@ const GRPC_JS = "grpc-js (from .proto)";
 const CONNECT_ES = "Connect-ES";
 
 const codeName = (code: number): string => (code === 0 ? "OK" : (Code[code] ?? `code ${code}`));
-const messagesOf = (input: RpcInput): readonly JsonObject[] => (Array.isArray(input) ? input : [input as JsonObject]);
+const messagesOf = (input: RpcInput): readonly JsonObject[] => (Array.isArray(input) ? (input as readonly JsonObject[]) : [input as JsonObject]);
 /** Validation messages start with the proto field's name: "run_id: must be a UUID". */
 const namesFieldFirst = (field: string): RegExp => new RegExp(`^${field.replace(/[.[\]]/g, "\\$&")}: `);
 const ok = (response?: JsonObject): Outcome => (response === undefined ? { code: 0, message: "" } : { code: 0, message: "", response });
@@ -212,9 +213,7 @@ function connectEsClient(baseUrl: () => string): ContractClient {
             return ok();
           case "client_streaming":
           case "bidi_streaming": {
-            const requests = (async function* () {
-              for (const message of messagesOf(input)) yield fromJson(method.input, message);
-            })();
+            const requests = createAsyncIterable(messagesOf(input).map((message) => fromJson(method.input, message)));
             if (method.methodKind === "client_streaming") return ok(outputJson(method, await unary(requests)));
             for await (const message of stream(requests)) return ok(outputJson(method, message));
             return ok();

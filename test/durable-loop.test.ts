@@ -39,9 +39,9 @@ function lostTools(reattached: { calls: number }) {
       parameters: z.object({}),
       effect: "write",
       execute: (_args, context) => new Promise((_, reject) => context.signal.addEventListener("abort", () => reject(new Error("stopped")))),
-      async reattach() {
+      reattach() {
         reattached.calls += 1;
-        return { ok: true, text: "finished while nobody watched", exitCode: 0 };
+        return Promise.resolve({ ok: true, text: "finished while nobody watched", exitCode: 0 });
       },
     }),
   ];

@@ -67,7 +67,7 @@ describe("first slice: one message, one model call, one reply", () => {
     expect(steps).toHaveLength(1);
     expect(steps[0]?.modelCall?.responseText).toBe(reply.text);
     expect(Number(steps[0]?.modelCall?.usage?.inputTokens)).toBeGreaterThan(0);
-    expect(JSON.parse(steps[0]!.modelCall!.requestJson).messages.at(-1)).toMatchObject({ role: "user", content: "ping" });
+    expect((JSON.parse(steps[0]!.modelCall!.requestJson) as { messages: unknown[] }).messages.at(-1)).toMatchObject({ role: "user", content: "ping" });
     const { step } = await runs.getRunStep({ runId: submitted.runId, stepId: steps[0]!.id });
     expect(step?.id).toBe(steps[0]!.id);
 

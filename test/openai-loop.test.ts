@@ -106,10 +106,10 @@ describe("the openai provider driving the loop", () => {
         },
       });
     }
-    expect(server.requests[0]?.messages.slice(0, 2)).toMatchObject([
-      { role: "system", content: expect.stringContaining("You echo things.") },
-      { role: "user", content: "echo one, two and three" },
-    ]);
+    const [system, user] = server.requests[0]?.messages ?? [];
+    expect(system?.role).toBe("system");
+    expect(system?.content).toEqual(expect.stringContaining("You echo things."));
+    expect(user).toMatchObject({ role: "user", content: "echo one, two and three" });
 
     // Every tool call goes back as the assistant's tool_calls and one tool message with its id.
     const second = server.requests[1]!.messages;

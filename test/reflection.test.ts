@@ -7,6 +7,7 @@ import { create, fromBinary } from "@bufbuild/protobuf";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import { createClient } from "@connectrpc/connect";
+import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { registerReflection } from "../control-plane/src/api/reflection-service.js";
@@ -33,7 +34,7 @@ beforeAll(async () => {
       routes: (router) => {
         registerReflection(router, [IngressService, RunService, AgentService, EmissionService, SandboxService]);
         router.service(AgentService, {
-          getAgent: async (req) => ({ agent: { id: req.agentId, displayName: "x" } }),
+          getAgent: (req) => ({ agent: { id: req.agentId, displayName: "x" } }),
         });
       },
     }),
@@ -60,11 +61,7 @@ function ask(
 async function reflect(...requests: v1.ServerReflectionRequest[]): Promise<v1.ServerReflectionResponse[]> {
   const client = createClient(v1.ServerReflection, createGrpcTransport({ baseUrl }));
   const responses: v1.ServerReflectionResponse[] = [];
-  for await (const response of client.serverReflectionInfo(
-    (async function* () {
-      yield* requests;
-    })(),
-  )) {
+  for await (const response of client.serverReflectionInfo(createAsyncIterable(requests))) {
     responses.push(response);
   }
   return responses;
@@ -154,9 +151,8 @@ describe("gRPC server reflection", () => {
       expect(response.messageResponse.case).toBe("errorResponse");
       expect(response.messageResponse.value).toMatchObject({ errorCode: 5 });
     }
-    expect(responses[0]?.messageResponse.value).toMatchObject({
-      errorMessage: expect.stringContaining("keel.v1.Nope"),
-    });
+    const first = responses[0]?.messageResponse;
+    expect(first?.case === "errorResponse" ? first.value.errorMessage : "").toContain("keel.v1.Nope");
   });
 
   it("reports no extension numbers for a known message", async () => {

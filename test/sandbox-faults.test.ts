@@ -239,11 +239,11 @@ describe.skipIf(skip)("sandbox faults", () => {
     const serve = async (): Promise<{ child: ChildProcess; url: string; logs: string[] }> => {
       const child = spawn(process.execPath, [KEEL_BIN, "serve", "--dev"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
       const logs: string[] = [];
-      child.stderr!.on("data", (chunk: Buffer) => logs.push(chunk.toString("utf8")));
+      child.stderr.on("data", (chunk: Buffer) => logs.push(chunk.toString("utf8")));
       const url = await new Promise<string>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`keel did not start: ${logs.join("")}`)), 30_000);
         child.once("exit", () => reject(new Error(`keel exited: ${logs.join("")}`)));
-        createInterface({ input: child.stdout! }).on("line", (line) => {
+        createInterface({ input: child.stdout }).on("line", (line) => {
           logs.push(line);
           const entry = JSON.parse(line) as Record<string, unknown>;
           if (typeof entry["msg"] === "string" && entry["msg"].startsWith("keel is serving")) {

@@ -101,7 +101,7 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
   });
 
   it("sends nothing for a transaction that runs no statement", async () => {
-    await expect(sql.transaction(async () => "nothing to do")).resolves.toBe("nothing to do");
+    await expect(sql.transaction(() => Promise.resolve("nothing to do"))).resolves.toBe("nothing to do");
     expect(await sql.query<{ one: number }>("SELECT 1 AS one")).toEqual([{ one: 1 }]);
   });
 

@@ -69,7 +69,7 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
     output.push(line);
     if (output.length > keepLines) output.shift();
   };
-  createInterface({ input: child.stderr! }).on("line", keep);
+  createInterface({ input: child.stderr }).on("line", keep);
   const timeoutMs = options.timeoutMs ?? 30_000;
   try {
     const url = await new Promise<string>((resolve, reject) => {
@@ -78,7 +78,7 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
         clearTimeout(timer);
         reject(new Error(`${options.args.join(" ")} exited before listening (code ${String(code)}, signal ${String(signal)}):\n${output.join("\n")}`));
       });
-      createInterface({ input: child.stdout! }).on("line", (line) => {
+      createInterface({ input: child.stdout }).on("line", (line) => {
         keep(line);
         const url = options.listening(line);
         if (url !== undefined) {

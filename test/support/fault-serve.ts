@@ -47,8 +47,8 @@ function say(line: string): void {
 }
 
 interface FaultInjector {
-  wrapDeps(deps: RunnerDeps): RunnerDeps;
-  wrapTools(tools: readonly ToolDefinition[]): ToolDefinition[];
+  readonly wrapDeps: (deps: RunnerDeps) => RunnerDeps;
+  readonly wrapTools: (tools: readonly ToolDefinition[]) => ToolDefinition[];
 }
 
 function createFaultInjector(point: FaultPoint, faultDir: string, workers: number, graceMs: number): FaultInjector {

@@ -49,8 +49,8 @@ export function createTestTools(options: TestToolOptions): ToolDefinition[] {
       description: "Pretends to read a file at a path (a read with a path field for policy tests).",
       parameters: z.object({ path: z.string() }),
       effect: "read",
-      async execute(args) {
-        return { ok: true, text: `contents of ${args.path}` };
+      execute(args) {
+        return Promise.resolve({ ok: true, text: `contents of ${args.path}` });
       },
     }),
     defineTool<{ key: string }>({

@@ -1,5 +1,6 @@
 import {
   ArtifactProvenanceSchema,
+  BudgetDimension,
   BudgetDimensionSchema,
   ModelRoleSchema,
   ResolvedOutcome,
@@ -7,6 +8,7 @@ import {
   RunStatusSchema,
   ToolInvocationStatusSchema,
   VerificationConclusionSchema,
+  WaitReason,
   WaitReasonSchema,
   type Run,
 } from "../../../gen/keel/v1/run_pb.js";
@@ -78,8 +80,8 @@ export async function inspectCommand(client: ClientOptions, runId: string, out: 
 function statusLine(run: Run): string {
   const notes = [
     run.paused ? "paused" : "",
-    run.waitReason === 0 ? "" : `waiting on ${fromEnum(WaitReasonSchema, run.waitReason) ?? "?"}`,
-    run.exhaustedDimension === 0 ? "" : `${fromEnum(BudgetDimensionSchema, run.exhaustedDimension) ?? "?"} budget used up`,
+    run.waitReason === WaitReason.UNSPECIFIED ? "" : `waiting on ${fromEnum(WaitReasonSchema, run.waitReason) ?? "?"}`,
+    run.exhaustedDimension === BudgetDimension.UNSPECIFIED ? "" : `${fromEnum(BudgetDimensionSchema, run.exhaustedDimension) ?? "?"} budget used up`,
     run.cancelledByActorId === "" ? "" : `cancelled by ${run.cancelledByActorId}`,
   ].filter((note) => note !== "");
   const status = fromEnum(RunStatusSchema, run.status) ?? "?";

@@ -105,7 +105,7 @@ export function createToolRegistry(definitions: readonly ToolDefinition[]): Tool
     const schema = definition.parameters.strict();
     let parametersJsonSchema: Record<string, unknown>;
     try {
-      parametersJsonSchema = z.toJSONSchema(schema, { io: "input" }) as Record<string, unknown>;
+      parametersJsonSchema = z.toJSONSchema(schema, { io: "input" });
     } catch (error) {
       throw new ToolRegistrationError(`tool ${fullName}: parameters cannot be expressed as JSON Schema (${(error as Error).message})`);
     }
