@@ -12,7 +12,8 @@ import { createAgentRepository, type AgentRepository } from "./ledger/agent.repo
 import { createApiTokenRepository, type ApiTokenRepository } from "./ledger/api-token.repository.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./ledger/embedded-postgres.js";
 import { createEmissionRepository } from "./ledger/emission.repository.js";
-import { createIngressRepository } from "./ledger/ingress.repository.js";
+import { createAdmissionLedger } from "./ledger/conversation.repository.js";
+import { createAdmissions } from "./conversation/admission.js";
 import { createMailbox } from "./conversation/mailbox.js";
 import { systemClock, type Clock } from "./domain/clock.js";
 import { startNotificationHub } from "./ledger/notification-hub.js";
@@ -151,7 +152,7 @@ export async function buildApp(
     {
       ingress: createIngressService({
         mailbox: createMailbox({
-          store: createIngressRepository(ledger.sql, { handoff, maxConcurrentRootRuns: config.maxConcurrentRootRuns }),
+          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, maxConcurrentRootRuns: config.maxConcurrentRootRuns }),
           providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
           clock,
           log: logger.child({ component: "mailbox" }),

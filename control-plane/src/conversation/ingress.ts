@@ -1,4 +1,4 @@
-// Admission of connector messages into runs: the conversation's mailbox.
+// What connectors hand the conversation layer, and what admission answers.
 import type { AgentSpec } from "../domain/agent.js";
 import type { ConsentAnswer, FollowUpRelation } from "../domain/interrupt.js";
 import type { RunStatus } from "../domain/run.js";
@@ -72,11 +72,17 @@ export type AdmissionAttempt<T> =
   | { readonly kind: "needs_relation"; readonly agent: AgentSpec; readonly runId: string; readonly request: string }
   | { readonly kind: "needs_consent"; readonly agent: AgentSpec; readonly runId: string };
 
-/** The ledger side of the mailbox. `now` is the clock's, so every window is the caller's time. */
-export interface MailboxStore {
+/** One admission attempt per call (conversation/admission.ts). `now` is the clock's, so every window is the caller's time. */
+export interface Admissions {
   admit(message: SubmittedMessage, answers: AdmissionAnswers, now: Date): Promise<AdmissionAttempt<Admission>>;
   edit(edit: MessageEdit, now: Date): Promise<Admission>;
   continueRun(request: ContinuationRequest, answers: AdmissionAnswers, now: Date): Promise<AdmissionAttempt<Continuation>>;
 }
 
-export const ACK_WORKING_TEXT = "⏳";
+/** A message id two transactions stored at once: the loser's attempt fails, and its retry finds the duplicate. */
+export class ConcurrentMessageError extends Error {
+  override readonly name = "ConcurrentMessageError";
+  constructor(messageId: string) {
+    super(`message ${messageId} was stored concurrently`);
+  }
+}

@@ -42,7 +42,7 @@ function storeScript(steps: ((answers: AdmissionAnswers) => AdmissionAttempt<Adm
 
 const done = (runId: string): AdmissionAttempt<Admission> => ({ kind: "done", result: { runId, status: "queued", duplicate: false } });
 const mailboxOver = (store: Admissions) =>
-  createMailbox({ store, providers: { scripted: createScriptedModelProvider(), openai: createScriptedModelProvider() }, clock: { now: () => new Date(0) }, log: pino({ level: "silent" }) });
+  createMailbox({ admissions: store, providers: { scripted: createScriptedModelProvider(), openai: createScriptedModelProvider() }, clock: { now: () => new Date(0) }, log: pino({ level: "silent" }) });
 
 describe("the mailbox", () => {
   it("admits at once when no model question is needed", async () => {

@@ -17,10 +17,10 @@ import {
 } from "../domain/interrupt.js";
 import { decide } from "../runner/decision.js";
 import type { ModelProvider } from "../models/model-provider.js";
-import type { AdmissionAnswers, AdmissionAttempt, Mailbox, MailboxStore } from "./ingress.js";
+import { ConcurrentMessageError, type AdmissionAnswers, type AdmissionAttempt, type Admissions, type Mailbox } from "./ingress.js";
 
 export interface MailboxDeps {
-  readonly store: MailboxStore;
+  readonly admissions: Admissions;
   readonly providers: Readonly<Record<ModelProviderName, ModelProvider>>;
   readonly clock: Clock;
   readonly log: Logger;
@@ -84,9 +84,9 @@ export function createMailbox(deps: MailboxDeps): Mailbox {
   }
 
   return {
-    submitMessage: (message, signal) => settle(message.text, signal, (answers) => deps.store.admit(message, answers, deps.clock.now())),
-    editMessage: (edit) => retryingRaces(() => deps.store.edit(edit, deps.clock.now())),
-    continueRun: (request, signal) => settle(request.text, signal, (answers) => deps.store.continueRun(request, answers, deps.clock.now())),
+    submitMessage: (message, signal) => settle(message.text, signal, (answers) => deps.admissions.admit(message, answers, deps.clock.now())),
+    editMessage: (edit) => retryingRaces(() => deps.admissions.edit(edit, deps.clock.now())),
+    continueRun: (request, signal) => settle(request.text, signal, (answers) => deps.admissions.continueRun(request, answers, deps.clock.now())),
   };
 }
 
@@ -105,7 +105,7 @@ async function retryingRaces<T>(work: () => Promise<T>): Promise<T> {
 }
 
 function isRace(error: unknown): boolean {
-  if (error instanceof Error && error.name === "ConcurrentMessageError") return true;
+  if (error instanceof ConcurrentMessageError) return true;
   const code = (error as { code?: unknown } | undefined)?.code;
   return code === "23505" || code === "40P01";
 }

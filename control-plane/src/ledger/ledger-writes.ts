@@ -1,6 +1,5 @@
 // Writes that several transactions share: the run's event sequence and emission reservations.
 import { randomUUID } from "node:crypto";
-import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS } from "../domain/agent.js";
 import type { EmissionDraft } from "../domain/records.js";
 import type { CommitBoundary, RunEventKind, RunStatus } from "../domain/run.js";
 import { cancellationReply, settlementDrafts, type WorkDone } from "../domain/settlement.js";
@@ -52,29 +51,6 @@ export async function insertRunEvents(trx: SqlTransaction, runId: string, firstS
     ],
   );
 }
-
-/**
- * Guards the ceilings on concurrent root runs across every worker and process on the database.
- * claimNext takes it exclusively before it starts a queued run; admission, starting a run for an
- * idle worker of its own process, takes it through MAY_START_ROOT_RUN_SQL.
- */
-export const ADMISSION_LOCK = 7234002;
-/** Admission starts that may be in flight side by side, each holding one slot lock (keys START_SLOT_LOCK..+START_SLOTS-1). */
-const START_SLOTS = 8;
-const START_SLOT_LOCK = 7234100;
-
-/** The agent's own ceiling on concurrent root runs, from its spec `a` (a missing or zero value means the default). */
-export const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
-
-/**
- * SQL for "may a root run of agent `a` start now, in this transaction", taking the locks that
- * make the answer hold until the commit (migration 20261204100000 has the function): far from
- * both ceilings, one of START_SLOTS slot locks and the admission lock in shared mode, so
- * admission starts commit side by side (their commits share a WAL flush) instead of queueing
- * behind each other's, each leaving room for the other slots; near a ceiling, the admission
- * lock exclusively and an exact count, as claimNext takes. One `?`: the install's ceiling.
- */
-export const MAY_START_ROOT_RUN_SQL = `keel_may_start_root_run(a.id, ${AGENT_CEILING_SQL}, ?::int, ${ADMISSION_LOCK}, ${START_SLOT_LOCK}, ${START_SLOTS})`;
 
 /**
  * Emission order. Every writer holds this lock in shared mode from before it draws an emission's

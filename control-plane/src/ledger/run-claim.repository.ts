@@ -6,8 +6,7 @@ import { systemClock, type Clock } from "../domain/clock.js";
 import { ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
 import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import type { ClaimedRun, RunStore } from "../runner/run-store.js";
-import { ADMISSION_LOCK } from "./ledger-writes.js";
-import { EXECUTING_SQL, mayStartSql } from "./run-start.sql.js";
+import { ADMISSION_LOCK, EXECUTING_SQL, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
 import { asDate, optionalDate, raw, statement, type Sql } from "./sql.js";
 

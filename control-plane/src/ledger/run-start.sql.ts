@@ -12,6 +12,15 @@ export const LIVE_SQL = list(LIVE_STATUSES);
 export const PARKED_SQL = list(PARKED_STATUSES);
 export const EXECUTING_SQL = list(EXECUTING_STATUSES);
 
+/**
+ * Serializes every start of a queued run across processes: a claim takes it exclusively before
+ * its re-check; an admission start takes it through admissionStartSql.
+ */
+export const ADMISSION_LOCK = 7234002;
+/** Admission starts that may be in flight side by side, each holding one slot lock (keys START_SLOT_LOCK..+START_SLOTS-1). */
+const START_SLOTS = 8;
+const START_SLOT_LOCK = 7234100;
+
 /** The agent's own ceiling on concurrent root runs, from its spec `a` (domain agentCeiling). */
 export const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
 
@@ -34,10 +43,32 @@ export function startBlockerSql<P>(input: StartRuleParams<P>): StatementFragment
       SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.id <> r.id
         AND ((o.started_at IS NOT NULL AND o.status IN (${raw(LIVE_SQL)}))
           OR (o.status = 'queued' AND o.started_at IS NULL AND ${raw(AHEAD_SQL)}))) THEN 'conversation_busy'
-    WHEN (SELECT count(*) FROM runs x WHERE x.agent_id = r.agent_id AND ${raw(EXECUTING_ROOT_SQL("x"))}) >= ${raw(AGENT_CEILING_SQL)}
-      OR (SELECT count(*) FROM runs x WHERE ${raw(EXECUTING_ROOT_SQL("x"))}) >= ${input.installCeiling}::int
-      THEN 'concurrency_ceiling'
+    WHEN NOT ${ceilingRoomSql<P>(
+      fragment`(SELECT count(*) FROM runs x WHERE x.agent_id = r.agent_id AND ${raw(EXECUTING_ROOT_SQL("x"))})`,
+      fragment`(SELECT count(*) FROM runs x WHERE ${raw(EXECUTING_ROOT_SQL("x"))})`,
+      input.installCeiling,
+    )} THEN 'concurrency_ceiling'
     END`;
+}
+
+/** Room under both ceilings for one more executing root run of agent `a` (domain startBlocker's last test). */
+function ceilingRoomSql<P>(agentExecuting: StatementFragment<P>, allExecuting: StatementFragment<P>, installCeiling: (params: P) => number): StatementFragment<P> {
+  return fragment<P>`(${agentExecuting} < ${raw(AGENT_CEILING_SQL)} AND ${allExecuting} < ${installCeiling}::int)`;
+}
+
+/**
+ * Whether a new root run of agent `a` may start in this transaction, with the locks that keep
+ * the answer true until the commit (keel_locked_root_run_counts). Far from both ceilings, up to
+ * START_SLOTS admission starts commit side by side, so each counts the others' room as taken.
+ * The conversation's part of the rule admission has checked under the conversation's row lock.
+ */
+export function admissionStartSql<P>(installCeiling: (params: P) => number): StatementFragment<P> {
+  return fragment<P>`(SELECT ${ceilingRoomSql<P>(
+    fragment`(c.agent_executing + c.margin)`,
+    fragment`(c.all_executing + c.margin)`,
+    installCeiling,
+  )} FROM keel_locked_root_run_counts(a.id, ${raw(AGENT_CEILING_SQL)}, ${installCeiling}::int, ${raw(String(ADMISSION_LOCK))},
+      ${raw(String(START_SLOT_LOCK))}, ${raw(String(START_SLOTS))}, ARRAY[${raw(EXECUTING_SQL)}]::text[]) c)`;
 }
 
 /** The SQL form of mayStart for run `r` of agent `a`. */

@@ -17,8 +17,11 @@ export interface Sql {
   /** An ad-hoc statement built with sql``; or, until every caller has moved, text with `?` placeholders. */
   query<T = Record<string, unknown>>(query: SqlQuery): Promise<T[]>;
   query<T = Record<string, unknown>>(text: string, bindings?: readonly unknown[], name?: string): Promise<T[]>;
-  /** BEGIN … COMMIT on one connection; ROLLBACK when `work` throws. Inside a transaction, runs `work` in it. */
-  transaction<T>(work: (trx: SqlTransaction) => Promise<T>): Promise<T>;
+  /**
+   * BEGIN … COMMIT on one connection; ROLLBACK when `work` throws, or when `keep` says its result
+   * is not to be kept (an attempt that must be tried again). Inside a transaction, runs `work` in it.
+   */
+  transaction<T>(work: (trx: SqlTransaction) => Promise<T>, keep?: (result: T) => boolean): Promise<T>;
 }
 
 /** The same interface, bound to one connection inside BEGIN … COMMIT. */
@@ -55,7 +58,7 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
   pool.on("error", (error) => options.onError?.(error));
   return {
     ...over((config) => pool.query(config)),
-    async transaction(work) {
+    async transaction(work, keep) {
       const client = await pool.connect();
       // BEGIN goes out with the first statement (pg-pipelined-begin.ts); no statement, nothing sent.
       let begun = false;
@@ -70,7 +73,7 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       let broken: Error | undefined;
       try {
         const result = await work(trx);
-        if (begun) await client.query("COMMIT");
+        if (begun) await client.query(keep === undefined || keep(result) ? "COMMIT" : "ROLLBACK");
         return result;
       } catch (error) {
         if (begun) {

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import type { Logger } from "pino";
 import { LeaseLostError } from "../domain/errors.js";
+import { ClaimNotStarted, type WorkerHandoff } from "../conversation/worker-handoff.js";
 import type { ClaimedRun } from "./run-store.js";
 import { advanceRun, type RunnerDeps } from "./runner.js";
 
@@ -17,47 +18,6 @@ export type RunnableFeed = (listener: (payload: string) => void) => () => void;
 
 export interface WorkerPool {
   stop(): Promise<void>;
-}
-
-/**
- * Why a started worker's `committed` rejects when admission wrote the run after all but a
- * ceiling left it queued: nothing failed, the run waits for a worker like any other.
- */
-export class ClaimNotStarted extends Error {
-  constructor(readonly runId: string) {
-    super(`run ${runId} was queued behind a ceiling instead of started`);
-    this.name = "ClaimNotStarted";
-  }
-}
-
-/** An idle worker taken aside for one run that admission is about to claim on its behalf. */
-export interface ReservedWorker {
-  /** The lease owner to claim the run for. */
-  readonly workerId: string;
-  readonly leaseMs: number;
-  /**
-   * Admission has planned to start the run for this worker and is writing the claim: the worker
-   * starts on it at once, while `committed` is pending. Until it resolves the run may not exist
-   * (it resolves once the claim is written and committed), so the worker does nothing but its
-   * first model call (replayable inference): every ledger call waits for `committed`. If it
-   * rejects (the transaction failed, or ClaimNotStarted: a ceiling queued the run instead), the
-   * model call is aborted and the run dropped here with nothing written or sent.
-   */
-  start(claimed: ClaimedRun, committed: Promise<void>): void;
-  /** No claim after all (not startable, or the transaction failed): the worker goes back to claiming. */
-  release(): void;
-}
-
-/**
- * Admission's way to an idle worker in this process. A run admission finds startable at once
- * (no coalesce window, the conversation idle, the ceilings clear) is claimed in the admission
- * transaction for a reserved worker and handed to it after the commit, instead of NOTIFY waking
- * a worker that then looks for it with claimNext. Runs admission does not hand over are queued
- * and announced as before, so other processes still claim them with SKIP LOCKED.
- */
-export interface WorkerHandoff {
-  /** An idle worker, now the caller's until it calls start or release; undefined when none is idle. */
-  reserve(): ReservedWorker | undefined;
 }
 
 /** Where pools started later register: the ingress side is built before any worker runs. */

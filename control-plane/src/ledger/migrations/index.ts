@@ -5,6 +5,7 @@ import { Migration20261202000000 } from "./Migration20261202000000.js";
 import { Migration20261203000000 } from "./Migration20261203000000.js";
 import { Migration20261204100000 } from "./Migration20261204100000.js";
 import { Migration20261205000000 } from "./Migration20261205000000.js";
+import { Migration20261206000000 } from "./Migration20261206000000.js";
 
 /**
  * Migrations in order, never edited once landed. Schema changes are generated from the entities
@@ -18,4 +19,5 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261203000000", class: Migration20261203000000 },
   { name: "Migration20261204100000", class: Migration20261204100000 },
   { name: "Migration20261205000000", class: Migration20261205000000 },
+  { name: "Migration20261206000000", class: Migration20261206000000 },
 ];

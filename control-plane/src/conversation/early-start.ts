@@ -1,0 +1,58 @@
+// A run admission starts for an idle worker of this process. Its lifecycle:
+//   reserved → handed over (the worker makes its first model call while the admission commits)
+//            → confirmed (committed and started) | aborted (a ceiling queued it, or the commit failed)
+//   reserved → released (never handed over: the worker goes back to claiming).
+import type { ClaimedRun } from "../runner/run-store.js";
+import { ClaimNotStarted, type ReservedWorker } from "./worker-handoff.js";
+
+export class EarlyStart {
+  private state: "reserved" | "handed_over" | "done" = "reserved";
+  private commit: { resolve: () => void; reject: (error: unknown) => void } | undefined;
+
+  constructor(private readonly worker: ReservedWorker) {}
+
+  get workerId(): string {
+    return this.worker.workerId;
+  }
+
+  get leaseMs(): number {
+    return this.worker.leaseMs;
+  }
+
+  /** The worker starts on the run; every ledger call it makes waits for the admission's commit. */
+  handOver(claimed: ClaimedRun): void {
+    if (this.state !== "reserved") throw new Error(`a worker ${this.state} cannot be handed run ${claimed.runId}`);
+    this.state = "handed_over";
+    const committed = new Promise<void>((resolve, reject) => (this.commit = { resolve, reject }));
+    committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
+    this.worker.start(claimed, committed);
+  }
+
+  get handedOver(): boolean {
+    return this.state === "handed_over";
+  }
+
+  /** A ceiling queued the run instead: a worker already on it aborts its call and lets it go. */
+  notStarted(runId: string): void {
+    this.finish(new ClaimNotStarted(runId));
+  }
+
+  /** The admission committed: a handed-over worker goes on; one never handed over goes back to claiming. */
+  committed(): void {
+    this.finish(undefined);
+  }
+
+  /** The admission rolled back or failed: nothing it wrote exists. */
+  failed(error: unknown): void {
+    this.finish(error ?? new Error("admission failed"));
+  }
+
+  private finish(error: unknown): void {
+    if (this.state === "reserved") this.worker.release();
+    else if (this.state === "handed_over") {
+      if (error === undefined) this.commit?.resolve();
+      else this.commit?.reject(error);
+    }
+    this.state = "done";
+  }
+}
