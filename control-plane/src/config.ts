@@ -1,5 +1,6 @@
 import path from "node:path";
 import { z } from "zod";
+import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "./domain/run-start.js";
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
@@ -21,7 +22,7 @@ const ConfigSchema = z.object({
   KEEL_DEFAULT_DEADLINE_MS: int(100, 3_600_000).default(30_000),
   KEEL_MAX_DEADLINE_MS: int(100, 3_600_000).default(300_000),
   KEEL_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
-  KEEL_MAX_CONCURRENT_ROOT_RUNS: int(1, 100_000).default(64),
+  KEEL_MAX_CONCURRENT_ROOT_RUNS: int(1, 100_000).default(DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS),
   KEEL_SANDBOX_HEARTBEAT_MS: int(100, 300_000).default(5_000),
   KEEL_SANDBOX_RECONNECT_GRACE_MS: int(0, 600_000).default(5_000),
   KEEL_SANDBOX_PLACEMENT_WAIT_MS: int(0, 600_000).default(30_000),

@@ -1,4 +1,5 @@
-import { statement, type Sql } from "./sql.js";
+import { EXECUTING_SQL } from "./run-start.sql.js";
+import { raw, statement, type Sql } from "./sql.js";
 
 const runsByStatus = statement<Record<string, never>, { status: string; n: string }>("metrics_runs_by_status")`
   SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY status`;
@@ -9,7 +10,7 @@ const ledgerGauges = statement<
 >("metrics_ledger_gauges")`
   SELECT
     (SELECT extract(epoch FROM now() - min(created_at)) FROM runs WHERE status = 'queued' AND NOT paused) AS oldest_queued_s,
-    (SELECT count(*) FROM runs WHERE status IN ('running', 'awaiting_tool') AND lease_expires_at < now()) AS expired_leases,
+    (SELECT count(*) FROM runs WHERE status IN (${raw(EXECUTING_SQL)}) AND lease_expires_at < now()) AS expired_leases,
     (SELECT count(*) FROM tool_invocations WHERE status = 'unknown_outcome' AND resolved_outcome IS NULL) AS unknown_outcomes,
     (SELECT count(*) FROM emissions WHERE delivery_status = 'pending') AS pending_emissions`;
 
