@@ -86,4 +86,13 @@ export default tseslint.config(
     { regex: layer("api", "cli"), message: "models/, tools/ and sandbox/ sit below the API: they never import api/ or cli/." },
     { regex: "^(\\.\\./)+(app|main)\\.js$", message: "models/, tools/ and sandbox/ never import the composition root." },
   ]),
+  {
+    // The demo agent and scripted-model builders are for `keel serve --dev`, tests and benches, never
+    // for the code that runs agents. Core `no-restricted-imports` so it does not replace a layer rule.
+    files: ["control-plane/src/**/*.ts"],
+    ignores: ["**/*.test.ts", "control-plane/src/cli/**", "control-plane/src/fixtures/**"],
+    rules: {
+      "no-restricted-imports": ["error", { patterns: [{ regex: "(^|/)fixtures/", message: "fixtures/ are for dev mode, tests and benches only." }] }],
+    },
+  },
 );

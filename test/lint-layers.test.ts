@@ -5,7 +5,7 @@ import { readdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { ESLint, type Linter } from "eslint";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const eslint = new ESLint({ cwd: ROOT });
@@ -24,6 +24,12 @@ async function lint(filePath: string, code: string): Promise<Linter.LintMessage[
   expect(fatal, "the text must parse").toEqual([]);
   return result.messages;
 }
+
+// The first lint builds the TypeScript program of the whole project (half a minute on a busy machine):
+// done once here, under its own time limit, so no case pays for it.
+beforeAll(async () => {
+  await eslint.lintFiles([path.join(ROOT, "test/support/lint-layers/cycle-end.ts")]);
+}, 180_000);
 
 const byRule = (messages: Linter.LintMessage[], ruleId: string) => messages.filter((message) => message.ruleId === ruleId);
 const RESTRICTED = "@typescript-eslint/no-restricted-imports";
@@ -54,6 +60,11 @@ describe("layer rules", () => {
   it("sandbox-agent/ may not import from control-plane/", async () => {
     const messages = await lint(fileIn("sandbox-agent/src"), 'import { withBudgetDefaults } from "../../control-plane/src/domain/agent.js";\nexport const defaults = withBudgetDefaults;\n');
     expect(byRule(messages, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/the sandbox agent is a separate program/)]);
+  });
+
+  it("code that runs agents may not import the dev/test fixtures", async () => {
+    const messages = await lint(fileIn("control-plane/src/runner"), 'import { DEMO_AGENT } from "../fixtures/demo-agent.js";\nexport const agent = DEMO_AGENT;\n');
+    expect(byRule(messages, "no-restricted-imports").map((m) => m.message)).toEqual([expect.stringMatching(/fixtures\/ are for dev mode, tests and benches only/)]);
   });
 });
 
