@@ -19,24 +19,21 @@ export class Migration20261206000000 extends Migration {
         slot int;
       begin
         margin := 0;
-        select count(*) filter (where agent_id = p_agent_id), count(*) into agent_executing, all_executing
-          from runs where status = any(p_executing) and parent_run_id is null;
-        if agent_executing + p_slots <= p_agent_ceiling and all_executing + p_slots <= p_install_ceiling then
-          for s in 0 .. p_slots - 1 loop
-            if pg_try_advisory_xact_lock(p_slot_lock + s) then
-              slot := s;
-              exit;
-            end if;
-          end loop;
-        end if;
-        if slot is null then
-          perform pg_advisory_xact_lock(p_admission_lock);
-        else
-          perform pg_advisory_xact_lock_shared(p_admission_lock);
-          margin := p_slots - 1;
-        end if;
-        select count(*) filter (where agent_id = p_agent_id), count(*) into agent_executing, all_executing
-          from runs where status = any(p_executing) and parent_run_id is null;
+        for pass in 1 .. 2 loop
+          -- Counted before the locks to choose how to lock, and after them (a fresh snapshot) to answer.
+          select count(*) filter (where agent_id = p_agent_id), count(*) into agent_executing, all_executing
+            from runs where status = any(p_executing) and parent_run_id is null;
+          exit when pass = 2;
+          if agent_executing + p_slots <= p_agent_ceiling and all_executing + p_slots <= p_install_ceiling then
+            select s into slot from generate_series(0, p_slots - 1) s where pg_try_advisory_xact_lock(p_slot_lock + s) limit 1;
+          end if;
+          if slot is null then
+            perform pg_advisory_xact_lock(p_admission_lock);
+          else
+            perform pg_advisory_xact_lock_shared(p_admission_lock);
+            margin := p_slots - 1;
+          end if;
+        end loop;
       end $$;`);
   }
 
