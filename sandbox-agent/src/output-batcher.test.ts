@@ -87,7 +87,7 @@ describe("output batcher (issue #4: few, large output messages)", () => {
     expect(fake.sent.map((s) => s.text.length)).toEqual([BURST_BYTES + 4]);
   });
 
-  it("never sends more than the announced chunk size in one message, and keeps stdout and stderr apart", async () => {
+  it("never sends more than the announced chunk size in one message, and keeps stdout and stderr apart", () => {
     const fake = fakeOutlet(100);
     fake.outlet.waiting = false;
     const batcher = new OutputBatcher(fake.outlet);

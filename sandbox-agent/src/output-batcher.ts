@@ -1,18 +1,13 @@
 // An exec's output on its way to the control plane: merged into few, large messages while the
 // transport is busy, sent at once when it is idle.
 //
-// Per-message costs (encoding, framing, the control plane's decoding and a ledger row each)
-// dominate a fast stream cut into small messages, so output is coalesced up to the chunk size
-// the control plane announced. The transport says when it can take more: HTTP/2 flow control
-// paces its writes, and when it asks for the next message every batcher holding output flushes
+// Each message has a fixed cost on both sides (encoding, framing, decoding, a ledger row), so
+// output is coalesced up to the chunk size the control plane announced. HTTP/2 flow control
+// paces the transport; when it asks for the next message, every batcher holding output flushes
 // (the agent's request queue calls back). An idle transport gets output after the current turn
-// of the event loop, so output that arrives in a burst goes out as one message, while a small
-// command's output is not held back waiting for more.
-//
-// A fast producer (a turn's worth of output is BURST_BYTES or more) gets a few milliseconds
-// more to fill the message: without that, an idle transport took whatever one socket read of
-// the exec stream held (tens of KiB), and per-message costs on both sides (encoding, framing,
-// decoding, the async iterables in between) were most of a fast stream's CPU.
+// of the event loop, so a burst goes out as one message and a small command's output is not
+// held back. A fast producer (BURST_BYTES or more in a turn) lingers up to LINGER_MS for more,
+// so an idle transport does not take a fast stream one socket read at a time.
 
 import type { OutputStreamName } from "./workspace-backend.js";
 

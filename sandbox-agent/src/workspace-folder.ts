@@ -177,7 +177,10 @@ export async function writeWorkspaceFile(folder: string, p: string, content: Uin
     const dir = await walk(folder, segments, p, { owner });
     try {
       let mode = 0o644;
-      const existing = await lstat(viaFd(dir.fd, name)).catch((e: unknown) => (errorCode(e) === "ENOENT" ? undefined : Promise.reject(e)));
+      const existing = await lstat(viaFd(dir.fd, name)).catch((e: unknown) => {
+        if (errorCode(e) === "ENOENT") return undefined;
+        throw e;
+      });
       if (existing?.isDirectory()) throw new WorkspaceError("backend_failure", `is a directory: ${p}`);
       if (existing?.isFile()) mode = existing.mode & 0o777;
       const temporary = `.keel-write-${randomUUID()}`;

@@ -23,7 +23,7 @@ export interface Containers {
   readonly docker: Dockerode;
   readonly hostId: string;
   /** The host path of a folder name under the workspace root. */
-  folderPath(folder: string): string;
+  readonly folderPath: (folder: string) => string;
   /** Makes the workspace root and the records folder (once; again after a failure). */
   ensureRoot(): Promise<void>;
   /** Creates and starts a container; returns its id. */

@@ -45,7 +45,7 @@ async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
 export interface ExecHost {
   readonly docker: Dockerode;
   readonly log: (msg: string) => void;
-  folderPath(folder: string): string;
+  readonly folderPath: (folder: string) => string;
 }
 
 /** Runs a short helper exec to completion, draining its output; returns its exit code. */

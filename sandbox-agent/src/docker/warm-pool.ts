@@ -126,7 +126,7 @@ export function createWarmPools(
     },
 
     async drain() {
-      await Promise.allSettled(pools.map((p) => p.filling));
+      await Promise.allSettled(pools.map((p) => p.filling).filter((f) => f !== undefined));
       for (const pool of pools) {
         for (const slot of pool.idle.splice(0)) {
           await containers.remove(slot.containerId).catch((error: unknown) => log(`close: remove ${slot.containerId}: ${message(error)}`));

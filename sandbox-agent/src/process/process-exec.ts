@@ -75,7 +75,7 @@ export async function executeInProcess(
       killGroup();
     };
     signal.addEventListener("abort", onAbort, { once: true });
-    const finish = (error?: unknown): void => {
+    const finish = (error?: Error): void => {
       if (finished) return;
       finished = true;
       clearTimeout(deadline);
