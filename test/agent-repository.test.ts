@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiTokenRepository, hashToken } from "../control-plane/src/ledger/api-token.repository.js";
-import { rows } from "../control-plane/src/ledger/sql.js";
+import { sql } from "../control-plane/src/ledger/sql.js";
 import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 // One Keel for the file: agents and tokens are both read through its ledger.
@@ -39,7 +39,7 @@ describe("API tokens", () => {
     const tokens = createApiTokenRepository(keel.app.ledger.sql, () => now);
     const { secret } = await tokens.create("connector", "revocation test");
     expect(await tokens.roleOf(secret)).toBe("connector");
-    await rows(keel.app.ledger.sql, "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = ?", [hashToken(secret)]);
+    await keel.app.ledger.sql.query(sql`UPDATE api_tokens SET revoked_at = now() WHERE token_hash = ${hashToken(secret)}`);
     // Within the trusted time the cached role stands.
     now += 4_000;
     expect(await tokens.roleOf(secret)).toBe("connector");
@@ -51,7 +51,7 @@ describe("API tokens", () => {
     // A token unseen for longer than trusted + stale time is checked inline.
     const other = await tokens.create("operator", "idle test");
     expect(await tokens.roleOf(other.secret)).toBe("operator");
-    await rows(keel.app.ledger.sql, "UPDATE api_tokens SET revoked_at = now() WHERE token_hash = ?", [hashToken(other.secret)]);
+    await keel.app.ledger.sql.query(sql`UPDATE api_tokens SET revoked_at = now() WHERE token_hash = ${hashToken(other.secret)}`);
     now += 11_000;
     expect(await tokens.roleOf(other.secret)).toBeUndefined();
   });

@@ -1,5 +1,6 @@
 import type { HostRecord, WorkspaceLease, WorkspaceLeaseStore, WorkspaceStatus } from "../sandbox/workspace-lease-store.js";
-import { rows, type Sql } from "./sql.js";
+import { LIVE_SQL } from "./run-start.sql.js";
+import { raw, statement, type Sql } from "./sql.js";
 
 interface WorkspaceRow {
   id: string;
@@ -9,112 +10,118 @@ interface WorkspaceRow {
   status: WorkspaceStatus;
 }
 
-const TERMINAL_RUN_STATUSES = ["succeeded", "failed", "cancelled", "budget_exhausted"];
+const WORKSPACE_COLUMNS = "w.id, w.host_id, w.run_id, w.image, w.status";
 
 const lease = (row: WorkspaceRow): WorkspaceLease => ({ id: row.id, hostId: row.host_id, runId: row.run_id, image: row.image, status: row.status });
+
+const hostId = (p: { readonly hostId: string }) => p.hostId;
+const runId = (p: { readonly runId: string }) => p.runId;
+const workspaceId = (p: { readonly workspaceId: string }) => p.workspaceId;
+
+/** Upserts the host as connected and returns the instance id it had registered with before, in one statement. */
+const registerHostStatement = statement<HostRecord, { previous: string | null }>("sandbox_register_host")`
+  WITH before AS (SELECT instance_id FROM sandbox_hosts WHERE id = ${hostId})
+  INSERT INTO sandbox_hosts (id, capacity, labels, backends, images, instance_id, connected, last_heartbeat_at, registered_at)
+  VALUES (${hostId}, ${(p) => JSON.stringify(p.capacity)}::jsonb, ${(p) => JSON.stringify(p.labels)}::jsonb,
+    ${(p) => JSON.stringify(p.backends)}::jsonb, ${(p) => JSON.stringify(p.images)}::jsonb, ${(p) => p.instanceId}, true, now(), now())
+  ON CONFLICT (id) DO UPDATE SET capacity = excluded.capacity, labels = excluded.labels, backends = excluded.backends,
+    images = excluded.images, instance_id = excluded.instance_id, connected = true, last_heartbeat_at = now(), registered_at = now()
+  RETURNING (SELECT instance_id FROM before) AS previous`;
+
+const hostDisconnectedStatement = statement<{ hostId: string }>("sandbox_host_disconnected")`
+  UPDATE sandbox_hosts SET connected = false WHERE id = ${hostId}`;
+
+const heartbeatStatement = statement<{ hostId: string }>("sandbox_heartbeat")`
+  UPDATE sandbox_hosts SET last_heartbeat_at = now(), connected = true WHERE id = ${hostId}`;
+
+const hostConnected = statement<{ hostId: string }, { connected: boolean }>("sandbox_host_connected")`
+  SELECT connected FROM sandbox_hosts WHERE id = ${hostId}`;
+
+const activeWorkspaceIds = statement<{ hostId: string }, { id: string }>("sandbox_active_workspace_ids")`
+  SELECT id FROM workspaces WHERE host_id = ${hostId} AND status = 'active'`;
+
+const markAllLost = statement<{ hostId: string }, { id: string }>("sandbox_mark_all_lost")`
+  UPDATE workspaces SET status = 'lost', released_at = now() WHERE host_id = ${hostId} AND status = 'active' RETURNING id`;
+
+const markSomeLost = statement<{ hostId: string; workspaceIds: readonly string[] }, { id: string }>("sandbox_mark_lost")`
+  UPDATE workspaces SET status = 'lost', released_at = now()
+  WHERE host_id = ${hostId} AND status = 'active' AND id = ANY(${(p) => p.workspaceIds}::uuid[]) RETURNING id`;
+
+const activeWorkspaceOfRunStatement = statement<{ runId: string }, WorkspaceRow>("sandbox_active_workspace_of_run")`
+  SELECT ${raw(WORKSPACE_COLUMNS)} FROM workspaces w
+  WHERE w.run_id = ${runId}::uuid AND w.status = 'active' ORDER BY w.acquired_at DESC LIMIT 1`;
+
+const activeCounts = statement<Record<string, never>, { host_id: string; n: number }>("sandbox_active_counts")`
+  SELECT host_id, count(*)::int AS n FROM workspaces WHERE status = 'active' GROUP BY host_id`;
+
+const createWorkspaceStatement = statement<Omit<WorkspaceLease, "status">>("sandbox_create_workspace")`
+  INSERT INTO workspaces (id, host_id, run_id, image, status)
+  VALUES (${(p) => p.id}::uuid, ${hostId}, ${runId}::uuid, ${(p) => p.image}, 'active')`;
+
+const finishWorkspace = statement<{ workspaceId: string; status: WorkspaceStatus }, { id: string }>("sandbox_finish_workspace")`
+  UPDATE workspaces SET status = ${(p) => p.status}, released_at = now()
+  WHERE id = ${workspaceId}::uuid AND status = 'active' RETURNING id`;
+
+/** keep_until records, for operators, how long a finished (no longer live) run's workspace stays for inspection. */
+const stampKeepUntil = statement<{ keepMs: number }>("sandbox_stamp_keep_until")`
+  UPDATE workspaces w SET keep_until = coalesce(r.finished_at, r.updated_at) + (${(p) => p.keepMs}::float8 * interval '1 millisecond')
+  FROM runs r WHERE r.id = w.run_id AND w.status = 'active' AND w.keep_until IS NULL AND r.status NOT IN (${raw(LIVE_SQL)})`;
+
+const dueWorkspaces = statement<{ limit: number }, WorkspaceRow>("sandbox_due_for_release")`
+  SELECT ${raw(WORKSPACE_COLUMNS)} FROM workspaces w
+  WHERE w.status = 'active' AND w.keep_until <= now() ORDER BY w.keep_until LIMIT ${(p) => p.limit}`;
 
 export function createSandboxRepository(sql: Sql): WorkspaceLeaseStore {
   return {
     async registerHost(host: HostRecord) {
-      const [row] = await rows<{ previous: string | null }>(
-        sql,
-        `WITH before AS (SELECT instance_id FROM sandbox_hosts WHERE id = ?)
-         INSERT INTO sandbox_hosts (id, capacity, labels, backends, images, instance_id, connected, last_heartbeat_at, registered_at)
-         VALUES (?, ?::jsonb, ?::jsonb, ?::jsonb, ?::jsonb, ?, true, now(), now())
-         ON CONFLICT (id) DO UPDATE SET capacity = excluded.capacity, labels = excluded.labels, backends = excluded.backends,
-           images = excluded.images, instance_id = excluded.instance_id, connected = true, last_heartbeat_at = now(), registered_at = now()
-         RETURNING (SELECT instance_id FROM before) AS previous`,
-        [
-          host.hostId,
-          host.hostId,
-          JSON.stringify(host.capacity),
-          JSON.stringify(host.labels),
-          JSON.stringify(host.backends),
-          JSON.stringify(host.images),
-          host.instanceId,
-        ],
-      );
+      const [row] = await sql.run(registerHostStatement, host);
       return row?.previous ?? undefined;
     },
 
     async hostDisconnected(hostId) {
-      await sql.query("UPDATE sandbox_hosts SET connected = false WHERE id = ?", [hostId]);
+      await sql.run(hostDisconnectedStatement, { hostId });
     },
 
     async heartbeat(hostId) {
-      await sql.query("UPDATE sandbox_hosts SET last_heartbeat_at = now(), connected = true WHERE id = ?", [hostId]);
+      await sql.run(heartbeatStatement, { hostId });
     },
 
     async isHostConnected(hostId) {
-      const [row] = await rows<{ connected: boolean }>(sql, "SELECT connected FROM sandbox_hosts WHERE id = ?", [hostId]);
+      const [row] = await sql.run(hostConnected, { hostId });
       return row?.connected ?? false;
     },
 
     async activeWorkspaceIdsOfHost(hostId) {
-      const found = await rows<{ id: string }>(sql, "SELECT id FROM workspaces WHERE host_id = ? AND status = 'active'", [hostId]);
-      return found.map((r) => r.id);
+      return (await sql.run(activeWorkspaceIds, { hostId })).map((r) => r.id);
     },
 
     async markLost(hostId, workspaceIds) {
       if (workspaceIds !== "all" && workspaceIds.length === 0) return [];
-      const marked = await rows<{ id: string }>(
-        sql,
-        workspaceIds === "all"
-          ? "UPDATE workspaces SET status = 'lost', released_at = now() WHERE host_id = ? AND status = 'active' RETURNING id"
-          : "UPDATE workspaces SET status = 'lost', released_at = now() WHERE host_id = ? AND status = 'active' AND id = ANY(?::uuid[]) RETURNING id",
-        workspaceIds === "all" ? [hostId] : [hostId, [...workspaceIds]],
-      );
+      const marked = workspaceIds === "all" ? await sql.run(markAllLost, { hostId }) : await sql.run(markSomeLost, { hostId, workspaceIds });
       return marked.map((r) => r.id);
     },
 
     async activeWorkspaceOfRun(runId) {
-      const [row] = await rows<WorkspaceRow>(
-        sql,
-        "SELECT id, host_id, run_id, image, status FROM workspaces WHERE run_id = ? AND status = 'active' ORDER BY acquired_at DESC LIMIT 1",
-        [runId],
-      );
+      const [row] = await sql.run(activeWorkspaceOfRunStatement, { runId });
       return row === undefined ? undefined : lease(row);
     },
 
     async activeCountsByHost() {
-      const counts = await rows<{ host_id: string; n: number }>(
-        sql,
-        "SELECT host_id, count(*)::int AS n FROM workspaces WHERE status = 'active' GROUP BY host_id",
-      );
+      const counts = await sql.run(activeCounts, {});
       return new Map(counts.map((c) => [c.host_id, c.n]));
     },
 
     async createWorkspace(workspace) {
-      await sql.query("INSERT INTO workspaces (id, host_id, run_id, image, status) VALUES (?, ?, ?, ?, 'active')", [
-        workspace.id,
-        workspace.hostId,
-        workspace.runId,
-        workspace.image,
-      ]);
+      await sql.run(createWorkspaceStatement, workspace);
     },
 
     async finish(workspaceId, status) {
-      const done = await rows<{ id: string }>(
-        sql,
-        "UPDATE workspaces SET status = ?, released_at = now() WHERE id = ? AND status = 'active' RETURNING id",
-        [status, workspaceId],
-      );
-      return done.length > 0;
+      return (await sql.run(finishWorkspace, { workspaceId, status })).length > 0;
     },
 
     async dueForRelease(keepMs, limit) {
-      // keep_until records, for operators, how long a finished run's workspace stays for inspection.
-      await sql.query(
-        `UPDATE workspaces w SET keep_until = coalesce(r.finished_at, r.updated_at) + (? * interval '1 millisecond')
-         FROM runs r WHERE r.id = w.run_id AND w.status = 'active' AND w.keep_until IS NULL AND r.status = ANY(?::text[])`,
-        [keepMs, TERMINAL_RUN_STATUSES],
-      );
-      const due = await rows<WorkspaceRow>(
-        sql,
-        "SELECT id, host_id, run_id, image, status FROM workspaces WHERE status = 'active' AND keep_until <= now() ORDER BY keep_until LIMIT ?",
-        [limit],
-      );
-      return due.map(lease);
+      await sql.run(stampKeepUntil, { keepMs });
+      return (await sql.run(dueWorkspaces, { limit })).map(lease);
     },
   };
 }
