@@ -10,7 +10,8 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunStatus, WaitReason } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
-import { rows } from "../control-plane/src/ledger/sql.js";
+import { LIVE_SQL } from "../control-plane/src/ledger/run-start.sql.js";
+import { raw, sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
@@ -108,7 +109,7 @@ describe.each([
 
     const deadline = Date.now() + 120_000;
     for (;;) {
-      const [open] = await rows<{ n: number }>(keel.app.ledger.sql, "SELECT count(*)::int AS n FROM runs WHERE status NOT IN ('succeeded', 'failed', 'cancelled', 'budget_exhausted')");
+      const [open] = await keel.app.ledger.sql.query<{ n: number }>(sqlText`SELECT count(*)::int AS n FROM runs WHERE status IN (${raw(LIVE_SQL)})`);
       if (open?.n === 0) break;
       if (Date.now() > deadline) throw new Error(`${open?.n} runs still open`);
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -118,9 +119,8 @@ describe.each([
 
     // Nothing dropped: every message is a trigger of a run that answered it.
     const sql = keel.app.ledger.sql;
-    const [counts] = await rows<{ messages: number; triggered: number; runs: number; succeeded: number }>(
-      sql,
-      `SELECT (SELECT count(*)::int FROM messages) AS messages,
+    const [counts] = await sql.query<{ messages: number; triggered: number; runs: number; succeeded: number }>(
+      sqlText`SELECT (SELECT count(*)::int FROM messages) AS messages,
          (SELECT count(DISTINCT message_id)::int FROM run_triggers) AS triggered,
          (SELECT count(*)::int FROM runs) AS runs,
          (SELECT count(*)::int FROM runs WHERE status = 'succeeded') AS succeeded`,
@@ -130,10 +130,9 @@ describe.each([
 
     // Each run's time holding a worker, from the ledger's own events.
     const intervals = (
-      await rows<{ run_id: string; agent_id: string; conversation_id: string; start_us: string; end_us: string }>(
-        sql,
-        // Microseconds since the epoch: the events' own precision.
-        `SELECT r.id AS run_id, r.agent_id, r.conversation_id,
+      // Microseconds since the epoch: the events' own precision.
+      await sql.query<{ run_id: string; agent_id: string; conversation_id: string; start_us: string; end_us: string }>(
+        sqlText`SELECT r.id AS run_id, r.agent_id, r.conversation_id,
            (SELECT (extract(epoch FROM min(e.at)) * 1000000)::bigint FROM run_events e
             WHERE e.run_id = r.id AND e.kind = 'status_changed' AND e.status = 'running') AS start_us,
            (SELECT (extract(epoch FROM max(e.at)) * 1000000)::bigint FROM run_events e
