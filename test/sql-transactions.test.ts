@@ -6,8 +6,19 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pipelinedBeginUnsupportedReason } from "../control-plane/src/ledger/pg-pipelined-begin.js";
-import { createSqlPool, preparedRows, type SqlPool, type SqlTransaction } from "../control-plane/src/ledger/sql.js";
+import { createSqlPool, sql as sqlText, statement, type SqlPool, type SqlTransaction } from "../control-plane/src/ledger/sql.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
+
+type Seen = { xid: string; at: string };
+type Note = { id: number; body: string };
+
+// Named statements, each prepared on the pool's one connection by its first use below.
+const insertSeen = statement<Note, Seen>("sql_transactions_test_insert_seen")`
+  INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body}) RETURNING txid_current()::text AS xid, now()::text AS at`;
+const insertForRollback = statement<Note>("sql_transactions_test_insert_rollback")`
+  INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body})`;
+const insertForConflict = statement<Note>("sql_transactions_test_insert_conflict")`
+  INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body})`;
 
 describe("SQL transactions with BEGIN sent alongside their first statement", () => {
   let url: string;
@@ -40,21 +51,22 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
   });
 
   it("runs the first statement inside the transaction, unnamed and named alike", async () => {
-    const INSERT = "INSERT INTO notes (id, body) VALUES (?, ?) RETURNING txid_current()::text AS xid, now()::text AS at";
-    const NAMED = `${INSERT} -- named`;
-    type Seen = { xid: string; at: string };
     const cases = [
-      { label: "unnamed", first: (trx: SqlTransaction, id: number) => trx.query<Seen>(INSERT, [id, "first"]) },
+      {
+        label: "unnamed",
+        first: (trx: SqlTransaction, id: number) =>
+          trx.query<Seen>(sqlText`INSERT INTO notes (id, body) VALUES (${id}, 'first') RETURNING txid_current()::text AS xid, now()::text AS at`),
+      },
       // Its first use prepares the statement on the connection (BEGIN then goes on its own) ...
-      { label: "named, first use", first: (trx: SqlTransaction, id: number) => preparedRows<Seen>(trx, NAMED, [id, "first"]) },
+      { label: "named, first use", first: (trx: SqlTransaction, id: number) => trx.run(insertSeen, { id, body: "first" }) },
       // ... and from then on BEGIN goes with it.
-      { label: "named, prepared", first: (trx: SqlTransaction, id: number) => preparedRows<Seen>(trx, NAMED, [id, "first"]) },
+      { label: "named, prepared", first: (trx: SqlTransaction, id: number) => trx.run(insertSeen, { id, body: "first" }) },
     ];
     for (const [i, { label, first }] of cases.entries()) {
       const id = 100 + i;
       const [inserted, later] = await sql.transaction(async (trx) => {
         const [row] = await first(trx, id);
-        const [after] = await trx.query<Seen>("SELECT txid_current()::text AS xid, now()::text AS at");
+        const [after] = await trx.query<Seen>(sqlText`SELECT txid_current()::text AS xid, now()::text AS at`);
         return [row, after] as const;
       });
       // One transaction: the same id and the same statement-start time in both statements.
@@ -68,18 +80,17 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
   it("rolls back the first statement when the work throws", async () => {
     await expect(
       sql.transaction(async (trx) => {
-        await trx.query("INSERT INTO notes (id, body) VALUES (?, ?)", [200, "doomed"]);
+        await trx.query(sqlText`INSERT INTO notes (id, body) VALUES (${200}, ${"doomed"})`);
         throw new Error("changed my mind");
       }),
     ).rejects.toThrow("changed my mind");
     expect(await count(200)).toBe(0);
 
     // The same through an already prepared named statement (prepared by the first round).
-    const NAMED = "INSERT INTO notes (id, body) VALUES (?, ?) -- rollback";
-    await sql.transaction((trx) => preparedRows(trx, NAMED, [201, "kept"]));
+    await sql.transaction((trx) => trx.run(insertForRollback, { id: 201, body: "kept" }));
     await expect(
       sql.transaction(async (trx) => {
-        await preparedRows(trx, NAMED, [202, "doomed"]);
+        await trx.run(insertForRollback, { id: 202, body: "doomed" });
         throw new Error("changed my mind again");
       }),
     ).rejects.toThrow("changed my mind again");
@@ -88,21 +99,20 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
   });
 
   it("reports an error in the first statement and keeps the connection usable", async () => {
-    const NAMED = "INSERT INTO notes (id, body) VALUES (?, ?) -- conflict";
-    await sql.transaction((trx) => preparedRows(trx, NAMED, [300, "one"]));
+    await sql.transaction((trx) => trx.run(insertForConflict, { id: 300, body: "one" }));
     // Pipelined (prepared) and failing: a unique violation.
-    await expect(sql.transaction((trx) => preparedRows(trx, NAMED, [300, "again"]))).rejects.toMatchObject({ code: "23505" });
+    await expect(sql.transaction((trx) => trx.run(insertForConflict, { id: 300, body: "again" }))).rejects.toMatchObject({ code: "23505" });
     // Unnamed and failing at parse time.
-    await expect(sql.transaction((trx) => trx.query("SELEC 1"))).rejects.toMatchObject({ code: "42601" });
+    await expect(sql.transaction((trx) => trx.query(sqlText`SELEC 1`))).rejects.toMatchObject({ code: "42601" });
     // The one connection is still good, outside and inside transactions.
-    expect(await sql.query<{ one: number }>("SELECT 1 AS one")).toEqual([{ one: 1 }]);
-    await sql.transaction((trx) => preparedRows(trx, NAMED, [301, "two"]));
+    expect(await sql.query<{ one: number }>(sqlText`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
+    await sql.transaction((trx) => trx.run(insertForConflict, { id: 301, body: "two" }));
     expect(await count(301)).toBe(1);
   });
 
   it("sends nothing for a transaction that runs no statement", async () => {
     await expect(sql.transaction(() => Promise.resolve("nothing to do"))).resolves.toBe("nothing to do");
-    expect(await sql.query<{ one: number }>("SELECT 1 AS one")).toEqual([{ one: 1 }]);
+    expect(await sql.query<{ one: number }>(sqlText`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
   });
 
   it("keeps transactions on different connections apart", async () => {
@@ -111,15 +121,15 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
     const held = new Promise<void>((resolve) => (release = resolve));
     let updated!: () => void;
     const didUpdate = new Promise<void>((resolve) => (updated = resolve));
-    await connections.query("INSERT INTO notes (id, body) VALUES (?, ?)", [400, "v0"]);
+    await connections.query(sqlText`INSERT INTO notes (id, body) VALUES (${400}, ${"v0"})`);
     const first = connections.transaction(async (trx) => {
-      await trx.query("UPDATE notes SET body = 'v1' WHERE id = ?", [400]);
+      await trx.query(sqlText`UPDATE notes SET body = 'v1' WHERE id = ${400}`);
       updated();
       await held;
     });
     await didUpdate;
     let secondDone = false;
-    const second = connections.transaction(async (trx) => trx.query<{ body: string }>("SELECT body FROM notes WHERE id = ? FOR UPDATE", [400]));
+    const second = connections.transaction(async (trx) => trx.query<{ body: string }>(sqlText`SELECT body FROM notes WHERE id = ${400} FOR UPDATE`));
     void second.finally(() => (secondDone = true));
     await new Promise((resolve) => setTimeout(resolve, 100));
     // Still blocked: the first transaction (BEGIN and its UPDATE in it) holds the row.
