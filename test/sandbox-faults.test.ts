@@ -15,10 +15,11 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunStatus, ToolInvocationStatus, type Run } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { agentSpecToProto } from "../control-plane/src/api/agent-spec-convert.js";
-import type { AgentSpec, ScriptedTurn, ToolGrant } from "../control-plane/src/domain/agent.js";
+import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { connectClient } from "./support/clients.js";
 import { freePort } from "./support/global-setup.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { scriptedAgent, scriptedTurn, toolCall, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { createTestDatabase, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import {
   containersOfHost,
@@ -35,26 +36,20 @@ import {
 const SANDBOX_TOOLS = ["sandbox.exec.v1", "sandbox.read_file.v1", "sandbox.write_file.v1", "sandbox.list_files.v1"];
 const SETTLED = [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.WAITING, RunStatus.CANCELLED, RunStatus.BUDGET_EXHAUSTED];
 
-const exec = (args: Record<string, unknown>) => ({ toolName: "sandbox.exec.v1", argumentsJson: JSON.stringify(args) });
-const turn = (toolCalls: ScriptedTurn["toolCalls"], reply = ""): ScriptedTurn => ({ replyText: reply, toolCalls, delayMs: 0, inputTokens: 10, outputTokens: 10 });
+const exec = (args: Record<string, unknown>) => toolCall("sandbox.exec.v1", args);
+const turn = (toolCalls: ScriptedTurn["toolCalls"], reply = ""): ScriptedTurn => scriptedTurn(reply, toolCalls, { inputTokens: 10, outputTokens: 10 });
 
 function sandboxAgent(id: string, turns: ScriptedTurn[], options: { readOnlyCommands?: string[]; labels?: string[] } = {}): AgentSpec {
-  const model = { ...DEMO_AGENT.models.primary, scriptedTurns: turns };
-  const tools: ToolGrant[] = SANDBOX_TOOLS.map((toolName) => ({ toolName, connectors: [], readOnlyCommands: options.readOnlyCommands ?? [] }));
-  return {
-    ...DEMO_AGENT,
-    id,
-    displayName: id,
-    models: { primary: model, fast: model, decision: model },
-    tools,
-    sandbox: { ...DEMO_AGENT.sandbox, labels: options.labels ?? [] },
-  };
+  const tools = toolGrants(SANDBOX_TOOLS, options.readOnlyCommands ?? []);
+  return scriptedAgent(id, turns, { displayName: id, tools, sandbox: { ...DEMO_AGENT.sandbox, labels: options.labels ?? [] } });
 }
 
 const HOSTILE = sandboxAgent(
   "hostile",
   [
-    turn([exec({ command: "f() { f | f & }; f; sleep 30", timeout_ms: 4000 })]),
+    // The sleep is forked before the bomb, which runs in a subshell: when the pids run out and the
+    // subshell dies of a failed fork, the shell still waits on the sleep until the timeout.
+    turn([exec({ command: "sleep 30 & (f() { f | f & }; f); wait", timeout_ms: 4000 })]),
     turn([exec({ command: "yes keel-output | head -c 100000000" })]),
     turn([exec({ command: "echo still-usable" })]),
     turn([], "survived"),
