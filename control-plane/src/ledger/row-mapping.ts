@@ -114,9 +114,9 @@ export function toToolInvocationRecord(row: ToolInvocationRow, observations: rea
   };
 }
 
-// The untyped overloads serve callers still on `SELECT *` (run.repository.ts, emission.repository.ts)
-// until they select ARTIFACT_COLUMNS / EMISSION_COLUMNS; the row is then read as the typed one, its
-// timestamp through asDate in case such a caller read it as text.
+// The untyped overload serves callers still on `SELECT *` (run.repository.ts) until they select
+// ARTIFACT_COLUMNS; the row is then read as the typed one, its timestamp through asDate in case
+// such a caller read it as text.
 export function toArtifactRecord(row: ArtifactRow): ArtifactRecord;
 export function toArtifactRecord(row: Record<string, unknown>): ArtifactRecord;
 export function toArtifactRecord(untyped: ArtifactRow | Record<string, unknown>): ArtifactRecord {
@@ -149,10 +149,7 @@ export function toRunEventRecord(row: RunEventRow): RunEventRecord {
   };
 }
 
-export function toEmissionRecord(row: EmissionRow): EmissionRecord;
-export function toEmissionRecord(row: Record<string, unknown>): EmissionRecord;
-export function toEmissionRecord(untyped: EmissionRow | Record<string, unknown>): EmissionRecord {
-  const row = untyped as EmissionRow;
+export function toEmissionRecord(row: EmissionRow): EmissionRecord {
   return {
     id: row.id,
     seq: Number(row.seq),
@@ -168,6 +165,6 @@ export function toEmissionRecord(untyped: EmissionRow | Record<string, unknown>)
     addressedActorIds: row.addressed_actor_ids,
     deliveryStatus: row.delivery_status,
     remoteRef: optional(row.remote_ref),
-    createdAt: asDate(row.created_at),
+    createdAt: row.created_at,
   };
 }
