@@ -15,7 +15,7 @@
 //   3. Streaming: an exec printing --stream-mib MiB of `a` (a file written into the workspace
 //      untimed, then `cat`) through the dispatcher with the output cap raised above it
 //      (KEEL_SANDBOX_MAX_OUTPUT_BYTES), every chunk persisted as observations by the run store's
-//      appendObservation (the runner's sink for exec tools), timed until the result is back and
+//      observationLog (the runner's sink for exec tools), timed until the result is back and
 //      the last observation is written; the observations table is checked to hold every byte.
 //      Run four times: the first (the process's first large stream, still warming up) is
 //      printed but not counted, and the figure is the median of the other three.
@@ -141,7 +141,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
           streamBytes,
           cpu: { agentPid: agent.child.pid, postgresDataDir: path.join(dir, "data") },
         },
-        (invocationId, seq, streamName, text) => store.appendObservation(runId, invocationId, seq, streamName, text),
+        (invocationId) => store.observationLog(runId, invocationId),
         progress,
       );
     } finally {

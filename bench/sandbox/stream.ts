@@ -45,7 +45,8 @@ export async function streamPhase(
     streamBytes: number;
     cpu: { agentPid: number | undefined; postgresDataDir: string };
   },
-  persist: (invocationId: string, seq: number, stream: string, text: ObservationText) => Promise<void>,
+  /** The observation log of one call, as the runner gets it from its store (the ledger numbers the rows). */
+  observationLog: (invocationId: string) => { append(stream: string, text: ObservationText): Promise<void> },
   progress: (line: string) => void,
 ): Promise<StreamPhase> {
   const { dispatcher, workspaceId, container, db, streamBytes } = target;
@@ -66,7 +67,7 @@ export async function streamPhase(
   /** One stream through keel into the observations table, checked byte for byte afterwards. */
   const throughKeel = async (label: string): Promise<{ ms: number; cpu: CpuLap; observations: number }> => {
     const invocationId = randomUUID();
-    let seq = 0;
+    const log = observationLog(invocationId);
     progress(`${label}: streaming ${streamBytes / MiB} MiB through keel into the observations table (output cap ${target.maxOutputBytes} bytes)`);
     const profile = await startProfile("stream");
     const cpu = cpuMeter(target.cpu);
@@ -75,7 +76,7 @@ export async function streamPhase(
       workspaceId,
       invocationId,
       { argv, workingDirectory: "/workspace", env: {}, timeoutMs: 600_000, maxOutputBytes: target.maxOutputBytes },
-      (stream, text) => persist(invocationId, ++seq, stream, text),
+      (stream, text) => log.append(stream, text),
       AbortSignal.timeout(660_000),
     );
     const elapsed = performance.now() - started;

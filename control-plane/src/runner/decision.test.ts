@@ -20,12 +20,12 @@ function providerAnswering(answer: () => Promise<string>): ModelProvider {
 
 describe("decide", () => {
   it("returns the model's choice when it is one of the choices", async () => {
-    const decision = await decide(providerAnswering(async () => "yes"), spec, question, new AbortController().signal);
+    const decision = await decide(providerAnswering(() => Promise.resolve("yes")), spec, question, new AbortController().signal);
     expect(decision).toEqual({ choice: "yes", fellBack: undefined });
   });
 
   it("falls back when the answer is off the list", async () => {
-    const decision = await decide(providerAnswering(async () => "maybe"), spec, question, new AbortController().signal);
+    const decision = await decide(providerAnswering(() => Promise.resolve("maybe")), spec, question, new AbortController().signal);
     expect(decision.choice).toBe("unclear");
     expect(decision.fellBack).toContain("maybe");
   });

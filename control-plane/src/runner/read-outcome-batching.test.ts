@@ -10,22 +10,23 @@ function recordingStore(fail?: () => Error | undefined) {
   const commits: { kind: "step" | "outcome" | "release"; commit: Partial<StepCommit & ToolOutcomeCommit> }[] = [];
   const reads: string[] = [];
   const store = {
-    commitStep: async (commit: StepCommit) => {
+    commitStep: (commit: StepCommit) => {
       const error = fail?.();
-      if (error !== undefined) throw error;
+      if (error !== undefined) return Promise.reject(error);
       commits.push({ kind: "step", commit });
-      return { ...CONTROL, triggerCount: commits.length + 1 };
+      return Promise.resolve({ ...CONTROL, triggerCount: commits.length + 1 });
     },
-    commitToolOutcome: async (commit: ToolOutcomeCommit) => {
+    commitToolOutcome: (commit: ToolOutcomeCommit) => {
       commits.push({ kind: "outcome", commit });
-      return { ...CONTROL, triggerCount: commits.length + 1 };
+      return Promise.resolve({ ...CONTROL, triggerCount: commits.length + 1 });
     },
-    readControl: async () => {
+    readControl: () => {
       reads.push("read");
-      return { ...CONTROL, cancelRequestedByActorId: "fresh" };
+      return Promise.resolve({ ...CONTROL, cancelRequestedByActorId: "fresh" });
     },
-    release: async () => {
+    release: () => {
       commits.push({ kind: "release", commit: {} });
+      return Promise.resolve();
     },
   } as unknown as RunStore;
   return { store, commits, reads };
@@ -127,12 +128,12 @@ describe("read results ride with the run's next commit", () => {
   it("holds the reads again when a reply guarded against a stop is refused, for the commit that stops the run", async () => {
     const commits: StepCommit[] = [];
     const store = {
-      commitStep: async (commit: StepCommit) => {
+      commitStep: (commit: StepCommit) => {
         commits.push(commit);
         // The guarded reply finds a stop requested: nothing is written.
-        return commit.unlessChangedSince !== undefined ? { ...CONTROL, cancelRequestedByActorId: "bob" } : CONTROL;
+        return Promise.resolve(commit.unlessChangedSince !== undefined ? { ...CONTROL, cancelRequestedByActorId: "bob" } : CONTROL);
       },
-      readControl: async () => CONTROL,
+      readControl: () => Promise.resolve(CONTROL),
     } as unknown as RunStore;
     const batching = batchReadOutcomes(store, { flushAfterMs: 10_000 });
     await batching.commitToolOutcome(outcome("read-1", "read"));

@@ -32,7 +32,7 @@ export interface ReadBatchingOptions {
 export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions): BatchingRunStore {
   let held: ToolOutcomeCommit[] = [];
   let timer: NodeJS.Timeout | undefined;
-  let failure: unknown;
+  let failure: Error | undefined;
   let closed = false;
   /** The control state as of the last commit, and whether a change was signalled since it began. */
   let lastControl: RunControlState | undefined;
@@ -91,7 +91,7 @@ export function batchReadOutcomes(store: RunStore, options: ReadBatchingOptions)
       try {
         await committing(() => store.commitStep(commit));
       } catch (error) {
-        failure = error;
+        failure = error instanceof Error ? error : new Error("committing held read results failed", { cause: error });
         options.onFlushError?.(error);
       }
     });

@@ -183,6 +183,12 @@ export interface RunControlState {
   readonly triggerCount: number;
 }
 
+/** One call's observations, numbered by the ledger (RunStore.observationLog). */
+export interface ObservationLog {
+  /** Takes the observation's place in the sequence at once, so appends in flight side by side keep their order. */
+  append(stream: string, text: ObservationText): Promise<void>;
+}
+
 /** The runner's port to the ledger. Every write but observations is fenced by the lease epoch. */
 export interface RunStore {
   /**
@@ -204,8 +210,13 @@ export interface RunStore {
   readControl(runId: string): Promise<RunControlState>;
   /** Commits one call's result with its artifacts; returns the run's control state as of the commit. */
   commitToolOutcome(commit: ToolOutcomeCommit): Promise<RunControlState>;
-  /** Appends an observation chunk as it arrives (not fenced: it is evidence of what happened). */
-  appendObservation(runId: string, invocationId: string, seq: number, stream: string, text: ObservationText): Promise<void>;
+  /**
+   * Where one call's output goes as it arrives (not fenced: it is evidence of what happened). The
+   * ledger numbers a call's observations: in the order `append` is called, after any it already
+   * holds for the call (a call re-attached after a restart continues its stream), and the call's
+   * result after them all.
+   */
+  observationLog(runId: string, invocationId: string): ObservationLog;
   /** Gives the run back: queued again (paused, or shutting down) with the lease cleared. */
   release(fence: Fence, summary: string): Promise<void>;
 }

@@ -3,7 +3,7 @@ import { setMaxListeners } from "node:events";
 import type { Logger } from "pino";
 import { LeaseLostError } from "../domain/errors.js";
 import { ClaimNotStarted, type WorkerHandoff } from "../conversation/worker-handoff.js";
-import type { ClaimedRun } from "./run-store.js";
+import type { ClaimedRun, ObservationLog } from "./run-store.js";
 import { advanceRun, type RunnerDeps } from "./runner.js";
 
 export interface WorkerPoolOptions {
@@ -69,6 +69,13 @@ function afterCommit(deps: RunnerDeps, committed: Promise<void>): RunnerDeps {
     get(target, key, receiver) {
       const value: unknown = Reflect.get(target, key, receiver);
       if (typeof value !== "function") return value;
+      // The one synchronous method: the log is made at once, its appends wait.
+      if (key === "observationLog") {
+        return (runId: string, invocationId: string): ObservationLog => {
+          const log = target.observationLog(runId, invocationId);
+          return { append: (stream, text) => committed.then(() => log.append(stream, text)) };
+        };
+      }
       return async (...args: unknown[]) => {
         await committed;
         return (value as (...a: unknown[]) => unknown).apply(target, args);

@@ -4,7 +4,7 @@
 //
 // Throughput: a fast command prints far quicker than the ledger commits, so the pump keeps
 // two writes in flight (the next observation is decoded and sent while the ledger commits the
-// one before; their seqs are taken in call order, so the rows stay in order), merges up to
+// one before; the ledger numbers them in the order they are sent, so the rows stay in order), merges up to
 // MAX_OBSERVATION_BYTES per row, and decodes ASCII (most output) without the UTF-8 decoder. Where
 // there is nothing to redact, output that is whole, valid UTF-8 without NUL (most of it) is not
 // decoded at all: its bytes go to the ledger as they are (ObservationText), sparing the decode,

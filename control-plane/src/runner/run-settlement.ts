@@ -1,0 +1,83 @@
+// How a claim ends: the phases return what happens next, and what ends the run (a settlement,
+// an exhausted budget, a cancellation, a supersession) is committed here with the notices
+// domain/settlement.ts drafts.
+import { exhaustionReply, type BudgetCheck } from "../domain/budget.js";
+import type { RunStatus } from "../domain/run.js";
+import { cancellationReply, questionDraft, settlementDrafts } from "../domain/settlement.js";
+import type { InvocationState, Settlement } from "./run-store.js";
+import { PARK, type Next, type RunSession, type SettleOutcome, type StepDraft } from "./run-session.js";
+
+/** The run's terminal status with its reply and the ack that replaces the hourglass. */
+export function settlementFor(session: RunSession, status: RunStatus, outcome: SettleOutcome): Settlement {
+  session.usage = { ...session.usage, wallClockMs: session.elapsed() };
+  return {
+    status,
+    usage: session.usage,
+    emissions: settlementDrafts(session.audience(), status, outcome.replyText),
+    summary: outcome.summary,
+    ...(outcome.finalReply === undefined ? {} : { finalReply: outcome.finalReply }),
+    ...(outcome.error === undefined ? {} : { error: outcome.error }),
+  };
+}
+
+export function exhaustionSettlement(session: RunSession, check: BudgetCheck): Settlement {
+  const steps = session.history.steps;
+  const reply = exhaustionReply({
+    check,
+    request: session.messages.map((m) => m.text).join("\n"),
+    stepsDone: steps.length,
+    toolCallsDone: steps.flatMap((s) => s.invocations).filter((i) => i.status === "succeeded").map((i) => i.toolName),
+  });
+  const settlement = settlementFor(session, "budget_exhausted", { summary: `budget exhausted: ${check.exhausted}`, replyText: reply, finalReply: reply });
+  return { ...settlement, exhaustedDimension: check.exhausted };
+}
+
+export function exhaustionNote(check: BudgetCheck): string {
+  return `the run's ${check.exhausted.replace("_", " ")} budget is used up`;
+}
+
+/** Commits what ends the run, when `next` ends it; `continue` and `park` have nothing left to commit. */
+export async function finish(session: RunSession, next: Next): Promise<void> {
+  switch (next.kind) {
+    case "continue":
+    case "park":
+      return;
+    case "settle":
+      return commitEnd(session, next.step, settlementFor(session, next.status, next.outcome));
+    case "exhaust":
+      return commitEnd(session, next.step, exhaustionSettlement(session, next.check));
+    case "supersede":
+      // Without a reply or an ack: the successor answers the same request and settles its ack.
+      session.usage = { ...session.usage, wallClockMs: session.elapsed() };
+      return commitEnd(session, undefined, { status: "cancelled", usage: session.usage, emissions: [], summary: `superseded by run ${next.successorId}` });
+    case "cancel": {
+      // Past the commit boundary a stop must say what was already done; before it, the failed ack says enough.
+      const actorId = next.actorId;
+      const reply = cancellationReply(session.commitBoundary, actorId, () => ({ stepsDone: session.history.steps.length, effects: session.effectsDone() }));
+      const outcome =
+        reply === undefined
+          ? { summary: `cancelled by ${actorId}` }
+          : { summary: `cancelled by ${actorId} past the commit boundary; partial result sent`, replyText: reply, finalReply: reply };
+      return commitEnd(session, undefined, settlementFor(session, "cancelled", outcome));
+    }
+  }
+}
+
+async function commitEnd(session: RunSession, step: StepDraft | undefined, settlement: Settlement): Promise<void> {
+  await session.store.commitStep({ ...session.fence, step, ...settlement });
+}
+
+/** Asks the conversation the call's question and parks the run until someone answers. */
+export async function parkForInput(session: RunSession, invocation: Pick<InvocationState, "id" | "argumentsJson">): Promise<Next> {
+  const asked = (JSON.parse(invocation.argumentsJson) as { question?: unknown }).question;
+  const question = typeof asked === "string" ? asked : asked === undefined || asked === null ? "" : JSON.stringify(asked);
+  await session.store.commitStep({
+    ...session.fence,
+    step: undefined,
+    status: "awaiting_input",
+    usage: session.usage,
+    emissions: [questionDraft(session.audience(), invocation.id, question)],
+    summary: "asked the conversation a question",
+  });
+  return PARK;
+}
