@@ -17,9 +17,10 @@ import { pino } from "pino";
 import { z } from "zod";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { scriptedAgent, scriptedTurn, toolCall, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { loadConfig } from "../control-plane/src/config.js";
 import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
-import { withBudgetDefaults, type AgentSpec, type ScriptedTurn } from "../control-plane/src/domain/agent.js";
+import { withBudgetDefaults, type AgentSpec } from "../control-plane/src/domain/agent.js";
 
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
@@ -44,23 +45,14 @@ const readTool = defineTool<{ key: string }>({
 });
 
 function benchAgent(iterations: number): AgentSpec {
-  const call: ScriptedTurn = {
-    replyText: "",
-    toolCalls: [{ toolName: "bench.read.v1", argumentsJson: '{"key":"k"}' }],
-    delayMs: 0,
-    inputTokens: 100,
-    outputTokens: 10,
-  };
-  const done: ScriptedTurn = { ...call, toolCalls: [], replyText: "done" };
-  const model = { ...DEMO_AGENT.models.primary, scriptedTurns: [...Array.from({ length: iterations - 1 }, () => call), done] };
+  const usage = { inputTokens: 100, outputTokens: 10 };
+  const call = scriptedTurn("", [toolCall("bench.read.v1", { key: "k" })], usage);
+  const done = scriptedTurn("done", [], usage);
   const room = iterations + 10;
-  return {
-    ...DEMO_AGENT,
-    id: "loop-bench",
+  return scriptedAgent("loop-bench", [...Array.from({ length: iterations - 1 }, () => call), done], {
     budget: withBudgetDefaults({ maxIterations: room, maxModelCalls: room, maxToolCalls: room, maxInputTokens: room * 1000, maxOutputTokens: room * 1000 }),
-    models: { primary: model, fast: model, decision: model },
-    tools: [{ toolName: "bench.read.v1", connectors: [], readOnlyCommands: [] }],
-  };
+    tools: toolGrants(["bench.read.v1"]),
+  });
 }
 
 export default async function loopBench(args: readonly string[]): Promise<void> {

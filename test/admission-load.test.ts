@@ -9,23 +9,22 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunStatus, WaitReason } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
+import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { LIVE_SQL } from "../control-plane/src/ledger/run-start.sql.js";
 import { raw, sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { scriptedModel, scriptedTurn } from "../control-plane/src/fixtures/scripted-model.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const CONVERSATIONS = 50;
 const PER_CONVERSATION = 4;
 
-const turn = (replyText: string, delayMs = 0): ScriptedTurn => ({ replyText, toolCalls: [], delayMs, inputTokens: 0, outputTokens: 0 });
-
 function busyAgent(id: string, ceiling: number): AgentSpec {
   // Each run takes a little while, so runs overlap and the ceilings bind.
-  const primary = { ...DEMO_AGENT.models.primary, scriptedTurns: [turn("answered: {{message}}", 25)] };
+  const primary = scriptedModel([scriptedTurn("answered: {{message}}", [], { delayMs: 25 })]);
   // Every follow-up is its own request: 200 messages, 200 runs, each of which must start exactly once.
-  const fast = { ...DEMO_AGENT.models.primary, scriptedTurns: [turn("independent")] };
+  const fast = scriptedModel([scriptedTurn("independent")]);
   return { ...DEMO_AGENT, id, models: { primary, fast, decision: fast }, maxConcurrentRootRuns: ceiling };
 }
 

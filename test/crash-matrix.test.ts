@@ -15,9 +15,8 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { killAllChildren, prepareLedger, sleep, startFaultServe, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
-import { scriptedTurn as turn } from "../control-plane/src/fixtures/scripted-model.js";
+import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { writesRecorded } from "./support/test-tools.js";
 
 
@@ -33,25 +32,13 @@ const POINTS: readonly FaultPoint[] = ["after_model_call", "after_intent", "duri
 
 /** Turn N plays on the run's N-th committed model call: read, read, write, reply. */
 function matrixAgent(id: string): AgentSpec {
-  const model = {
-    ...DEMO_AGENT.models.primary,
-    scriptedTurns: [
-      turn("", [{ toolName: "test.echo.v1", argumentsJson: '{"text":"a"}' }]),
-      turn("", [{ toolName: "test.echo.v1", argumentsJson: '{"text":"b"}' }]),
-      turn("", [{ toolName: "test.append_line.v1", argumentsJson: '{"key":"w"}' }]),
-      turn("done"),
-    ],
-  };
-  return {
-    ...DEMO_AGENT,
-    id,
-    displayName: "crash matrix agent",
-    models: { primary: model, fast: model, decision: model },
-    tools: [
-      { toolName: "test.echo.v1", connectors: [], readOnlyCommands: [] },
-      { toolName: "test.append_line.v1", connectors: [], readOnlyCommands: [] },
-    ],
-  };
+  const turns = [
+    turn("", [toolCall("test.echo.v1", { text: "a" })]),
+    turn("", [toolCall("test.echo.v1", { text: "b" })]),
+    turn("", [toolCall("test.append_line.v1", { key: "w" })]),
+    turn("done"),
+  ];
+  return scriptedAgent(id, turns, { displayName: "crash matrix agent", tools: toolGrants(["test.echo.v1", "test.append_line.v1"]) });
 }
 
 /** Keeps one fault-serve process up: restarts it whenever it has died, up to a cap. */
@@ -395,16 +382,7 @@ describe(`crash matrix: ${RUNS} runs per crash point, the server SIGKILLs itself
       await rm(dir, { recursive: true, force: true });
     });
     const base = matrixAgent("matrix-pair");
-    const model = {
-      ...base.models.primary,
-      scriptedTurns: [
-        turn("", [
-          { toolName: "test.append_line.v1", argumentsJson: '{"key":"w"}' },
-          { toolName: "test.echo.v1", argumentsJson: '{"text":"a"}' },
-        ]),
-        turn("done"),
-      ],
-    };
+    const model = scriptedModel([turn("", [toolCall("test.append_line.v1", { key: "w" }), toolCall("test.echo.v1", { text: "a" })]), turn("done")]);
     const agent: AgentSpec = { ...base, models: { primary: model, fast: model, decision: model } };
     const token = await prepareLedger(databaseUrl, [agent]);
     await mkdir(effectsDir, { recursive: true });

@@ -14,7 +14,7 @@ import { agentSpecToProto } from "../control-plane/src/api/agent-spec-convert.js
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { killAllChildren, startKeelServe, waitFor, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { scriptedAgent, scriptedTurn } from "../control-plane/src/fixtures/scripted-model.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
 const MODEL_DELAY_MS = 3000;
@@ -22,11 +22,7 @@ const LEASE_MS = 1000;
 
 /** The demo agent with a slow model call, so a crash can land in the middle of it. */
 function slowAgent(id: string): AgentSpec {
-  const model = {
-    ...DEMO_AGENT.models.primary,
-    scriptedTurns: [{ replyText: "Slow hello. You said: {{message}}", toolCalls: [], delayMs: MODEL_DELAY_MS, inputTokens: 0, outputTokens: 0 }],
-  };
-  return { ...DEMO_AGENT, id, displayName: "slow scripted agent", models: { primary: model, fast: model, decision: model } };
+  return scriptedAgent(id, [scriptedTurn("Slow hello. You said: {{message}}", [], { delayMs: MODEL_DELAY_MS })], { displayName: "slow scripted agent" });
 }
 
 const cleanups: (() => Promise<void>)[] = [];

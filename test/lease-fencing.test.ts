@@ -11,17 +11,13 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { killAllChildren, prepareLedger, sleep, startFaultServe, waitFor } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { scriptedAgent, scriptedTurn } from "../control-plane/src/fixtures/scripted-model.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
 
 /** The demo agent with one scripted reply that takes `delayMs`. */
 function replyAgent(id: string, delayMs: number): AgentSpec {
-  const model = {
-    ...DEMO_AGENT.models.primary,
-    scriptedTurns: [{ replyText: "Hello. You said: {{message}}", toolCalls: [], delayMs, inputTokens: 0, outputTokens: 0 }],
-  };
-  return { ...DEMO_AGENT, id, displayName: `scripted reply after ${delayMs} ms`, models: { primary: model, fast: model, decision: model } };
+  return scriptedAgent(id, [scriptedTurn("Hello. You said: {{message}}", [], { delayMs })], { displayName: `scripted reply after ${delayMs} ms` });
 }
 
 // ---- helpers ---------------------------------------------------------------------------

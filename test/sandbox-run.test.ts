@@ -13,6 +13,7 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { scriptedAgent, scriptedTurn, toolCall as call, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import {
   CapturedLog,
@@ -29,25 +30,11 @@ import {
 const SANDBOX_TOOLS = ["sandbox.exec.v1", "sandbox.read_file.v1", "sandbox.write_file.v1", "sandbox.list_files.v1"];
 const CANARY = `canary-${randomBytes(12).toString("hex")}`;
 
-const call = (toolName: string, args: Record<string, unknown>) => ({ toolName, argumentsJson: JSON.stringify(args) });
-const turn = (toolCalls: ScriptedTurn["toolCalls"], options: { reply?: string; delayMs?: number } = {}): ScriptedTurn => ({
-  replyText: options.reply ?? "",
-  toolCalls,
-  delayMs: options.delayMs ?? 0,
-  inputTokens: 10,
-  outputTokens: 10,
-});
+const turn = (toolCalls: ScriptedTurn["toolCalls"], options: { reply?: string; delayMs?: number } = {}): ScriptedTurn =>
+  scriptedTurn(options.reply ?? "", toolCalls, { delayMs: options.delayMs ?? 0, inputTokens: 10, outputTokens: 10 });
 
 function sandboxAgent(id: string, turns: ScriptedTurn[], sandbox: Partial<AgentSpec["sandbox"]> = {}): AgentSpec {
-  const model = { ...DEMO_AGENT.models.primary, scriptedTurns: turns };
-  return {
-    ...DEMO_AGENT,
-    id,
-    displayName: id,
-    models: { primary: model, fast: model, decision: model },
-    tools: SANDBOX_TOOLS.map((toolName) => ({ toolName, connectors: [], readOnlyCommands: [] })),
-    sandbox: { ...DEMO_AGENT.sandbox, ...sandbox },
-  };
+  return scriptedAgent(id, turns, { displayName: id, tools: toolGrants(SANDBOX_TOOLS), sandbox: { ...DEMO_AGENT.sandbox, ...sandbox } });
 }
 
 const BUILDER = sandboxAgent("builder", [
