@@ -1,6 +1,7 @@
 // Lint is where the layering of docs/architecture.md is enforced: each layer lists what it may not
 // import, and no module may reach itself through a chain of value imports.
 import { builtinModules } from "node:module";
+import { defineConfig } from "eslint/config";
 import { createTypeScriptImportResolver } from "eslint-import-resolver-typescript";
 import importX from "eslint-plugin-import-x";
 import tseslint from "typescript-eslint";
@@ -27,7 +28,7 @@ const layerRule = (files, patterns) => ({
   rules: { "@typescript-eslint/no-restricted-imports": ["error", { patterns }] },
 });
 
-export default tseslint.config(
+export default defineConfig(
   { ignores: ["gen/**", "node_modules/**", ".keel/**", "control-plane/src/ledger/migrations/**"] },
   ...tseslint.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked.map((config) => ({ ...config, files: TS_FILES })),
