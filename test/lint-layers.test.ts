@@ -57,6 +57,18 @@ describe("layer rules", () => {
     expect(byRule(messages, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/the core is pure: no Node modules/)]);
   });
 
+  it("domain/ may not import generated code, but may import common/", async () => {
+    const generated = await lint(fileIn("control-plane/src/domain"), 'import { RunStatus } from "../../../gen/keel/v1/run_pb.js";\nexport const status = RunStatus;\n');
+    expect(byRule(generated, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/the core is pure: no generated code/)]);
+    const common = await lint(fileIn("control-plane/src/domain"), 'import { uuidProblem } from "../../../common/ids.js";\nexport const problem = uuidProblem;\n');
+    expect(byRule(common, RESTRICTED)).toEqual([]);
+  });
+
+  it("models/ may not import api/", async () => {
+    const messages = await lint(fileIn("control-plane/src/models"), 'import { createKeelServer } from "../api/server.js";\nexport const server = createKeelServer;\n');
+    expect(byRule(messages, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/never import api\/ or cli\//)]);
+  });
+
   it("sandbox-agent/ may not import from control-plane/", async () => {
     const messages = await lint(fileIn("sandbox-agent/src"), 'import { withBudgetDefaults } from "../../control-plane/src/domain/agent.js";\nexport const defaults = withBudgetDefaults;\n');
     expect(byRule(messages, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/the sandbox agent is a separate program/)]);
