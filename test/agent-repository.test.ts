@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiTokenRepository, hashToken } from "../control-plane/src/ledger/api-token.repository.js";
 import { sql } from "../control-plane/src/ledger/sql.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 // One Keel for the file: agents and tokens are both read through its ledger.
 let keel: TestKeel;

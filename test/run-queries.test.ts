@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WaitReason } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { connectClient } from "./support/clients.js";
-import { DEMO_AGENT, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 interface RunSeed {
   readonly id: string;

@@ -12,9 +12,6 @@ import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry
 import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
 import { DEMO_AGENT } from "../../control-plane/src/fixtures/demo-agent.js";
 
-// Tests written before the fixtures folder import the demo agent from here; new ones take it from fixtures/.
-export { DEMO_AGENT };
-
 /** A fresh, empty database on the shared test PostgreSQL; returns its URL. */
 export async function createTestDatabase(): Promise<string> {
   const base = inject("postgresUrl");
