@@ -4,26 +4,64 @@ import { inheritablePrefix } from "../domain/interrupt.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type { InvocationState, RunHistory, RunStore, StepState } from "../runner/run-store.js";
 import { toArtifactRecord } from "./row-mapping.js";
-import { optional, rows, type Sql } from "./sql.js";
+import { ARTIFACT_COLUMNS, type ArtifactRow } from "./rows/ledger-rows.js";
+import { optional, raw, statement, type Sql } from "./sql.js";
+
+const runId = (p: { readonly runId: string }) => p.runId;
+
+const artifactsOfRun = statement<{ runId: string }, ArtifactRow>("history_artifacts")`
+  SELECT ${raw(ARTIFACT_COLUMNS("a"))} FROM artifacts a WHERE a.run_id = ${runId}::uuid ORDER BY a.created_at`;
+
+/** The runs this one inherits from, oldest first, and whether each was continued or superseded. */
+const inheritanceChain = statement<{ runId: string }, { id: string; depth: number; continued: boolean }>("history_inheritance_chain")`
+  WITH RECURSIVE chain(id, heir_id, depth) AS (
+    SELECT r.inherits_from_run_id, r.id, 1 FROM runs r WHERE r.id = ${runId}::uuid AND r.inherits_from_run_id IS NOT NULL
+    UNION ALL
+    SELECT p.inherits_from_run_id, p.id, c.depth + 1 FROM chain c JOIN runs p ON p.id = c.id
+    WHERE p.inherits_from_run_id IS NOT NULL AND c.depth < 64)
+  SELECT c.id, c.depth, h.continuation_of_run_id IS NOT DISTINCT FROM c.id AS continued
+  FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`;
+
+interface StepRow {
+  id: string;
+  index: number;
+  replayability: StepState["replayability"];
+  feedback: string | null;
+  response_text: string | null;
+  tool_calls: ToolCallRequest[] | null;
+}
+
+const stepsOfRun = statement<{ runId: string }, StepRow>("history_steps")`
+  SELECT s.id, s.index, s.replayability, s.feedback, m.response_text, m.tool_calls FROM run_steps s
+  LEFT JOIN model_calls m ON m.step_id = s.id WHERE s.run_id = ${runId}::uuid ORDER BY s.index`;
+
+interface InvocationRow {
+  id: string;
+  step_id: string | null;
+  provider_call_id: string;
+  tool_name: string;
+  effect: InvocationState["effect"];
+  arguments: unknown;
+  status: InvocationState["status"];
+  result_text: string | null;
+  refusal_reason: string | null;
+  resolved_outcome: "applied" | "not_applied" | null;
+  resolved_by_actor_id: string | null;
+  resolution_reason: string | null;
+}
+
+const invocationsOfRun = statement<{ runId: string }, InvocationRow>("history_invocations")`
+  SELECT i.id, i.step_id, i.provider_call_id, i.tool_name, i.effect, i.arguments, i.status, i.result_text, i.refusal_reason,
+    i.resolved_outcome, i.resolved_by_actor_id, i.resolution_reason
+  FROM tool_invocations i WHERE i.run_id = ${runId}::uuid ORDER BY i.created_at, i.ordinal`;
 
 export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistory"> {
   return {
-    async loadHistory(runId): Promise<RunHistory> {
+    async loadHistory(id): Promise<RunHistory> {
       const [steps, artifacts, chain] = await Promise.all([
-        stepsOf(sql, runId),
-        rows<Record<string, unknown>>(sql, "SELECT * FROM artifacts WHERE run_id = ? ORDER BY created_at", [runId]),
-        // The runs this one inherits from, oldest first, and whether each was continued or superseded.
-        rows<{ id: string; depth: number; continued: boolean }>(
-          sql,
-          `WITH RECURSIVE chain(id, heir_id, depth) AS (
-             SELECT r.inherits_from_run_id, r.id, 1 FROM runs r WHERE r.id = ? AND r.inherits_from_run_id IS NOT NULL
-             UNION ALL
-             SELECT p.inherits_from_run_id, p.id, c.depth + 1 FROM chain c JOIN runs p ON p.id = c.id
-             WHERE p.inherits_from_run_id IS NOT NULL AND c.depth < 64)
-           SELECT c.id, c.depth, h.continuation_of_run_id IS NOT DISTINCT FROM c.id AS continued
-           FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`,
-          [runId],
-        ),
+        stepsOf(sql, id),
+        sql.run(artifactsOfRun, { runId: id }),
+        sql.run(inheritanceChain, { runId: id }),
       ]);
       // Each ancestor passes on what it inherited plus the completed prefix of its own work.
       let inherited: StepState[] = [];
@@ -32,23 +70,14 @@ export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistor
         // Provider call ids restart with every run; prefixed, inherited ones never collide with the heir's.
         inherited = [...inherited, ...own.map((step) => withCallPrefix(step, `inherited${ancestor.depth}_`))];
       }
-      return { steps, artifacts: artifacts.map(toArtifactRecord), inherited };
+      return { steps, artifacts: artifacts.map((row) => toArtifactRecord(row)), inherited };
     },
-
   };
 }
 
 /** A run's committed steps with their model turns and tool calls, in order. */
-async function stepsOf(sql: Sql, runId: string): Promise<StepState[]> {
-  const [steps, invocations] = await Promise.all([
-    rows<{ id: string; index: number; replayability: StepState["replayability"]; feedback: string | null; response_text: string | null; tool_calls: ToolCallRequest[] | null }>(
-      sql,
-      `SELECT s.id, s.index, s.replayability, s.feedback, m.response_text, m.tool_calls FROM run_steps s
-       LEFT JOIN model_calls m ON m.step_id = s.id WHERE s.run_id = ? ORDER BY s.index`,
-      [runId],
-    ),
-    rows<Record<string, unknown>>(sql, "SELECT * FROM tool_invocations WHERE run_id = ? ORDER BY created_at, ordinal", [runId]),
-  ]);
+async function stepsOf(sql: Sql, id: string): Promise<StepState[]> {
+  const [steps, invocations] = await Promise.all([sql.run(stepsOfRun, { runId: id }), sql.run(invocationsOfRun, { runId: id })]);
   return steps.map(
     (step): StepState => ({
       index: Number(step.index),
@@ -57,20 +86,20 @@ async function stepsOf(sql: Sql, runId: string): Promise<StepState[]> {
       toolCalls: step.tool_calls ?? [],
       feedback: step.feedback ?? undefined,
       invocations: invocations
-        .filter((row) => row["step_id"] === step.id)
+        .filter((row) => row.step_id === step.id)
         .map(
           (row): InvocationState => ({
-            id: row["id"] as string,
-            providerCallId: row["provider_call_id"] as string,
-            toolName: row["tool_name"] as string,
-            effect: row["effect"] as InvocationState["effect"],
-            argumentsJson: JSON.stringify(row["arguments"]),
-            status: row["status"] as InvocationState["status"],
-            resultText: optional(row["result_text"] as string | null),
-            refusalReason: optional(row["refusal_reason"] as string | null),
-            resolvedOutcome: optional(row["resolved_outcome"] as InvocationState["resolvedOutcome"] | null),
-            resolvedByActorId: optional(row["resolved_by_actor_id"] as string | null),
-            resolutionReason: optional(row["resolution_reason"] as string | null),
+            id: row.id,
+            providerCallId: row.provider_call_id,
+            toolName: row.tool_name,
+            effect: row.effect,
+            argumentsJson: JSON.stringify(row.arguments),
+            status: row.status,
+            resultText: optional(row.result_text),
+            refusalReason: optional(row.refusal_reason),
+            resolvedOutcome: optional(row.resolved_outcome),
+            resolvedByActorId: optional(row.resolved_by_actor_id),
+            resolutionReason: optional(row.resolution_reason),
           }),
         ),
     }),

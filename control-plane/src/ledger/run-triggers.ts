@@ -1,7 +1,7 @@
 // A run's triggers as the runner reads them: shared by the claim (which returns them with the
 // lease) and by loadTriggers (which reads them again after an amendment).
 import type { RunInputMessage, RunStore } from "../runner/run-store.js";
-import { preparedRows, type Sql } from "./sql.js";
+import { raw, statement, type Sql } from "./sql.js";
 
 export interface TriggerRow {
   message_id: string;
@@ -28,13 +28,12 @@ export function toInputMessages(rows: readonly TriggerRow[] | null): RunInputMes
   }));
 }
 
+const triggersOfRun = statement<{ runId: string }, { messages: TriggerRow[] | null; trigger_count: number }>("run_triggers")`
+  SELECT (${raw(triggersSql("r.id"))}) AS messages, r.trigger_count FROM runs r WHERE r.id = ${(p) => p.runId}::uuid`;
+
 export function loadTriggers(sql: Sql): RunStore["loadTriggers"] {
   return async (runId) => {
-    const [row] = await preparedRows<{ messages: TriggerRow[] | null; trigger_count: number }>(
-      sql,
-      `SELECT (${triggersSql("r.id")}) AS messages, r.trigger_count FROM runs r WHERE r.id = ?`,
-      [runId],
-    );
+    const [row] = await sql.run(triggersOfRun, { runId });
     return { messages: toInputMessages(row?.messages ?? null), triggerCount: Number(row?.trigger_count ?? 0) };
   };
 }

@@ -1,14 +1,30 @@
 import { randomUUID } from "node:crypto";
 import { LeaseLostError } from "../domain/errors.js";
-import type { ObservationLog, RunStore } from "../runner/run-store.js";
+import type { Fence, ObservationLog, RunStore } from "../runner/run-store.js";
 import { appendRunEvents } from "./ledger-writes.js";
 import { createRunClaimRepository, type RunClaimOptions } from "./run-claim.repository.js";
 import { createRunHistoryRepository } from "./run-history.repository.js";
 import { loadTriggers } from "./run-triggers.js";
-import { preparedRows, rows, type Sql } from "./sql.js";
+import { statement, type Sql } from "./sql.js";
 import { createStepCommitRepository } from "./step-commit.repository.js";
 
 export type RunRepositoryOptions = RunClaimOptions;
+
+const runId = (p: { readonly runId: string }) => p.runId;
+const epoch = (p: { readonly epoch: number }) => p.epoch;
+const workerId = (p: { readonly workerId: string }) => p.workerId;
+const invocation = (p: { readonly invocationId: string }) => p.invocationId;
+
+const renewLeaseStatement = statement<{ runId: string; workerId: string; epoch: number; leaseMs: number }, { renewed: boolean; taken: boolean | null }>("run_renew_lease")`
+  WITH renewed AS (
+    UPDATE runs SET lease_expires_at = now() + make_interval(secs => ${(p) => p.leaseMs} / 1000.0)
+    WHERE id = ${runId}::uuid AND lease_owner = ${workerId} AND lease_epoch = ${epoch} RETURNING id)
+  SELECT EXISTS (SELECT 1 FROM renewed) AS renewed, (SELECT lease_epoch > ${epoch} FROM runs WHERE id = ${runId}::uuid) AS taken`;
+
+const releaseStatement = statement<Fence, { id: string }>("run_release")`
+  UPDATE runs SET status = 'queued', wait_reason = CASE WHEN paused THEN 'paused' ELSE wait_reason END,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+  WHERE id = ${runId}::uuid AND lease_epoch = ${epoch} AND lease_owner = ${workerId} RETURNING id`;
 
 /** The runner's ledger: claims, history, fenced commits and observations, composed from one repository per concern. */
 export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}): RunStore {
@@ -21,29 +37,15 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
     async renewLease(runId, workerId, epoch, leaseMs) {
       // Not renewed because the worker itself let go (settled, parked, handed back) is not a loss:
       // only a claim at a higher epoch is.
-      const [row] = await preparedRows<{ renewed: boolean; taken: boolean | null }>(
-        sql,
-        `WITH renewed AS (
-           UPDATE runs SET lease_expires_at = now() + make_interval(secs => ? / 1000.0)
-           WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING id)
-         SELECT EXISTS (SELECT 1 FROM renewed) AS renewed, (SELECT lease_epoch > ? FROM runs WHERE id = ?) AS taken`,
-        [leaseMs, runId, workerId, epoch, epoch, runId],
-      );
+      const [row] = await sql.run(renewLeaseStatement, { runId, workerId, epoch, leaseMs });
       return row?.renewed === true || row?.taken !== true;
     },
-
 
     observationLog: (runId, invocationId) => observationLog(sql, runId, invocationId),
 
     release: (fence, summary) =>
       sql.transaction(async (trx) => {
-        const released = await rows<{ id: string }>(
-          trx,
-          `UPDATE runs SET status = 'queued', wait_reason = CASE WHEN paused THEN 'paused' ELSE wait_reason END,
-             lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-           WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING id`,
-          [fence.runId, fence.epoch, fence.workerId],
-        );
+        const released = await trx.run(releaseStatement, fence);
         if (released.length === 0) throw new LeaseLostError(fence.runId, fence.epoch);
         await appendRunEvents(trx, fence.runId, [{ kind: "status_changed", status: "queued", summary }]);
       }),
@@ -65,14 +67,13 @@ function observationLog(sql: Sql, runId: string, invocationId: string): Observat
       // Bytes go as a binary parameter, which for a text column is the UTF-8 itself (the server
       // checks it): no string is built here, nor encoded again by the driver.
       const value = typeof text === "string" || Buffer.isBuffer(text) ? text : Buffer.from(text.buffer, text.byteOffset, text.byteLength);
+      const params = { id: randomUUID(), runId, invocationId, stream, text: value };
       if (firstSeq === undefined) {
-        firstSeq = preparedRows<{ seq: number }>(sql, APPEND_FIRST_OBSERVATION, [randomUUID(), runId, invocationId, invocationId, stream, value]).then(
-          ([row]) => Number(row?.seq),
-        );
+        firstSeq = sql.run(appendFirstObservation, params).then(([row]) => Number(row?.seq));
         return firstSeq.then(() => undefined);
       }
       return firstSeq.then(async (first) => {
-        await preparedRows(sql, APPEND_OBSERVATION, [randomUUID(), runId, invocationId, first + offset, stream, value]);
+        await sql.run(appendObservation, { ...params, seq: first + offset });
       });
     },
   };
@@ -87,12 +88,25 @@ function observationLog(sql: Sql, runId: string, invocationId: string): Observat
  * and then together with everything committed after them: an exec whose outcome is not in the
  * ledger, which recovery treats as interrupted (a read) or unknown (a write) as it would anyway.
  */
-const APPEND_OBSERVATION = `WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
+const appendObservation = statement<ObservationParams & { seq: number }>("observation_append")`
+  WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
   INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text)
-  SELECT ?::uuid, ?::uuid, ?::uuid, ?::int, ?::text, ?::text FROM durability`;
+  SELECT ${(p) => p.id}::uuid, ${runId}::uuid, ${invocation}::uuid, ${(p) => p.seq}::int, ${(p) => p.stream}::text, ${(p) => p.text}::text
+  FROM durability`;
+
 /** The same, numbered after the call's observations so far; returns the seq it took. */
-const APPEND_FIRST_OBSERVATION = `WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
+const appendFirstObservation = statement<ObservationParams, { seq: number }>("observation_append_first")`
+  WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
   INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text)
-  SELECT ?::uuid, ?::uuid, ?::uuid, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = ?::uuid), ?::text, ?::text
+  SELECT ${(p) => p.id}::uuid, ${runId}::uuid, ${invocation}::uuid,
+    (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = ${invocation}::uuid),
+    ${(p) => p.stream}::text, ${(p) => p.text}::text
   FROM durability RETURNING seq`;
 
+interface ObservationParams {
+  readonly id: string;
+  readonly runId: string;
+  readonly invocationId: string;
+  readonly stream: string;
+  readonly text: string | Buffer;
+}
