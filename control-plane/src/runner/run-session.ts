@@ -58,18 +58,19 @@ export interface SettleOutcome {
   readonly error?: string;
 }
 
-/** A step as a turn drafts it, before it is given its calls and replayability. */
+/** A step as a StepCommit carries it. */
 export type StepDraft = NonNullable<StepCommit["step"]>;
 
 /**
  * What a phase of the driver says happens next. `continue` goes on (the next iteration, or the
- * step's next call); `park` ends this claim, the phase having committed where the run waits (or
- * handed it back); the others end the run, and the driver commits them (settlement.ts).
+ * step's next call); `park` ends this claim with nothing left to commit (the phase committed the
+ * run's reply, where it waits, or its hand-back); the others end the run, and the driver commits
+ * them (run-settlement.ts).
  */
 export type Next =
   | { readonly kind: "continue" }
   | { readonly kind: "park" }
-  | { readonly kind: "settle"; readonly status: "failed" | "cancelled"; readonly outcome: SettleOutcome; readonly step?: StepDraft }
+  | { readonly kind: "settle"; readonly status: "failed"; readonly outcome: SettleOutcome; readonly step?: StepDraft }
   | { readonly kind: "exhaust"; readonly check: BudgetCheck; readonly step?: StepDraft }
   | { readonly kind: "cancel"; readonly actorId: string }
   | { readonly kind: "supersede"; readonly successorId: string };

@@ -90,8 +90,8 @@ function afterCommit(deps: RunnerDeps, committed: Promise<void>): RunnerDeps {
  * renewing its lease, and goes back for more. Several processes may run pools on one
  * database: SKIP LOCKED spreads the runs and the epoch fences the commits.
  *
- * A notification wakes one idle worker, not all of them: waking every worker for every
- * run made them race for the same row and halved throughput on a small machine.
+ * A notification wakes one idle worker, not all of them: woken together, workers race
+ * for the same row and all but one find nothing.
  */
 export function startWorkerPool(
   deps: RunnerDeps,
