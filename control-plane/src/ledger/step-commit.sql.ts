@@ -1,0 +1,320 @@
+// The fenced commit as one registered statement. Every part is always there: what a commit does
+// not carry is an empty JSON array or a false guard, so one prepared plan serves every commit.
+import { randomUUID } from "node:crypto";
+import type { Policy } from "../domain/agent.js";
+import { isTerminal, type RunStatus } from "../domain/run.js";
+import type { ReplyGuard } from "../domain/settlement.js";
+import type { Fence, Settlement, StepCommit, ToolOutcome } from "../runner/run-store.js";
+import type { RunEventDraft } from "./ledger-writes.js";
+import { raw, statement } from "./sql.js";
+
+/** Statuses in which a worker keeps its lease. */
+export const HELD: ReadonlySet<RunStatus> = new Set(["running", "awaiting_tool"]);
+
+/** What one fenced commit writes besides the run row. */
+export interface FencedChange {
+  readonly step: StepCommit["step"];
+  /** Results settled by this commit, in the order they finished. */
+  readonly outcomes: readonly ToolOutcome[];
+  readonly crossesCommitBoundary: boolean;
+  /** A write intent or outcome: the commit must be durable before anything else happens. */
+  readonly writes: boolean;
+  readonly events: readonly RunEventDraft[];
+  /** Write nothing if a stop is requested or the trigger count moved from the one given; see StepCommit.unlessChangedSince. */
+  readonly unlessChangedSince: ReplyGuard | undefined;
+}
+
+/** What a fenced commit and readControl read back of a run's control state. */
+export interface ControlRow {
+  cancel_requested_by_actor_id: string | null;
+  superseded_by_run_id: string | null;
+  paused: boolean;
+  trigger_count: number;
+  policy: Policy;
+}
+
+export interface FenceRow extends ControlRow {
+  id: string;
+  previous_status: RunStatus;
+  event_seq: number;
+  agent_id: string;
+  conversation_id: string;
+  connector: string;
+  external_id: string;
+}
+
+type Nullable<T> = { readonly [K in keyof T]: T[K] | null };
+
+interface StepParams {
+  readonly stepId: string;
+  readonly stepIndex: number;
+  readonly replayability: string;
+  readonly actorId: string;
+  readonly feedback: string;
+  readonly startedAt: Date;
+}
+
+interface CallParams {
+  readonly callId: string;
+  readonly role: string;
+  readonly provider: string;
+  readonly model: string;
+  readonly request: string;
+  readonly responseText: string;
+  readonly toolCalls: string;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly latencyMs: number;
+  readonly finishReason: string;
+  readonly costMicroUsd: number;
+}
+
+export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullable<CallParams> {
+  readonly synchronousCommit: "on" | "off";
+  readonly status: RunStatus;
+  readonly usage: string;
+  readonly finalReply: string | null;
+  readonly error: string | null;
+  readonly exhaustedDimension: string | null;
+  readonly waitReason: string | null;
+  readonly crossesCommitBoundary: boolean;
+  readonly terminal: boolean;
+  readonly keepsLease: boolean;
+  readonly guarded: boolean;
+  readonly guardTriggerCount: number | null;
+  readonly hasStep: boolean;
+  readonly hasCall: boolean;
+  /** JSON arrays: the step's intents, the results settled, their artifacts, the events. */
+  readonly intents: string;
+  readonly outcomes: string;
+  readonly artifacts: string;
+  readonly events: string;
+  readonly eventCount: number;
+  readonly wakesWorker: boolean;
+  readonly freesSlot: boolean;
+}
+
+const p = <K extends keyof FencedCommitParams>(key: K) => (params: FencedCommitParams) => params[key];
+const status = p("status");
+const keepsLease = p("keepsLease");
+const guardTriggerCount = p("guardTriggerCount");
+const epoch = p("epoch");
+const stepId = p("stepId");
+const callId = p("callId");
+
+/**
+ * One fenced commit: it locks the run row, checks the lease owner and epoch, writes the run's
+ * new status, and inserts the step, intents, results, artifacts and events only FROM the
+ * fence's row, so a worker that lost its lease matches nothing and writes nothing.
+ */
+export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit_fenced")`
+  WITH durability AS (SELECT set_config('synchronous_commit', ${p("synchronousCommit")}::text, true) AS setting),
+  previous AS (SELECT id, status FROM runs WHERE id = ${p("runId")}::uuid FOR NO KEY UPDATE),
+  fence AS (
+    UPDATE runs r SET status = ${status}::text, usage = ${p("usage")}::jsonb, step_count = r.step_count + CASE WHEN ${p("hasStep")}::boolean THEN 1 ELSE 0 END,
+      final_reply = coalesce(${p("finalReply")}::text, r.final_reply), error = coalesce(${p("error")}::text, r.error),
+      exhausted_dimension = coalesce(${p("exhaustedDimension")}::text, r.exhausted_dimension), wait_reason = ${p("waitReason")}::text,
+      commit_boundary = CASE WHEN ${p("crossesCommitBoundary")}::boolean THEN 'committed' ELSE r.commit_boundary END,
+      updated_at = now(), finished_at = CASE WHEN ${p("terminal")}::boolean THEN now() ELSE r.finished_at END,
+      lease_owner = CASE WHEN ${keepsLease}::boolean THEN r.lease_owner ELSE NULL END,
+      lease_expires_at = CASE WHEN ${keepsLease}::boolean THEN r.lease_expires_at ELSE NULL END,
+      event_seq = r.event_seq + ${p("eventCount")}::int + CASE WHEN previous.status <> ${status}::text THEN 1 ELSE 0 END
+    FROM previous, durability, conversations c, agents a
+    WHERE r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
+      AND r.lease_epoch = ${epoch}::bigint AND r.lease_owner = ${p("workerId")}::text
+      AND (NOT ${p("guarded")}::boolean OR (r.cancel_requested_by_actor_id IS NULL AND (${guardTriggerCount}::int IS NULL OR r.trigger_count = ${guardTriggerCount}::int)))
+    RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
+      c.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
+      a.spec -> 'policy' AS policy),
+  new_step AS (
+    INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
+    SELECT ${stepId}::uuid, fence.id, ${p("stepIndex")}::int, ${p("replayability")}::text, ${status}::text, ${p("actorId")}::text,
+      ${p("feedback")}::text, ${epoch}::bigint, ${p("startedAt")}::timestamptz
+    FROM fence WHERE ${p("hasStep")}::boolean),
+  new_call AS (
+    INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
+      input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)
+    SELECT ${callId}::uuid, fence.id, ${stepId}::uuid, ${p("role")}::text, ${p("provider")}::text, ${p("model")}::text, ${p("request")}::jsonb,
+      ${p("responseText")}::text, ${p("toolCalls")}::jsonb, ${p("inputTokens")}::int, ${p("outputTokens")}::int, ${p("latencyMs")}::int,
+      ${p("finishReason")}::text, ${p("costMicroUsd")}::bigint
+    FROM fence WHERE ${p("hasCall")}::boolean),
+  new_intents AS (
+    INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
+      effect, arguments, status, refusal_reason, finished_at)
+    SELECT x.id, fence.id, ${stepId}::uuid, ${callId}::uuid, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,
+      x.status, x.refusal_reason, CASE WHEN x.status = 'refused' THEN now() END
+    FROM fence, jsonb_to_recordset(${p("intents")}::jsonb) AS x(id uuid, provider_call_id text, ordinal int, tool_name text,
+      tool_version text, effect text, arguments jsonb, status text, refusal_reason text)),
+  settled AS (
+    UPDATE tool_invocations t SET status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason),
+      exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(),
+      resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)
+    FROM fence, jsonb_to_recordset(${p("outcomes")}::jsonb) AS x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int,
+      duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)
+    WHERE t.id = x.id AND t.run_id = fence.id
+    RETURNING t.id, x.outcome, x.result_text, x.truncated, x.observation_id),
+  result_observation AS (
+    INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
+    SELECT s.observation_id, fence.id, s.id, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = s.id),
+      'result', s.result_text, s.truncated
+    FROM fence, settled s WHERE s.result_text <> '' AND s.outcome <> 'refused'),
+  new_artifacts AS (
+    INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
+      subject_artifact_id, conclusion)
+    SELECT x.id, fence.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
+      x.subject_artifact_id, x.conclusion
+    FROM fence, jsonb_to_recordset(${p("artifacts")}::jsonb) AS x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text,
+      inline_data text, reference text, subject_artifact_id uuid, conclusion text)),
+  new_events AS (
+    INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
+    SELECT fence.id, fence.event_seq - count(*) OVER () + row_number() OVER (ORDER BY e.ord), e.kind, e.status, e.step_id,
+      e.tool_invocation_id, e.summary
+    FROM fence, jsonb_to_recordset(${p("events")}::jsonb) AS e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid,
+      summary text, only_on_change boolean)
+    WHERE NOT e.only_on_change OR fence.previous_status <> ${status}::text)
+  SELECT fence.*, pg_notify('keel_run_events', fence.id::text) AS notified,
+    CASE WHEN ${p("wakesWorker")}::boolean OR (${p("freesSlot")}::boolean AND EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused))
+      THEN pg_notify('keel_runs', fence.id::text) END AS woken
+  FROM fence`;
+
+const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy";
+
+export const controlOfRun = statement<{ runId: string }, ControlRow>("run_control")`
+  SELECT ${raw(CONTROL_COLUMNS)} FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ${(q) => q.runId}::uuid`;
+
+/** The control state of a run the fence still holds; nothing when the lease is gone. */
+export const controlOfHeldRun = statement<Fence, ControlRow>("run_control_held")`
+  SELECT ${raw(CONTROL_COLUMNS)} FROM runs r JOIN agents a ON a.id = r.agent_id
+  WHERE r.id = ${(q) => q.runId}::uuid AND r.lease_epoch = ${(q) => q.epoch}::bigint AND r.lease_owner = ${(q) => q.workerId}::text`;
+
+/**
+ * Whether a commit may skip waiting for its WAL flush. Only work that is safe to lose in a
+ * database crash qualifies: no emission (a connector may read a row before it is durable),
+ * no write intent or outcome (intent before effect), no settled run. A later synchronous
+ * commit flushes the WAL before it, so at worst a database crash forgets a replayable step
+ * or a read's result, which recovery handles as it handles a dead worker.
+ */
+function mayCommitAsync(settlement: Settlement, writes: boolean): boolean {
+  return !writes && settlement.emissions.length === 0 && HELD.has(settlement.status);
+}
+
+/** The fenced commit's parameters for one settlement and what it carries. */
+export function fencedCommitParams(fence: Fence, settlement: Settlement, change: FencedChange): FencedCommitParams {
+  const step = change.step;
+  const call = step?.modelCall;
+  const artifacts = change.outcomes.flatMap((outcome) => outcome.artifacts.map((artifact) => ({ ...artifact, invocationId: outcome.invocationId })));
+  // The status change is the last event, numbered only when the status did change.
+  const events = [
+    ...change.events.map((event) => ({ ...event, onlyOnChange: false })),
+    { kind: "status_changed" as const, status: settlement.status, summary: settlement.summary, onlyOnChange: true },
+  ];
+  const keeps = HELD.has(settlement.status);
+  return {
+    runId: fence.runId,
+    workerId: fence.workerId,
+    epoch: fence.epoch,
+    synchronousCommit: mayCommitAsync(settlement, change.writes) ? "off" : "on",
+    status: settlement.status,
+    usage: JSON.stringify(settlement.usage),
+    finalReply: settlement.finalReply ?? null,
+    error: settlement.error ?? null,
+    exhaustedDimension: settlement.exhaustedDimension ?? null,
+    waitReason: settlement.waitReason ?? null,
+    crossesCommitBoundary: change.crossesCommitBoundary,
+    terminal: isTerminal(settlement.status),
+    keepsLease: keeps,
+    guarded: change.unlessChangedSince !== undefined,
+    guardTriggerCount: change.unlessChangedSince?.triggerCount ?? null,
+    hasStep: step !== undefined,
+    stepId: step?.id ?? null,
+    stepIndex: step?.index ?? null,
+    replayability: step?.replayability ?? null,
+    actorId: step?.actorId ?? null,
+    feedback: step?.feedback ?? null,
+    startedAt: step?.startedAt ?? null,
+    hasCall: call !== undefined,
+    callId: call?.id ?? null,
+    role: call?.role ?? null,
+    provider: call?.provider ?? null,
+    model: call?.model ?? null,
+    request: call === undefined ? null : JSON.stringify(call.request),
+    responseText: call?.responseText ?? null,
+    toolCalls: call === undefined ? null : JSON.stringify(call.toolCalls),
+    inputTokens: call?.inputTokens ?? null,
+    outputTokens: call?.outputTokens ?? null,
+    latencyMs: call?.latencyMs ?? null,
+    finishReason: call?.finishReason ?? null,
+    costMicroUsd: call?.costMicroUsd ?? null,
+    intents: JSON.stringify(
+      (step?.invocations ?? []).map((intent) => ({
+        id: intent.id,
+        provider_call_id: intent.providerCallId,
+        ordinal: intent.ordinal,
+        tool_name: intent.toolName,
+        tool_version: intent.toolVersion,
+        effect: intent.effect,
+        arguments: JSON.parse(asJsonb(intent.argumentsJson)) as unknown,
+        status: intent.status,
+        refusal_reason: intent.refusalReason ?? null,
+      })),
+    ),
+    // The whole result is an observation too (observation_id), so compaction can point at it.
+    outcomes: JSON.stringify(
+      change.outcomes.map((outcome) => ({
+        id: outcome.invocationId,
+        outcome: outcome.outcome,
+        result_text: outcome.resultText,
+        refusal_reason: outcome.refusalReason ?? null,
+        exit_code: outcome.exitCode ?? null,
+        duration_ms: outcome.durationMs ?? null,
+        truncated: outcome.truncated ?? false,
+        answered_by: outcome.answeredByActorId ?? null,
+        resolved_outcome: outcome.resolvedOutcome ?? null,
+        observation_id: randomUUID(),
+      })),
+    ),
+    artifacts: JSON.stringify(
+      artifacts.map((artifact) => ({
+        id: artifact.id,
+        tool_invocation_id: artifact.invocationId,
+        type: artifact.type,
+        schema_version: artifact.schemaVersion,
+        provenance: artifact.provenance,
+        inline_data: artifact.inlineData ?? null,
+        reference: artifact.reference ?? null,
+        subject_artifact_id: artifact.subjectArtifactId ?? null,
+        conclusion: artifact.conclusion ?? null,
+      })),
+    ),
+    events: JSON.stringify(
+      events.map((event, ord) => ({
+        ord,
+        kind: event.kind,
+        status: event.status ?? null,
+        step_id: event.stepId ?? null,
+        tool_invocation_id: event.toolInvocationId ?? null,
+        summary: event.summary,
+        only_on_change: event.onlyOnChange,
+      })),
+    ),
+    eventCount: change.events.length,
+    // A run handed back (answered, resolved) wakes a worker; so does one that gives up its
+    // worker slot (settled, parked) while others wait: one held back by its conversation or a
+    // ceiling may go now. With nothing queued, no worker is woken for an empty claim.
+    wakesWorker: settlement.status === "queued",
+    freesSlot: !keeps,
+  };
+}
+
+/**
+ * The arguments column is jsonb, but a refused call keeps what the model sent, which may not be
+ * JSON at all ("the arguments are not valid JSON"): such text is stored as a JSON string.
+ */
+function asJsonb(argumentsJson: string): string {
+  try {
+    JSON.parse(argumentsJson);
+    return argumentsJson;
+  } catch {
+    return JSON.stringify(argumentsJson);
+  }
+}
