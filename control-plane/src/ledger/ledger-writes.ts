@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import type { EmissionDraft } from "../domain/records.js";
 import type { CommitBoundary, RunEventKind, RunStatus } from "../domain/run.js";
 import { cancellationReply, settlementDrafts, type WorkDone } from "../domain/settlement.js";
-import { preparedRows, rows, type SqlTransaction } from "./sql.js";
+import { preparedRows, rows, statement, type SqlTransaction } from "./sql.js";
 
 export interface RunEventDraft {
   readonly kind: RunEventKind;
@@ -136,14 +136,22 @@ export interface ParkedRunStop extends EmissionTarget {
  * reply says what was already done; in every case but supersession the request's ack settles
  * as failed. Wakes a worker: the conversation's next run may start now.
  */
+const stopRun = statement<{ runId: string; actorId: string; reason: string; supersededBy: string | null }>("run_stop_parked")`
+  UPDATE runs SET status = 'cancelled', wait_reason = NULL, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+    cancel_requested_by_actor_id = coalesce(cancel_requested_by_actor_id, ${(q) => q.actorId}), cancel_reason = coalesce(cancel_reason, ${(q) => q.reason}),
+    superseded_by_run_id = coalesce(${(q) => q.supersededBy}::uuid, superseded_by_run_id), updated_at = now()
+  WHERE id = ${(q) => q.runId}::uuid`;
+
+const notifyRuns = statement<{ runId: string }>("run_notify_runs")`SELECT pg_notify('keel_runs', ${(q) => q.runId}::text)`;
+
+/** The steps a stopped run took and the writes that took effect, for its partial-result reply. */
+const workDone = statement<{ runId: string }, { steps: number; effects: string[] | null }>("run_work_done")`
+  SELECT (SELECT count(*)::int FROM run_steps WHERE run_id = ${(q) => q.runId}::uuid) AS steps,
+    (SELECT json_agg(tool_name ORDER BY created_at) FROM tool_invocations
+     WHERE run_id = ${(q) => q.runId}::uuid AND effect = 'write' AND (status = 'succeeded' OR resolved_outcome = 'applied')) AS effects`;
+
 export async function stopParkedRun(trx: SqlTransaction, stop: ParkedRunStop): Promise<void> {
-  await trx.query(
-    `UPDATE runs SET status = 'cancelled', wait_reason = NULL, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-       cancel_requested_by_actor_id = coalesce(cancel_requested_by_actor_id, ?), cancel_reason = coalesce(cancel_reason, ?),
-       superseded_by_run_id = coalesce(?, superseded_by_run_id), updated_at = now()
-     WHERE id = ?`,
-    [stop.actorId, stop.reason, stop.supersededBy ?? null, stop.runId],
-  );
+  await trx.run(stopRun, { runId: stop.runId, actorId: stop.actorId, reason: stop.reason, supersededBy: stop.supersededBy ?? null });
   await appendRunEvents(trx, stop.runId, [
     {
       kind: "status_changed",
@@ -151,17 +159,11 @@ export async function stopParkedRun(trx: SqlTransaction, stop: ParkedRunStop): P
       summary: stop.supersededBy === undefined ? `cancelled by ${stop.actorId}: ${stop.reason}` : `superseded by run ${stop.supersededBy}: ${stop.reason}`,
     },
   ]);
-  await trx.query("SELECT pg_notify('keel_runs', ?)", [stop.runId]);
+  await trx.run(notifyRuns, stop);
   if (stop.supersededBy !== undefined) return;
   let done: WorkDone = { stepsDone: 0, effects: [] };
   if (stop.commitBoundary === "committed") {
-    const [row] = await rows<{ steps: number; effects: string[] | null }>(
-      trx,
-      `SELECT (SELECT count(*)::int FROM run_steps WHERE run_id = ?) AS steps,
-         (SELECT json_agg(tool_name ORDER BY created_at) FROM tool_invocations
-          WHERE run_id = ? AND effect = 'write' AND (status = 'succeeded' OR resolved_outcome = 'applied')) AS effects`,
-      [stop.runId, stop.runId],
-    );
+    const [row] = await trx.run(workDone, stop);
     done = { stepsDone: row?.steps ?? 0, effects: row?.effects ?? [] };
   }
   const audience = { ...stop, replyToMessageId: stop.replyToMessageId ?? undefined };
