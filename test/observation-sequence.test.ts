@@ -1,6 +1,7 @@
 // The ledger numbers a call's observations (RunStore.observationLog): appends in flight side by
-// side keep the order they were made in, and a call re-attached by another worker continues the
-// same sequence, its result after everything observed.
+// side keep the order they were made in, and a call re-attached by another worker continues in a
+// block of its own after everything observed, so the fenced-out worker, still streaming, never
+// takes a number the new one takes; the result comes last.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
@@ -11,6 +12,9 @@ import { defineTool } from "../control-plane/src/tools/tool-registry.js";
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
+let markReattached!: () => void;
+const reattached = new Promise<void>((resolve) => (markReattached = resolve));
+
 /** A write that streams two chunks at once and never returns to its first worker; a re-attach streams one more. */
 const streamingWrite = defineTool<Record<string, never>>({
   name: "test.streaming_write",
@@ -20,10 +24,14 @@ const streamingWrite = defineTool<Record<string, never>>({
   effect: "write",
   async execute(_args, context) {
     await Promise.all([context.observe("stdout", "first"), context.observe("stderr", "second")]);
+    // Fenced out, the first worker's exec goes on writing after another worker re-attached.
+    await reattached;
+    await context.observe("stdout", "late");
     return new Promise((_, reject) => context.signal.addEventListener("abort", () => reject(new Error("stopped"))));
   },
   async reattach(_args, context) {
     await context.observe("stdout", "third");
+    markReattached();
     return { ok: true, text: "done", exitCode: 0 };
   },
 });
@@ -61,13 +69,20 @@ describe("observation sequence numbers", () => {
     }
     await runs.requeueRun({ runId, actor: { id: "operator" }, reason: "worker looks stuck" });
     expect((await settled([RunStatus.SUCCEEDED, RunStatus.WAITING, RunStatus.FAILED])).status).toBe(RunStatus.SUCCEEDED);
-    const { steps } = await runs.listRunSteps({ runId });
-    const observations = steps[0]?.toolInvocations[0]?.observations ?? [];
+    // The first worker writes "late" once the call was re-attached.
+    let observations: { seq: number; stream: string; text: string }[] = [];
+    for (let i = 0; i < 200 && observations.length < 5; i++) {
+      const { steps } = await runs.listRunSteps({ runId });
+      observations = steps[0]?.toolInvocations[0]?.observations ?? [];
+      if (observations.length < 5) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const BLOCK = 1 << 20;
     expect(observations.map((o) => [o.seq, o.stream, o.text])).toEqual([
       [1, "stdout", "first"],
       [2, "stderr", "second"],
-      [3, "stdout", "third"],
-      [4, "result", "done"],
+      [3, "stdout", "late"],
+      [BLOCK, "stdout", "third"],
+      [BLOCK + 1, "result", "done"],
     ]);
   });
 });

@@ -5,7 +5,7 @@ import { appendRunEvents } from "./ledger-writes.js";
 import { createRunClaimRepository, type RunClaimOptions } from "./run-claim.repository.js";
 import { createRunHistoryRepository } from "./run-history.repository.js";
 import { loadTriggers } from "./run-triggers.js";
-import { statement, type Sql } from "./sql.js";
+import { raw, statement, type Sql } from "./sql.js";
 import { createStepCommitRepository } from "./step-commit.repository.js";
 
 export type RunRepositoryOptions = RunClaimOptions;
@@ -93,12 +93,21 @@ const appendObservation = statement<ObservationParams & { seq: number }>("observ
   SELECT ${(p) => p.id}::uuid, ${runId}::uuid, ${invocation}::uuid, ${(p) => p.seq}::int, ${(p) => p.stream}::text, ${(p) => p.text}::text
   FROM durability`;
 
-/** The same, numbered after the call's observations so far; returns the seq it took. */
+/**
+ * A log's numbers: a fresh call's start at 1; a log on a call that already has observations (a
+ * re-attach after its worker was fenced out) starts at the next block of OBSERVATION_BLOCK, after
+ * everything observed so far. A fenced-out worker still streaming stays inside its own block, so
+ * two logs of one call never take the same number, however many times the call is re-attached.
+ */
+const OBSERVATION_BLOCK = 1 << 20;
+
+/** The same, as the log's first, numbered as above; returns the seq it took. */
 const appendFirstObservation = statement<ObservationParams, { seq: number }>("observation_append_first")`
   WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
   INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text)
   SELECT ${(p) => p.id}::uuid, ${runId}::uuid, ${invocation}::uuid,
-    (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = ${invocation}::uuid),
+    (SELECT coalesce((max(o.seq) / ${raw(String(OBSERVATION_BLOCK))} + 1) * ${raw(String(OBSERVATION_BLOCK))}, 1)
+     FROM observations o WHERE o.tool_invocation_id = ${invocation}::uuid),
     ${(p) => p.stream}::text, ${(p) => p.text}::text
   FROM durability RETURNING seq`;
 
