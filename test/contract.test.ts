@@ -7,6 +7,7 @@
 //   - the Connect-ES client generated from the same protos (Connect protocol, HTTP/2).
 // Each checks the same promises: no token → Unauthenticated; a wrong role → PermissionDenied;
 // bad input → InvalidArgument naming the proto field; the valid request → the expected outcome.
+import { raw, sql } from "../control-plane/src/ledger/sql.js";
 import { readdir } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -485,7 +486,7 @@ describe("bad inputs are refused with the right code and leave no trace", () => 
   ];
 
   const count = async (table: "runs" | "messages"): Promise<number> => {
-    const [row] = await keel.app.ledger.sql.query<{ n: number }>(`select count(*)::int as n from ${table}`);
+    const [row] = await keel.app.ledger.sql.query<{ n: number }>(sql`select count(*)::int as n from ${raw(table)}`);
     return row!.n;
   };
 

@@ -3,6 +3,7 @@
 // the commit boundary, the starvation bound, whose interrupt counts, edits, continuation
 // consent, and acks that are never doubled. Tools that must hold a run mid-flight wait on a
 // gate the test opens, so "while the run is working" is a fact, not a race.
+import { sql } from "../control-plane/src/ledger/sql.js";
 import { fileURLToPath } from "node:url";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -154,7 +155,7 @@ const TERMINAL = [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, Ru
 /** Moves the clock and wakes every worker, as the end of a window would. */
 async function advance(ms: number): Promise<void> {
   clock.advance(ms);
-  await keel.app.ledger.sql.query("SELECT pg_notify('keel_runs', '')");
+  await keel.app.ledger.sql.query(sql`SELECT pg_notify('keel_runs', '')`);
 }
 
 /** What the fast model will answer the next follow-up question with. */

@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import type { EmissionDraft } from "../domain/records.js";
 import type { CommitBoundary, RunEventKind, RunStatus } from "../domain/run.js";
 import { cancellationReply, settlementDrafts, type WorkDone } from "../domain/settlement.js";
-import { preparedRows, rows, statement, type SqlTransaction } from "./sql.js";
+import { raw, statement, type SqlTransaction } from "./sql.js";
 
 export interface RunEventDraft {
   readonly kind: RunEventKind;
@@ -13,43 +13,33 @@ export interface RunEventDraft {
   readonly summary: string;
 }
 
-/** Appends events with dense per-run sequence numbers, inside the caller's transaction. */
+/**
+ * Appends events with dense per-run sequence numbers, inside the caller's transaction, and wakes
+ * watchers: the numbers are reserved on the run row and the rows inserted in one statement.
+ */
+const appendEvents = statement<{ runId: string; count: number; events: string }, { found: number }>("run_append_events")`
+  WITH reserved AS (
+    UPDATE runs SET event_seq = event_seq + ${(p) => p.count}::int WHERE id = ${(p) => p.runId}::uuid RETURNING event_seq),
+  inserted AS (
+    INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
+    SELECT ${(p) => p.runId}::uuid, reserved.event_seq - ${(p) => p.count}::int + 1 + e.i, e.kind, e.status, e.step_id, e.tool_invocation_id, e.summary
+    FROM reserved, jsonb_to_recordset(${(p) => p.events}::jsonb) AS e(i int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text)
+    RETURNING 1)
+  SELECT (SELECT count(*)::int FROM reserved) AS found, pg_notify('keel_run_events', ${(p) => p.runId}::text)
+  FROM (SELECT count(*) FROM inserted) AS done`;
+
 export async function appendRunEvents(trx: SqlTransaction, runId: string, events: readonly RunEventDraft[]): Promise<void> {
   if (events.length === 0) return;
-  const [row] = await rows<{ event_seq: number }>(
-    trx,
-    "UPDATE runs SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq",
-    [events.length, runId],
-  );
-  if (row === undefined) throw new Error(`run ${runId} vanished while appending events`);
-  await insertRunEvents(trx, runId, Number(row.event_seq) - events.length + 1, events);
-}
-
-/** Inserts events numbered from `firstSeq` (already reserved on the run row) and wakes watchers, in one statement. */
-export async function insertRunEvents(trx: SqlTransaction, runId: string, firstSeq: number, events: readonly RunEventDraft[]): Promise<void> {
-  if (events.length === 0) return;
-  await trx.query(
-    `WITH inserted AS (
-       INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
-       SELECT ?::uuid, e.seq, e.kind, e.status, e.step_id, e.tool_invocation_id, e.summary
-       FROM jsonb_to_recordset(?::jsonb) AS e(seq int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text)
-       RETURNING 1)
-     SELECT pg_notify('keel_run_events', ?) FROM (SELECT count(*) FROM inserted) AS done`,
-    [
-      runId,
-      JSON.stringify(
-        events.map((event, i) => ({
-          seq: firstSeq + i,
-          kind: event.kind,
-          status: event.status ?? null,
-          step_id: event.stepId ?? null,
-          tool_invocation_id: event.toolInvocationId ?? null,
-          summary: event.summary,
-        })),
-      ),
-      runId,
-    ],
-  );
+  const rows = events.map((event, i) => ({
+    i,
+    kind: event.kind,
+    status: event.status ?? null,
+    step_id: event.stepId ?? null,
+    tool_invocation_id: event.toolInvocationId ?? null,
+    summary: event.summary,
+  }));
+  const [appended] = await trx.run(appendEvents, { runId, count: events.length, events: JSON.stringify(rows) });
+  if (appended?.found !== 1) throw new Error(`run ${runId} vanished while appending events`);
 }
 
 /**
@@ -71,6 +61,22 @@ export interface EmissionTarget {
 }
 
 /**
+ * One statement: the rows are selected FROM the lock, so no seq is drawn before it is held; in
+ * shared mode, so concurrent writers (admissions, step commits) do not queue behind each other.
+ */
+const reserveEmissionRows = statement<{ connector: string; emissions: string }, { n: number }>("emission_reserve")`
+  WITH ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held),
+  inserted AS (
+    INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
+      external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
+    SELECT e.* FROM ordered, jsonb_to_recordset(${(p) => p.emissions}::jsonb) AS e(id uuid, idempotency_key text, connector text, kind text,
+      run_id uuid, agent_id text, conversation_id uuid, external_conversation_id text, reply_to_message_id text,
+      text text, ack_state text, addressed_actor_ids jsonb)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id)
+  SELECT count(*)::int AS n, CASE WHEN count(*) > 0 THEN pg_notify('keel_emissions', ${(p) => p.connector}::text) END AS notified FROM inserted`;
+
+/**
  * Reserves emissions by idempotency key: a key already reserved is skipped, so a retried
  * worker can never emit twice. The shared emission-order lock, held until commit, is what lets
  * readers see seqs only once every smaller one is settled (EMISSION_SEQUENCE_LOCK).
@@ -82,40 +88,25 @@ export async function reserveEmissions(
   drafts: readonly EmissionDraft[],
 ): Promise<number> {
   if (drafts.length === 0) return 0;
-  // One statement: the rows are selected FROM the lock, so no seq is drawn before it is held.
-  // Shared: concurrent writers (admissions, step commits) no longer queue behind each other's fsync.
-  const [reserved] = await preparedRows<{ n: number }>(
-    trx,
-    `WITH ordered AS (SELECT pg_advisory_xact_lock_shared(${EMISSION_SEQUENCE_LOCK}) AS held),
-     inserted AS (
-       INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
-         external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
-       SELECT e.* FROM ordered, jsonb_to_recordset(?::jsonb) AS e(id uuid, idempotency_key text, connector text, kind text,
-         run_id uuid, agent_id text, conversation_id uuid, external_conversation_id text, reply_to_message_id text,
-         text text, ack_state text, addressed_actor_ids jsonb)
-       ON CONFLICT (idempotency_key) DO NOTHING
-       RETURNING id)
-     SELECT count(*)::int AS n, CASE WHEN count(*) > 0 THEN pg_notify('keel_emissions', ?) END AS notified FROM inserted`,
-    [
-      JSON.stringify(
-        drafts.map((draft) => ({
-          id: randomUUID(),
-          idempotency_key: draft.idempotencyKey,
-          connector: target.connector,
-          kind: draft.kind,
-          run_id: target.runId,
-          agent_id: target.agentId,
-          conversation_id: target.conversationId,
-          external_conversation_id: target.externalConversationId,
-          reply_to_message_id: draft.replyToMessageId ?? null,
-          text: draft.text,
-          ack_state: draft.ackState ?? null,
-          addressed_actor_ids: draft.addressedActorIds,
-        })),
-      ),
-      target.connector,
-    ],
-  );
+  const [reserved] = await trx.run(reserveEmissionRows, {
+    connector: target.connector,
+    emissions: JSON.stringify(
+      drafts.map((draft) => ({
+        id: randomUUID(),
+        idempotency_key: draft.idempotencyKey,
+        connector: target.connector,
+        kind: draft.kind,
+        run_id: target.runId,
+        agent_id: target.agentId,
+        conversation_id: target.conversationId,
+        external_conversation_id: target.externalConversationId,
+        reply_to_message_id: draft.replyToMessageId ?? null,
+        text: draft.text,
+        ack_state: draft.ackState ?? null,
+        addressed_actor_ids: draft.addressedActorIds,
+      })),
+    ),
+  });
   return reserved?.n ?? 0;
 }
 

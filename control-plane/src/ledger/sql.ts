@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import pg from "pg";
 import { beginWith } from "./pg-pipelined-begin.js";
 import { SqlQuery, type Statement } from "./sql-text.js";
@@ -14,9 +13,8 @@ export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Sta
 export interface Sql {
   /** A fixed statement, as a named prepared statement (parsed and planned once per connection). */
   run<P, R>(statement: Statement<P, R>, params: P): Promise<R[]>;
-  /** An ad-hoc statement built with sql``; or, until every caller has moved, text with `?` placeholders. */
+  /** An ad-hoc statement built with sql``. */
   query<T = Record<string, unknown>>(query: SqlQuery): Promise<T[]>;
-  query<T = Record<string, unknown>>(text: string, bindings?: readonly unknown[], name?: string): Promise<T[]>;
   /**
    * BEGIN … COMMIT on one connection; ROLLBACK when `work` throws, or when `keep` says its result
    * is not to be kept (an attempt that must be tried again). Inside a transaction, runs `work` in it.
@@ -98,12 +96,8 @@ function over(send: Send): Pick<Sql, "run" | "query"> {
       const result = await send({ name: statement.name, text: statement.text, values: statement.bind(params) });
       return result.rows as R[];
     },
-    async query<T>(query: SqlQuery | string, bindings: readonly unknown[] = [], name?: string) {
-      const config: pg.QueryConfig =
-        query instanceof SqlQuery
-          ? { text: query.text, values: checkedValues(query.values) }
-          : { text: numbered(query), values: checkedValues(bindings), ...(name === undefined ? {} : { name }) };
-      const result = await send(config);
+    async query<T>(query: SqlQuery) {
+      const result = await send({ text: query.text, values: checkedValues(query.values) });
       return result.rows as T[];
     },
   } as Pick<Sql, "run" | "query">;
@@ -114,36 +108,6 @@ function checkedValues(bindings: readonly unknown[]): unknown[] {
     if (value === undefined) throw new Error(`undefined SQL binding at position ${i + 1}`);
     return value;
   });
-}
-
-const numberedTexts = new Map<string, string>();
-
-/** Legacy: `?` placeholders as `$n`, for callers not yet on statement()/sql``. */
-function numbered(text: string): string {
-  let converted = numberedTexts.get(text);
-  if (converted === undefined) {
-    let n = 0;
-    converted = text.replace(/\?/g, () => `$${++n}`);
-    if (numberedTexts.size < 10_000) numberedTexts.set(text, converted);
-  }
-  return converted;
-}
-
-/** Legacy form of query(); goes with `?` placeholders. */
-export async function rows<T>(sql: Sql, query: string, bindings: readonly unknown[] = []): Promise<T[]> {
-  return sql.query<T>(query, bindings);
-}
-
-const statementNames = new Map<string, string>();
-
-/** Legacy: query() as a named prepared statement named after its text. */
-export async function preparedRows<T>(sql: Sql, query: string, bindings: readonly unknown[] = []): Promise<T[]> {
-  let name = statementNames.get(query);
-  if (name === undefined) {
-    name = `keel_${createHash("sha1").update(query).digest("hex").slice(0, 24)}`;
-    statementNames.set(query, name);
-  }
-  return sql.query<T>(query, bindings, name);
 }
 
 /** The domain speaks Date; a value read as text (an aggregate, a JSON field) is parsed. */
