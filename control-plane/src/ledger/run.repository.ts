@@ -53,10 +53,10 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
 }
 
 /**
- * One call's observations, numbered here. The first takes the seq after any the call already has
- * (in the same statement, so a fresh call costs no extra round trip and a call re-attached after
- * a restart continues its stream); the others follow it in the order they were appended, each
- * waiting only for the first's seq, so a stream keeps several writes in flight.
+ * One call's observations, numbered here. The first takes its seq in its own insert (1, or the
+ * next block after what a re-attached call already has: no extra round trip); the others follow
+ * it in the order they were appended, each waiting only for the first's seq, so a stream keeps
+ * several writes in flight.
  */
 function observationLog(sql: Sql, runId: string, invocationId: string): ObservationLog {
   let appended = 0;
