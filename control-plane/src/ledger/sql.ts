@@ -53,7 +53,14 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
     idleTimeoutMillis: 30_000,
     types,
   });
-  pool.on("error", (error) => options.onError?.(error));
+  let closing = false;
+  // pg hands the failed client along with the error; it is not worth logging, and once the pool
+  // is closing a server that ends its connections first is expected.
+  pool.on("error", (error: Error & { client?: unknown }) => {
+    if (closing) return;
+    const { message, code } = error as Error & { code?: string };
+    options.onError?.(Object.assign(new Error(message), code === undefined ? {} : { code }));
+  });
   return {
     ...over((config) => pool.query(config)),
     async transaction(work, keep) {
@@ -85,7 +92,10 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
         client.release(broken);
       }
     },
-    close: () => pool.end(),
+    close: () => {
+      closing = true;
+      return pool.end();
+    },
   };
 }
 
