@@ -159,7 +159,7 @@ export async function startSandboxAgent(options: StartAgentOptions): Promise<Age
   const log = options.log ?? new CapturedLog();
   const entries: Record<string, unknown>[] = [];
   const waiters = new Set<(entry: Record<string, unknown>) => void>();
-  createInterface({ input: child.stdout! }).on("line", (line) => {
+  createInterface({ input: child.stdout }).on("line", (line) => {
     log.lines.push(line);
     try {
       const entry = JSON.parse(line) as Record<string, unknown>;
@@ -169,7 +169,7 @@ export async function startSandboxAgent(options: StartAgentOptions): Promise<Age
       // not a log line
     }
   });
-  createInterface({ input: child.stderr! }).on("line", (line) => log.lines.push(line));
+  createInterface({ input: child.stderr }).on("line", (line) => log.lines.push(line));
 
   const waitForLog = (match: (entry: Record<string, unknown>) => boolean, timeoutMs = 30_000) =>
     new Promise<Record<string, unknown>>((resolve, reject) => {

@@ -98,7 +98,7 @@ export function statement<P, R = Record<string, unknown>>(name: string) {
     };
     const existing = registry.get(defined.name);
     if (existing !== undefined && existing.text !== text) throw new Error(`two statements are named ${name}`);
-    registry.set(defined.name, defined as Statement<never, unknown>);
+    registry.set(defined.name, defined);
     return defined;
   };
 }

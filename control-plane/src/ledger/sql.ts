@@ -110,7 +110,7 @@ function over(send: Send): Pick<Sql, "run" | "query"> {
       const result = await send({ text: query.text, values: checkedValues(query.values) });
       return result.rows as T[];
     },
-  } as Pick<Sql, "run" | "query">;
+  };
 }
 
 function checkedValues(bindings: readonly unknown[]): unknown[] {

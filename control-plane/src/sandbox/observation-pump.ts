@@ -108,7 +108,7 @@ export function createObservationPump(options: {
   };
   let bytes = 0;
   let truncated = false;
-  let failure: unknown;
+  let failure: Error | undefined;
   const writing = new Set<Promise<void>>();
   /** Callers waiting for the queue to fall to the low-water mark. */
   let waiters: (() => void)[] = [];
@@ -134,7 +134,7 @@ export function createObservationPump(options: {
     const written = started.then(
       () => undefined,
       (error: unknown) => {
-        failure ??= error;
+        failure ??= error instanceof Error ? error : new Error(String(error));
         queue.length = 0;
         queuedBytes = 0;
       },
