@@ -93,6 +93,12 @@ export default defineConfig(
     { regex: layer("api", "cli"), message: "models/, tools/ and sandbox/ sit below the API: they never import api/ or cli/." },
     { regex: "^(\\.\\./)+(app|main)\\.js$", message: "models/, tools/ and sandbox/ never import the composition root." },
   ]),
+  layerRule(["control-plane/src/fixtures/**/*.ts"], [
+    {
+      regex: layer("runner", "ledger", "conversation", "api", "cli", "tools", "sandbox"),
+      message: "fixtures/ describe agents: they import domain/ and models/, never the code that runs them.",
+    },
+  ]),
   {
     // The demo agent and scripted-model builders are for `keel serve --dev`, tests and benches, never
     // for the code that runs agents. Core `no-restricted-imports` so it does not replace a layer rule.

@@ -12,6 +12,7 @@ import {
   DEFAULT_INTERRUPT_SETTINGS,
   DEFAULT_MAX_CONCURRENT_ROOT_RUNS,
   DEFAULT_MODEL_TIMEOUT_MS,
+  DEFAULT_SANDBOX_IMAGE,
   withBudgetDefaults,
   type AgentSpec,
   type InterruptScope,
@@ -23,7 +24,6 @@ import { InvalidArgumentError } from "../domain/errors.js";
 import { requireSlug } from "../domain/ids.js";
 import { fromEnum, toEnum } from "./convert.js";
 
-export const DEFAULT_SANDBOX_IMAGE = "keel/sandbox-base:busybox";
 const TOOL_NAME = /^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*\.v[1-9][0-9]*$/;
 const ENV_VAR = /^[A-Za-z_][A-Za-z0-9_]*$/;
 

@@ -151,6 +151,9 @@ export const DEFAULT_MAX_CONCURRENT_ROOT_RUNS = 16;
 
 export const DEFAULT_MODEL_TIMEOUT_MS = 60_000;
 
+/** The image scripts/build-sandbox-image.sh builds locally, for agents that name none. */
+export const DEFAULT_SANDBOX_IMAGE = "keel/sandbox-base:busybox";
+
 export function withBudgetDefaults(budget: Partial<RunBudget>): RunBudget {
   const pick = (key: keyof RunBudget): number => {
     const value = budget[key];
