@@ -89,6 +89,24 @@ export default defineConfig(
     { regex: layer("api", "cli"), message: "ledger/ is an adapter: it never imports api/ or cli/." },
     { regex: "^(\\.\\./)+(app|main)\\.js$", message: "ledger/ is an adapter: it never imports the composition root." },
   ]),
+  layerRule(["control-plane/src/conversation/**/*.ts"], [
+    {
+      regex: layer("runner"),
+      allowTypeImports: true,
+      message: "conversation/ hands runs to runner/ through its own port: it imports runner/'s types only.",
+    },
+    { regex: layer("ledger", "api", "cli"), message: "conversation/ reaches the ledger through its ports: it never imports ledger/, api/ or cli/." },
+    { regex: "^(\\.\\./)+(app|main)\\.js$", message: "conversation/ never imports the composition root." },
+  ]),
+  layerRule(["control-plane/src/runner/**/*.ts"], [
+    {
+      regex: layer("conversation"),
+      allowTypeImports: true,
+      message: "runner/ implements conversation/'s worker-handoff port: it imports its types only.",
+    },
+    { regex: layer("ledger", "api", "cli"), message: "runner/ reaches the ledger through the RunStore port: it never imports ledger/, api/ or cli/." },
+    { regex: "^(\\.\\./)+(app|main)\\.js$", message: "runner/ never imports the composition root." },
+  ]),
   layerRule(["control-plane/src/{models,tools,sandbox}/**/*.ts"], [
     { regex: layer("api", "cli"), message: "models/, tools/ and sandbox/ sit below the API: they never import api/ or cli/." },
     { regex: "^(\\.\\./)+(app|main)\\.js$", message: "models/, tools/ and sandbox/ never import the composition root." },

@@ -74,6 +74,22 @@ describe("layer rules", () => {
     expect(byRule(messages, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/the sandbox agent is a separate program/)]);
   });
 
+  it("conversation/ may not import the ledger, and takes only types from runner/", async () => {
+    const ledger = await lint(fileIn("control-plane/src/conversation"), 'import { createAdmissionLedger } from "../ledger/conversation.repository.js";\nexport const ledger = createAdmissionLedger;\n');
+    expect(byRule(ledger, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/conversation\/ reaches the ledger through its ports/)]);
+    const runner = await lint(fileIn("control-plane/src/conversation"), 'import { startWorkerPool } from "../runner/worker-pool.js";\nexport const start = startWorkerPool;\n');
+    expect(byRule(runner, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/conversation\/ hands runs to runner\/ through its own port/)]);
+    const type = await lint(fileIn("control-plane/src/conversation"), 'import type { ClaimedRun } from "../runner/run-store.js";\nexport type Claimed = ClaimedRun;\n');
+    expect(byRule(type, RESTRICTED)).toEqual([]);
+  });
+
+  it("runner/ may not import the ledger, nor a value from conversation/", async () => {
+    const ledger = await lint(fileIn("control-plane/src/runner"), 'import { createRunRepository } from "../ledger/run.repository.js";\nexport const store = createRunRepository;\n');
+    expect(byRule(ledger, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/runner\/ reaches the ledger through the RunStore port/)]);
+    const value = await lint(fileIn("control-plane/src/runner"), 'import { EarlyStart } from "../conversation/early-start.js";\nexport const start = EarlyStart;\n');
+    expect(byRule(value, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/runner\/ implements conversation\/'s worker-handoff port/)]);
+  });
+
   it("code that runs agents may not import the dev/test fixtures", async () => {
     const messages = await lint(fileIn("control-plane/src/runner"), 'import { DEMO_AGENT } from "../fixtures/demo-agent.js";\nexport const agent = DEMO_AGENT;\n');
     expect(byRule(messages, "no-restricted-imports").map((m) => m.message)).toEqual([expect.stringMatching(/fixtures\/ are for dev mode, tests and benches only/)]);

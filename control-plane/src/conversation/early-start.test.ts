@@ -2,7 +2,8 @@ import { describe, expect, it } from "vitest";
 import { ZERO_USAGE } from "../domain/run.js";
 import type { ClaimedRun } from "../runner/run-store.js";
 import { EarlyStart } from "./early-start.js";
-import { ClaimNotStarted, type ReservedWorker } from "./worker-handoff.js";
+import { ClaimNotStarted } from "../domain/run-start.js";
+import type { ReservedWorker } from "./worker-handoff.js";
 
 function fakeWorker() {
   const seen: { started?: { claimed: ClaimedRun; committed: Promise<void> }; released: number } = { released: 0 };

@@ -3,7 +3,8 @@
 //            → confirmed (committed and started) | aborted (a ceiling queued it, or the commit failed)
 //   reserved → released (never handed over: the worker goes back to claiming).
 import type { ClaimedRun } from "../runner/run-store.js";
-import { ClaimNotStarted, type ReservedWorker } from "./worker-handoff.js";
+import { ClaimNotStarted } from "../domain/run-start.js";
+import type { ReservedWorker } from "./worker-handoff.js";
 
 export class EarlyStart {
   private state: "reserved" | "handed_over" | "done" = "reserved";

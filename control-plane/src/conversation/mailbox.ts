@@ -15,7 +15,7 @@ import {
   FOLLOW_UP_RELATIONS,
   followUpQuestion,
 } from "../domain/interrupt.js";
-import { decide } from "../runner/decision.js";
+import { decide } from "../models/decision.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import { ConcurrentMessageError, type AdmissionAnswers, type AdmissionAttempt, type Admissions, type Mailbox } from "./ingress.js";
 

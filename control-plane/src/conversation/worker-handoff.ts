@@ -1,17 +1,8 @@
 // The port through which admission hands a run it starts to an idle worker of this process.
-// The conversation layer owns it; the worker pool (runner/worker-pool.ts) implements it.
+// The conversation layer owns it; the worker pool (runner/worker-pool.ts) implements it. A
+// handed-over worker's `committed` rejects with ClaimNotStarted (domain/run-start.ts) when a
+// ceiling queued the run instead.
 import type { ClaimedRun } from "../runner/run-store.js";
-
-/**
- * Why a handed-over worker's `committed` rejects when admission wrote the run after all but a
- * ceiling left it queued: nothing failed, the run waits for a worker like any other.
- */
-export class ClaimNotStarted extends Error {
-  constructor(readonly runId: string) {
-    super(`run ${runId} was queued behind a ceiling instead of started`);
-    this.name = "ClaimNotStarted";
-  }
-}
 
 /** An idle worker taken aside for one run that admission is about to claim on its behalf. */
 export interface ReservedWorker {

@@ -77,3 +77,14 @@ export function startBlocker(run: StartFacts, world: StartWorld): Exclude<WaitRe
 export function mayStart(run: StartFacts, world: StartWorld): boolean {
   return run.status === "queued" && startBlocker(run, world) === undefined;
 }
+
+/**
+ * Why a worker handed a run at admission lets it go when a ceiling queued the run instead of
+ * starting it: nothing failed, the run waits for a worker like any other.
+ */
+export class ClaimNotStarted extends Error {
+  constructor(readonly runId: string) {
+    super(`run ${runId} was queued behind a ceiling instead of started`);
+    this.name = "ClaimNotStarted";
+  }
+}

@@ -2,7 +2,8 @@ import { randomUUID } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import type { Logger } from "pino";
 import { LeaseLostError } from "../domain/errors.js";
-import { ClaimNotStarted, type WorkerHandoff } from "../conversation/worker-handoff.js";
+import type { WorkerHandoff } from "../conversation/worker-handoff.js";
+import { ClaimNotStarted } from "../domain/run-start.js";
 import type { ClaimedRun, ObservationLog } from "./run-store.js";
 import { advanceRun, type RunnerDeps } from "./runner.js";
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { ModelSpec } from "../domain/agent.js";
 import { decide } from "./decision.js";
-import type { ModelProvider } from "../models/model-provider.js";
+import type { ModelProvider } from "./model-provider.js";
 
 const spec: ModelSpec = {
   provider: "scripted",

@@ -1,5 +1,5 @@
 import type { ModelSpec } from "../domain/agent.js";
-import type { ModelProvider } from "../models/model-provider.js";
+import type { ModelProvider } from "./model-provider.js";
 
 /** A fixed-choice question with the answer to use when the decision model cannot give one. */
 export interface DecisionQuestion<Choice extends string> {
