@@ -7,19 +7,20 @@ import type { EmissionDraft } from "../domain/records.js";
 import { ZERO_USAGE, type BudgetDimension, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { ObservationText } from "../domain/sandbox.js";
 import { refusedReply } from "../domain/settlement.js";
-import type {
-  ClaimedRun,
-  Fence,
-  InvocationState,
-  RunControlState,
-  RunHistory,
-  RunInputMessage,
-  RunStore,
-  Settlement,
-  StepCommit,
-  StepState,
-  ToolOutcome,
-  ToolOutcomeCommit,
+import {
+  committedIntent,
+  type ClaimedRun,
+  type Fence,
+  type InvocationState,
+  type RunControlState,
+  type RunHistory,
+  type RunInputMessage,
+  type RunStore,
+  type Settlement,
+  type StepCommit,
+  type StepState,
+  type ToolOutcome,
+  type ToolOutcomeCommit,
 } from "./run-store.js";
 
 export interface RecordedCommit {
@@ -141,19 +142,7 @@ export class InMemoryRunStore implements RunStore {
           responseText: step.modelCall?.responseText ?? "",
           toolCalls: step.modelCall?.toolCalls ?? [],
           feedback: step.feedback,
-          invocations: step.invocations.map((intent) => ({
-            id: intent.id,
-            providerCallId: intent.providerCallId,
-            toolName: intent.toolName,
-            effect: intent.effect,
-            argumentsJson: intent.argumentsJson,
-            status: intent.status,
-            resultText: undefined,
-            refusalReason: intent.refusalReason,
-            resolvedOutcome: undefined,
-            resolvedByActorId: undefined,
-            resolutionReason: undefined,
-          })),
+          invocations: step.invocations.map(committedIntent),
         });
       }
       this.record("step", commit, step?.invocations.map((i) => i.id) ?? []);

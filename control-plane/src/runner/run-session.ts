@@ -11,16 +11,17 @@ import type { ObservationText } from "../domain/sandbox.js";
 import type { SettlementAudience } from "../domain/settlement.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import type { ToolRegistry } from "../tools/tool-registry.js";
-import type {
-  ClaimedRun,
-  Fence,
-  InvocationState,
-  RunControlState,
-  RunHistory,
-  RunInputMessage,
-  RunStore,
-  StepCommit,
-  ToolOutcomeCommit,
+import {
+  committedIntent,
+  type ClaimedRun,
+  type Fence,
+  type InvocationState,
+  type RunControlState,
+  type RunHistory,
+  type RunInputMessage,
+  type RunStore,
+  type StepCommit,
+  type ToolOutcomeCommit,
 } from "./run-store.js";
 
 export interface RunnerDeps {
@@ -144,21 +145,7 @@ export class RunSession {
     if (commit.crossesCommitBoundary === true) this.commitBoundary = "committed";
     const step = commit.step;
     if (step === undefined) return;
-    const invocations = step.invocations.map(
-      (intent): InvocationState => ({
-        id: intent.id,
-        providerCallId: intent.providerCallId,
-        toolName: intent.toolName,
-        effect: intent.effect,
-        argumentsJson: intent.argumentsJson,
-        status: intent.status,
-        resultText: undefined,
-        refusalReason: intent.refusalReason,
-        resolvedOutcome: undefined,
-        resolvedByActorId: undefined,
-        resolutionReason: undefined,
-      }),
-    );
+    const invocations = step.invocations.map(committedIntent);
     const committed = {
       index: step.index,
       replayability: step.replayability,

@@ -99,6 +99,23 @@ export interface InvocationIntent {
   readonly refusalReason?: string;
 }
 
+/** A call as the run's history holds it once its intent is committed, before any outcome. */
+export function committedIntent(intent: InvocationIntent): InvocationState {
+  return {
+    id: intent.id,
+    providerCallId: intent.providerCallId,
+    toolName: intent.toolName,
+    effect: intent.effect,
+    argumentsJson: intent.argumentsJson,
+    status: intent.status,
+    resultText: undefined,
+    refusalReason: intent.refusalReason,
+    resolvedOutcome: undefined,
+    resolvedByActorId: undefined,
+    resolutionReason: undefined,
+  };
+}
+
 export interface Fence {
   readonly runId: string;
   readonly workerId: string;
