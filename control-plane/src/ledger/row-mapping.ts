@@ -20,7 +20,7 @@ import type {
   RunTriggerRow,
   ToolInvocationRow,
 } from "./rows/ledger-rows.js";
-import { asDate, optional, optionalDate } from "./sql.js";
+import { optional, optionalDate } from "./sql.js";
 
 export function toRunRecord(row: RunRow, triggers: readonly TriggerRecord[]): RunRecord {
   return {
@@ -114,13 +114,7 @@ export function toToolInvocationRecord(row: ToolInvocationRow, observations: rea
   };
 }
 
-// The untyped overload serves callers still on `SELECT *` (run.repository.ts) until they select
-// ARTIFACT_COLUMNS; the row is then read as the typed one, its timestamp through asDate in case
-// such a caller read it as text.
-export function toArtifactRecord(row: ArtifactRow): ArtifactRecord;
-export function toArtifactRecord(row: Record<string, unknown>): ArtifactRecord;
-export function toArtifactRecord(untyped: ArtifactRow | Record<string, unknown>): ArtifactRecord {
-  const row = untyped as ArtifactRow;
+export function toArtifactRecord(row: ArtifactRow): ArtifactRecord {
   return {
     id: row.id,
     runId: row.run_id,
@@ -132,7 +126,7 @@ export function toArtifactRecord(untyped: ArtifactRow | Record<string, unknown>)
     reference: optional(row.reference),
     subjectArtifactId: optional(row.subject_artifact_id),
     conclusion: optional(row.conclusion),
-    createdAt: asDate(row.created_at),
+    createdAt: row.created_at,
   };
 }
 

@@ -70,7 +70,7 @@ export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistor
         // Provider call ids restart with every run; prefixed, inherited ones never collide with the heir's.
         inherited = [...inherited, ...own.map((step) => withCallPrefix(step, `inherited${ancestor.depth}_`))];
       }
-      return { steps, artifacts: artifacts.map((row) => toArtifactRecord(row)), inherited };
+      return { steps, artifacts: artifacts.map(toArtifactRecord), inherited };
     },
   };
 }
