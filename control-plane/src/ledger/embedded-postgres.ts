@@ -31,13 +31,10 @@ const PASSWORD = "keel";
 const DATABASE = "keel";
 
 /**
- * glibc malloc settings for the server's processes. A backend storing a streamed observation
- * allocates a few MiB per row (the Bind message, the text datum, its TOAST slices) and frees them at
- * the end of the statement; with glibc's adaptive thresholds that memory went back to the kernel
- * after each row (heap trimmed, or chunks mmapped and unmapped) and was faulted in again, zeroed,
- * for the next: about a third of PostgreSQL's CPU on the sandbox bench's stream (6.3 ms per MB
- * streamed with them, 4.3 without). Blocks below 32 MiB come from the heap, and up to 64 MiB of
- * free heap is kept per process for reuse.
+ * glibc malloc settings for the server's processes: a backend storing a streamed observation
+ * allocates and frees a few MiB per row, and glibc's adaptive thresholds gave that memory back to
+ * the kernel after every row (docs/architecture.md, "Streaming and memory"). Blocks below 32 MiB
+ * come from the heap, and up to 64 MiB of free heap is kept per process for reuse.
  */
 const POSTGRES_MALLOC_TUNABLES = ["glibc.malloc.mmap_threshold=33554432", "glibc.malloc.trim_threshold=67108864"];
 
