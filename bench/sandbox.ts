@@ -34,7 +34,7 @@
 // KEEL_BENCH_PROFILE_DIR profiles this process over each timed stream through keel alone.
 //
 //   npm run bench -- sandbox [--acquisitions 30] [--cold 30] [--pool-size 4] [--execs 100] [--warmup 10] [--stream-mib 64]
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -52,6 +52,7 @@ import { LABELS } from "../sandbox-agent/src/docker/container-config.js";
 import { coldPhase, warmPhase } from "./sandbox/acquisition.js";
 import { startAgent, waitAttached, type AgentChild } from "./sandbox/agent-child.js";
 import type { CpuLap } from "./sandbox/cpu-meter.js";
+import { insertBenchRun } from "./sandbox/bench-run.js";
 import { execPhase } from "./sandbox/exec-round-trip.js";
 import { MiB, parseOptions, TIMED_STREAMS } from "./sandbox/options.js";
 import { streamPhase, type StreamPhase } from "./sandbox/stream.js";
@@ -114,21 +115,24 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     progress(`keel on ${url}; sandbox agent ${hosts.agent} (pid ${agent.child.pid ?? "?"}, docker backend) attached`);
 
     const dispatcher = app.sandbox.dispatcher;
-    const runId = randomUUID();
-    const grant: WorkspaceGrant = { runId, agentId: "sandbox-bench", image: options.image, labels: [], networkAccess: false, secrets: {} };
-    const acquireStarted = performance.now();
-    const workspaceId = await dispatcher.workspaceFor(grant, AbortSignal.timeout(120_000));
-    progress(`workspace ${workspaceId} acquired through the dispatcher in ${ms(performance.now() - acquireStarted)} ms`);
-    const found = await docker.listContainers({ filters: { label: [`${LABELS.workspaceId}=${workspaceId}`, `${LABELS.hostId}=${hosts.agent}`] } });
-    if (found.length !== 1 || found[0] === undefined) throw new Error(`expected one running container labelled ${LABELS.workspaceId}=${workspaceId}, found ${found.length}`);
-    const container = docker.getContainer(found[0].Id);
-
-    const exec = await execPhase(dispatcher, workspaceId, container, config.sandbox.maxOutputBytes, options, progress);
-
     const db = new pg.Client({ connectionString: postgres.url });
+    db.on("error", (error) => progress(`benchmark connection: ${error.message}`));
     await db.connect();
+    let exec: Awaited<ReturnType<typeof execPhase>>;
     let stream: StreamPhase;
+    let runId = "";
     try {
+      runId = await insertBenchRun(db);
+      const grant: WorkspaceGrant = { runId, agentId: "sandbox-bench", image: options.image, labels: [], networkAccess: false, secrets: {} };
+      const acquireStarted = performance.now();
+      const workspaceId = await dispatcher.workspaceFor(grant, AbortSignal.timeout(120_000));
+      progress(`workspace ${workspaceId} acquired through the dispatcher in ${ms(performance.now() - acquireStarted)} ms`);
+      const found = await docker.listContainers({ filters: { label: [`${LABELS.workspaceId}=${workspaceId}`, `${LABELS.hostId}=${hosts.agent}`] } });
+      if (found.length !== 1 || found[0] === undefined) throw new Error(`expected one running container labelled ${LABELS.workspaceId}=${workspaceId}, found ${found.length}`);
+      const container = docker.getContainer(found[0].Id);
+
+      exec = await execPhase(dispatcher, workspaceId, container, config.sandbox.maxOutputBytes, options, progress);
+
       const store = createRunRepository(app.ledger.sql, { maxConcurrentRootRuns: config.maxConcurrentRootRuns });
       stream = await streamPhase(
         {
@@ -144,10 +148,10 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
         (invocationId) => store.observationLog(runId, invocationId),
         progress,
       );
+      await dispatcher.releaseRun(runId).catch((error: unknown) => progress(`releasing the workspace failed: ${String(error)}`));
     } finally {
       await db.end();
     }
-    await dispatcher.releaseRun(runId).catch((error: unknown) => progress(`releasing the workspace failed: ${String(error)}`));
 
     const warmStats = summarize(warm);
     const coldStats = summarize(cold);

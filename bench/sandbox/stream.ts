@@ -5,6 +5,7 @@ import type Dockerode from "dockerode";
 import type pg from "pg";
 import type { KeelApp } from "../../control-plane/src/app.js";
 import type { ObservationText } from "../../control-plane/src/domain/sandbox.js";
+import { insertBenchInvocation } from "./bench-run.js";
 import { cpuMeter, startProfile, type CpuLap } from "./cpu-meter.js";
 import { MiB, TIMED_STREAMS } from "./options.js";
 import { rawExec } from "./raw-exec.js";
@@ -64,9 +65,10 @@ export async function streamPhase(
 
   // Keel first: this process's peak RSS must not include the raw read's buffers.
   const rssBeforeMb = peakRssMb();
+  let streams = 0;
   /** One stream through keel into the observations table, checked byte for byte afterwards. */
   const throughKeel = async (label: string): Promise<{ ms: number; cpu: CpuLap; observations: number }> => {
-    const invocationId = randomUUID();
+    const invocationId = await insertBenchInvocation(target.db, target.runId, ++streams);
     const log = observationLog(invocationId);
     progress(`${label}: streaming ${streamBytes / MiB} MiB through keel into the observations table (output cap ${target.maxOutputBytes} bytes)`);
     const profile = await startProfile("stream");
