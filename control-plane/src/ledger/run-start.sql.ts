@@ -11,6 +11,8 @@ const list = (statuses: readonly RunStatus[]): string => statuses.map((s) => `'$
 export const LIVE_SQL = list(LIVE_STATUSES);
 export const PARKED_SQL = list(PARKED_STATUSES);
 export const EXECUTING_SQL = list(EXECUTING_STATUSES);
+/** A claim takes a queued run the rule lets start, or an executing one whose lease expired. */
+export const CLAIMABLE_SQL = list(["queued", ...EXECUTING_STATUSES]);
 
 /**
  * Serializes every start of a queued run across processes: a claim takes it exclusively before
