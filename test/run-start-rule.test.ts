@@ -1,13 +1,14 @@
 // The run-start rule has one definition (domain/run-start.ts) and one SQL rendering
-// (ledger/run-start.sql.ts). This property test generates small ledgers, writes each into a
-// real migrated PostgreSQL, and checks that the SQL gives every run the reason the domain gives.
+// (ledger/run-start.sql.ts), over facts read per run or for all runs at once. This property test
+// generates small ledgers, writes each into a real migrated PostgreSQL, and checks that the SQL
+// gives every run the reason the domain gives, with either kind of facts.
 import fc from "fast-check";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { agentCeiling, startBlocker, type StartFacts } from "../control-plane/src/domain/run-start.js";
 import { RUN_STATUSES } from "../control-plane/src/domain/run.js";
-import { startBlockerSql } from "../control-plane/src/ledger/run-start.sql.js";
-import { statement } from "../control-plane/src/ledger/sql.js";
+import { FACTS_SET, FACTS_SET_CTES, startBlockerSql } from "../control-plane/src/ledger/run-start.sql.js";
+import { raw, statement } from "../control-plane/src/ledger/sql.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
@@ -21,6 +22,13 @@ const blockers = statement<Params, { id: string; reason: string | null }>("test_
   SELECT r.id, ${startBlockerSql<Params>({ now, installCeiling })} AS reason
   FROM runs r JOIN agents a ON a.id = r.agent_id`;
 
+/** The same rule over the facts a claim's candidate query computes for all runs at once (used for queued runs). */
+const blockersFromSetFacts = statement<Params, { id: string; reason: string | null }>("test_run_start_blockers_set_facts")`
+  WITH ${raw(FACTS_SET_CTES)}
+  SELECT r.id, ${startBlockerSql<Params>({ now, installCeiling }, FACTS_SET)} AS reason
+  FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
+  WHERE r.status = 'queued'`;
+
 const T0 = Date.parse("2026-12-01T12:00:00Z");
 const AGENTS = ["agent-a", "agent-b"] as const;
 const CONVERSATIONS = ["00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003"] as const;
@@ -28,8 +36,9 @@ const CONVERSATIONS = ["00000000-0000-4000-8000-000000000001", "00000000-0000-40
 const runArb = fc.record({
   agent: fc.integer({ min: 0, max: 1 }),
   conversation: fc.integer({ min: 0, max: 2 }),
-  status: fc.constantFrom(...RUN_STATUSES),
-  paused: fc.boolean(),
+  // Queued runs are what the rule judges, so they are drawn most often.
+  status: fc.oneof({ arbitrary: fc.constant("queued" as const), weight: 3 }, { arbitrary: fc.constantFrom(...RUN_STATUSES), weight: 2 }),
+  paused: fc.integer({ min: 0, max: 3 }).map((n) => n === 0),
   isRoot: fc.boolean(),
   started: fc.boolean(),
   notBeforeS: fc.integer({ min: -2, max: 2 }),
@@ -110,11 +119,17 @@ describe("the run-start rule, in SQL and in the domain", () => {
           });
           const actual = new Map(result.rows.map((row) => [row.id, row.reason]));
           expect(actual).toEqual(expected);
+          const fromSet = await db.query<{ id: string; reason: string | null }>({
+            text: blockersFromSetFacts.text,
+            values: blockersFromSetFacts.bind({ now: new Date(T0), installCeiling: world.installCeiling }),
+          });
+          const queued = new Map([...expected].filter(([id]) => facts.find((run) => run.id === id)?.status === "queued"));
+          expect(new Map(fromSet.rows.map((row) => [row.id, row.reason]))).toEqual(queued);
         } finally {
           await db.query("ROLLBACK");
         }
       }),
-      { numRuns: 150 },
+      { numRuns: 300 },
     );
   });
 });

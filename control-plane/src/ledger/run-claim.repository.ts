@@ -6,7 +6,7 @@ import { systemClock, type Clock } from "../domain/clock.js";
 import { ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
 import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import type { ClaimedRun, RunStore } from "../runner/run-store.js";
-import { ADMISSION_LOCK, CLAIMABLE_SQL, EXECUTING_SQL, mayStartSql } from "./run-start.sql.js";
+import { ADMISSION_LOCK, CLAIMABLE_SQL, EXECUTING_SQL, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
 import { asDate, optionalDate, raw, statement, type Sql } from "./sql.js";
 
@@ -49,10 +49,11 @@ const LEASE_EXPIRED = `(NOT r.paused AND r.status IN (${EXECUTING_SQL}) AND r.le
  */
 const selectCandidate = statement<CandidateParams, { id: string; status: RunStatus }>("claim_candidate")`
   WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting),
+  ${raw(FACTS_SET_CTES)},
   candidate AS (
-    SELECT r.id, r.status FROM runs r JOIN agents a ON a.id = r.agent_id
+    SELECT r.id, r.status FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
     -- The status test on its own lets the index pick the few claimable rows the rule then reads.
-    WHERE r.status IN (${raw(CLAIMABLE_SQL)}) AND (${mayStartSql<CandidateParams>({ now, installCeiling })} OR ${raw(LEASE_EXPIRED)})
+    WHERE r.status IN (${raw(CLAIMABLE_SQL)}) AND (${mayStartSql<CandidateParams>({ now, installCeiling }, FACTS_SET)} OR ${raw(LEASE_EXPIRED)})
     ORDER BY r.created_at
     LIMIT 1
     FOR NO KEY UPDATE OF r SKIP LOCKED)

@@ -14,6 +14,9 @@ export const EXECUTING_SQL = list(EXECUTING_STATUSES);
 /** A claim takes a queued run the rule lets start, or an executing one whose lease expired. */
 export const CLAIMABLE_SQL = list(["queued", ...EXECUTING_STATUSES]);
 
+/** Root runs a worker holds, which count against the ceilings. */
+export const EXECUTING_ROOT_SQL = (alias: string): string => `${alias}.parent_run_id IS NULL AND ${alias}.status IN (${EXECUTING_SQL})`;
+
 /**
  * Serializes every start of a queued run across processes: a claim takes it exclusively before
  * its re-check; an admission start takes it through admissionStartSql.
@@ -35,21 +38,55 @@ export interface StartRuleParams<P> {
   readonly installCeiling: (params: P) => number;
 }
 
+/**
+ * The facts the rule reads about run `r`, as SQL: whether a fresh root run has another run of its
+ * conversation in flight or ahead of it, and how many root runs execute, of its agent and in all.
+ */
+export interface StartFactsSql {
+  readonly conversationBusy: string;
+  readonly agentExecuting: string;
+  readonly allExecuting: string;
+}
+
+/** The facts read per run, by subqueries: for one run (a claim's re-check) or a few (a view). */
+export const FACTS_PER_RUN: StartFactsSql = {
+  conversationBusy: `EXISTS (
+      SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.id <> r.id
+        AND ((o.started_at IS NOT NULL AND o.status IN (${LIVE_SQL}))
+          OR (o.status = 'queued' AND o.started_at IS NULL AND ${AHEAD_SQL})))`,
+  agentExecuting: `(SELECT count(*) FROM runs x WHERE x.agent_id = r.agent_id AND ${EXECUTING_ROOT_SQL("x")})`,
+  allExecuting: `(SELECT count(*) FROM runs x WHERE ${EXECUTING_ROOT_SQL("x")})`,
+};
+
+/**
+ * The same facts for every run at once, from the CTEs in FACTS_SET_CTES (a statement includes them
+ * and joins `executing e ON e.agent_id = r.agent_id`): a claim's candidate query reads many
+ * queued runs, and counting per run there made every claim slower than the rule is worth.
+ * A fresh run is behind its conversation when the conversation has a started run in flight, or
+ * when it is not the first fresh queued run in its queue.
+ */
+export const FACTS_SET: StartFactsSql = {
+  conversationBusy: `(r.conversation_id IN (SELECT conversation_id FROM busy) OR r.id NOT IN (SELECT id FROM heads))`,
+  agentExecuting: "coalesce(e.n, 0)",
+  allExecuting: "(SELECT coalesce(sum(n), 0) FROM executing)",
+};
+
+export const FACTS_SET_CTES = `executing AS (
+    SELECT agent_id, count(*)::int AS n FROM runs x WHERE ${EXECUTING_ROOT_SQL("x")} GROUP BY agent_id),
+  busy AS (
+    SELECT DISTINCT conversation_id FROM runs WHERE parent_run_id IS NULL AND started_at IS NOT NULL AND status IN (${LIVE_SQL})),
+  heads AS (
+    SELECT DISTINCT ON (conversation_id) id FROM runs WHERE status = 'queued' AND started_at IS NULL AND parent_run_id IS NULL
+    ORDER BY conversation_id, coalesce(request_received_at, created_at), created_at, id)`;
+
 /** The SQL form of startBlocker for run `r` of agent `a`: NULL when it may start, else the wait reason. */
-export function startBlockerSql<P>(input: StartRuleParams<P>): StatementFragment<P> {
+export function startBlockerSql<P>(input: StartRuleParams<P>, facts: StartFactsSql = FACTS_PER_RUN): StatementFragment<P> {
   return fragment<P>`CASE
     WHEN r.paused THEN 'paused'
     WHEN r.not_before > ${input.now}::timestamptz THEN 'coalescing'
     WHEN r.parent_run_id IS NOT NULL THEN NULL
-    WHEN r.started_at IS NULL AND EXISTS (
-      SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.parent_run_id IS NULL AND o.id <> r.id
-        AND ((o.started_at IS NOT NULL AND o.status IN (${raw(LIVE_SQL)}))
-          OR (o.status = 'queued' AND o.started_at IS NULL AND ${raw(AHEAD_SQL)}))) THEN 'conversation_busy'
-    WHEN NOT ${ceilingRoomSql<P>(
-      fragment`(SELECT count(*) FROM runs x WHERE x.agent_id = r.agent_id AND ${raw(EXECUTING_ROOT_SQL("x"))})`,
-      fragment`(SELECT count(*) FROM runs x WHERE ${raw(EXECUTING_ROOT_SQL("x"))})`,
-      input.installCeiling,
-    )} THEN 'concurrency_ceiling'
+    WHEN r.started_at IS NULL AND ${raw(facts.conversationBusy)} THEN 'conversation_busy'
+    WHEN NOT ${ceilingRoomSql<P>(fragment`${raw(facts.agentExecuting)}`, fragment`${raw(facts.allExecuting)}`, input.installCeiling)} THEN 'concurrency_ceiling'
     END`;
 }
 
@@ -74,9 +111,7 @@ export function admissionStartSql<P>(installCeiling: (params: P) => number): Sta
 }
 
 /** The SQL form of mayStart for run `r` of agent `a`. */
-export function mayStartSql<P>(input: StartRuleParams<P>): StatementFragment<P> {
-  return fragment<P>`(r.status = 'queued' AND (${startBlockerSql(input)}) IS NULL)`;
+export function mayStartSql<P>(input: StartRuleParams<P>, facts: StartFactsSql = FACTS_PER_RUN): StatementFragment<P> {
+  return fragment<P>`(r.status = 'queued' AND (${startBlockerSql(input, facts)}) IS NULL)`;
 }
 
-/** Root runs a worker holds, which count against the ceilings. */
-export const EXECUTING_ROOT_SQL = (alias: string): string => `${alias}.parent_run_id IS NULL AND ${alias}.status IN (${EXECUTING_SQL})`;
