@@ -9,6 +9,7 @@ import type { ObservationText } from "../domain/sandbox.js";
 import { refusedReply } from "../domain/settlement.js";
 import {
   committedIntent,
+  settledInvocation,
   type ClaimedRun,
   type Fence,
   type InvocationState,
@@ -208,18 +209,7 @@ export class InMemoryRunStore implements RunStore {
     for (const outcome of outcomes) {
       this.steps = this.steps.map((step) => ({
         ...step,
-        invocations: step.invocations.map((i) =>
-          i.id !== outcome.invocationId
-            ? i
-            : {
-                ...i,
-                status: outcome.outcome,
-                resultText: outcome.resultText,
-                refusalReason: outcome.refusalReason ?? i.refusalReason,
-                resolvedOutcome: outcome.resolvedOutcome ?? i.resolvedOutcome,
-                resolvedByActorId: outcome.answeredByActorId ?? i.resolvedByActorId,
-              },
-        ),
+        invocations: step.invocations.map((i) => (i.id !== outcome.invocationId ? i : settledInvocation(i, outcome))),
       }));
       // The ledger keeps a call's whole result as its last observation.
       if (outcome.resultText !== "" && outcome.outcome !== "refused") {

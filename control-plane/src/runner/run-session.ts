@@ -13,6 +13,7 @@ import type { ModelProvider } from "../models/model-provider.js";
 import type { ToolRegistry } from "../tools/tool-registry.js";
 import {
   committedIntent,
+  settledInvocation,
   type ClaimedRun,
   type Fence,
   type InvocationState,
@@ -160,16 +161,7 @@ export class RunSession {
   async commitToolOutcome(commit: ToolOutcomeCommit): Promise<void> {
     this.control = await this.store.commitToolOutcome(commit);
     const settle = (invocation: InvocationState): InvocationState =>
-      invocation.id !== commit.invocationId
-        ? invocation
-        : {
-            ...invocation,
-            status: commit.outcome,
-            resultText: commit.resultText,
-            refusalReason: commit.refusalReason ?? invocation.refusalReason,
-            resolvedOutcome: commit.resolvedOutcome ?? invocation.resolvedOutcome,
-            resolvedByActorId: commit.answeredByActorId ?? invocation.resolvedByActorId,
-          };
+      invocation.id !== commit.invocationId ? invocation : settledInvocation(invocation, commit);
     const now = this.deps.now();
     const artifacts = commit.artifacts.map((artifact) => ({
       id: artifact.id,

@@ -116,6 +116,18 @@ export function committedIntent(intent: InvocationIntent): InvocationState {
   };
 }
 
+/** A call once its outcome is committed. */
+export function settledInvocation(invocation: InvocationState, outcome: ToolOutcome): InvocationState {
+  return {
+    ...invocation,
+    status: outcome.outcome,
+    resultText: outcome.resultText,
+    refusalReason: outcome.refusalReason ?? invocation.refusalReason,
+    resolvedOutcome: outcome.resolvedOutcome ?? invocation.resolvedOutcome,
+    resolvedByActorId: outcome.answeredByActorId ?? invocation.resolvedByActorId,
+  };
+}
+
 export interface Fence {
   readonly runId: string;
   readonly workerId: string;
