@@ -9,7 +9,7 @@ const p = defineEntity.properties;
 export const ArtifactEntity = defineEntity({
   name: "Artifact",
   tableName: "artifacts",
-  indexes: [{ properties: ["runId"] }],
+  indexes: [{ properties: ["runId"] }, { name: "artifacts_tool_invocation_id_index", expression: 'create index "artifacts_tool_invocation_id_index" on "artifacts" ("tool_invocation_id") where "tool_invocation_id" is not null' }],
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),

@@ -12,6 +12,8 @@ export const MessageEntity = defineEntity({
   tableName: "messages",
   uniques: [{ properties: ["conversationId", "externalId"] }],
   indexes: [
+    // Retention deletes a run's messages with it.
+    { properties: ["runId"] },
     // An edit finds the edits of its message; partial, so the common insert (no edit) pays nothing for it.
     {
       name: "messages_edit_of_message_id_index",

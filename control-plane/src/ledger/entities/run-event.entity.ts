@@ -10,6 +10,8 @@ const p = defineEntity.properties;
 export const RunEventEntity = defineEntity({
   name: "RunEvent",
   tableName: "run_events",
+  // Deleting a step or an invocation (retention) looks up the events that name it.
+  indexes: [{ name: "run_events_step_id_index", expression: 'create index "run_events_step_id_index" on "run_events" ("step_id") where "step_id" is not null' }, { name: "run_events_tool_invocation_id_index", expression: 'create index "run_events_tool_invocation_id_index" on "run_events" ("tool_invocation_id") where "tool_invocation_id" is not null' }],
   properties: {
     runId: () => references(RunEntity, "run_id").primary(),
     seq: p.integer().primary(),

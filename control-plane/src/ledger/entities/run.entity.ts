@@ -18,6 +18,12 @@ export const RunEntity = defineEntity({
     { properties: ["agentId", "conversationId", "createdAt"] },
     { properties: ["conversationId", "status"] },
     { properties: ["logicalRequestId"] },
+    // Retention finds old finished runs, and deleting one looks up the runs that point at it.
+    { name: "runs_finished_at_index", expression: 'create index "runs_finished_at_index" on "runs" ("finished_at") where "finished_at" is not null' },
+    { name: "runs_parent_run_id_index", expression: 'create index "runs_parent_run_id_index" on "runs" ("parent_run_id") where "parent_run_id" is not null' },
+    { name: "runs_root_run_id_index", expression: 'create index "runs_root_run_id_index" on "runs" ("root_run_id") where "root_run_id" is not null' },
+    { name: "runs_superseded_by_run_id_index", expression: 'create index "runs_superseded_by_run_id_index" on "runs" ("superseded_by_run_id") where "superseded_by_run_id" is not null' },
+    { name: "runs_inherits_from_run_id_index", expression: 'create index "runs_inherits_from_run_id_index" on "runs" ("inherits_from_run_id") where "inherits_from_run_id" is not null' },
     // At most one continuation per exhausted run: one "yes" buys one fresh run.
     { name: "runs_continuation_of_run_id_unique", expression: 'create unique index "runs_continuation_of_run_id_unique" on "runs" ("continuation_of_run_id") where "continuation_of_run_id" is not null' },
   ],

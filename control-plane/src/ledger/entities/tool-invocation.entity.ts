@@ -10,7 +10,7 @@ const p = defineEntity.properties;
 export const ToolInvocationEntity = defineEntity({
   name: "ToolInvocation",
   tableName: "tool_invocations",
-  indexes: [{ properties: ["runId", "status"] }, { properties: ["stepId"] }],
+  indexes: [{ properties: ["runId", "status"] }, { properties: ["stepId"] }, { name: "tool_invocations_model_call_id_index", expression: 'create index "tool_invocations_model_call_id_index" on "tool_invocations" ("model_call_id") where "model_call_id" is not null' }],
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),

@@ -6,6 +6,8 @@ import { Migration20261203000000 } from "./Migration20261203000000.js";
 import { Migration20261204100000 } from "./Migration20261204100000.js";
 import { Migration20261205000000 } from "./Migration20261205000000.js";
 import { Migration20261206000000 } from "./Migration20261206000000.js";
+import { Migration20261207000000 } from "./Migration20261207000000.js";
+import { Migration20261207100000 } from "./Migration20261207100000.js";
 
 /**
  * Migrations in order, never edited once landed. Schema changes are generated from the entities
@@ -20,4 +22,6 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261204100000", class: Migration20261204100000 },
   { name: "Migration20261205000000", class: Migration20261205000000 },
   { name: "Migration20261206000000", class: Migration20261206000000 },
+  { name: "Migration20261207000000", class: Migration20261207000000 },
+  { name: "Migration20261207100000", class: Migration20261207100000 },
 ];
