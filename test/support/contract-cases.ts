@@ -115,6 +115,9 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
         { request: { ...submit, text: "   " }, field: "text" },
         { request: { ...submit, actor: { id: "" } }, field: "actor.id" },
         { request: { ...submit, connector: "Not A Slug" }, field: "connector" },
+        // PostgreSQL text cannot hold NUL: refused up front, naming the field, not Internal.
+        { request: { ...submit, text: "before\u0000after" }, field: "text" },
+        { request: { ...submit, actor: { id: "nul\u0000actor" } }, field: "actor.id" },
       ],
       notFound: { ...submit, agent_id: "no-such-agent" },
     },
@@ -128,6 +131,7 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       invalid: [
         { request: { ...seededMessage, actor: ACTOR, text: "" }, field: "text" },
         { request: { ...seededMessage, message_id: "has space", actor: ACTOR, text: "edited" }, field: "message_id" },
+        { request: { ...seededMessage, actor: ACTOR, text: "edited\u0000" }, field: "text" },
       ],
       notFound: { ...seededMessage, message_id: "no-such-message", actor: ACTOR, text: "edited" },
     },

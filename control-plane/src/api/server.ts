@@ -12,6 +12,7 @@ import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
 import { authInterceptor, defaultDeadlineInterceptor, type TokenVerifier } from "./auth.js";
 import { errorMappingInterceptor } from "./error-mapping.js";
+import { nulStringInterceptor } from "./request-strings.js";
 import { registerReflection } from "./reflection-service.js";
 
 export const KEEL_SERVICES = [IngressService, EmissionService, RunService, AgentService, SandboxService] as const;
@@ -76,7 +77,7 @@ export function createKeelServer(
       registerReflection(router, KEEL_SERVICES);
     },
     // Outermost first: every error, including auth's, goes through the one mapping.
-    interceptors: [errorMappingInterceptor(log), authInterceptor(verifier), defaultDeadlineInterceptor(limits.defaultDeadlineMs)],
+    interceptors: [errorMappingInterceptor(log), authInterceptor(verifier), nulStringInterceptor(), defaultDeadlineInterceptor(limits.defaultDeadlineMs)],
     readMaxBytes: limits.maxMessageBytes,
     writeMaxBytes: limits.maxMessageBytes,
     maxTimeoutMs: limits.maxDeadlineMs,
