@@ -105,6 +105,48 @@ describe("observation pump (issue #4: streaming into the ledger)", () => {
     expect(written.join("")).toBe("token=[redacted:TOKEN] done\u2400\n");
   });
 
+  it("issue #12: output cut at the cap keeps no secret and no secret's start, whatever the chunks and the cap", async () => {
+    const secret = fc.string({ unit: fc.constantFrom("a", "b", "x", "=", "é"), minLength: 4, maxLength: 20 });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(secret, { minLength: 1, maxLength: 3 }).chain((values) =>
+          fc.tuple(
+            fc.constant(values),
+            fc.array(fc.oneof(fc.constantFrom(...values), fc.string({ unit: fc.constantFrom("a", "b", " ", "\n"), maxLength: 6 })), { maxLength: 10 }),
+            fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 8 }),
+            fc.nat(),
+            fc.boolean(),
+          ),
+        ),
+        async ([values, parts, sizes, capSeed, hostCut]) => {
+          const secrets = values.map((value, i) => ({ name: `S${i}`, value }));
+          const output = bytes(parts.join(""));
+          const cap = 1 + (capSeed % (output.length + 1));
+          const stored = { stdout: "", stderr: "" };
+          const pump = createObservationPump({ secrets, maxBytes: cap, sink: async (stream, text) => void (stored[stream as "stdout"] += asText(text)) });
+          // Chunks of the given sizes, alternating with a little stderr that holds a secret too.
+          for (let at = 0, i = 0; at < output.length; i++) {
+            const size = sizes[i % sizes.length]!;
+            pump.push("stdout", output.subarray(at, at + size));
+            if (i === 1) pump.push("stderr", bytes(values[0]!));
+            at += size;
+            await tick();
+          }
+          // A host that truncated says so; this pump's own cap cuts whatever passed it.
+          await pump.finish(hostCut);
+          for (const text of [stored.stdout, stored.stderr]) {
+            for (const { value } of secrets) {
+              expect(text).not.toContain(value);
+              // A secret's start of four or more characters never ends what was kept.
+              if (pump.truncated || hostCut) for (let n = 4; n < value.length; n++) expect(text.endsWith(value.slice(0, n))).toBe(false);
+            }
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   it("hands whole, valid UTF-8 without NUL over as its bytes when there is nothing to redact, and decodes the rest", async () => {
     const sink = slowSink();
     const pump = createObservationPump({ secrets: [], maxBytes: 1024, sink: sink.sink });

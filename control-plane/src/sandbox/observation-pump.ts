@@ -40,8 +40,12 @@ export interface ObservationPump {
    * one (or writing failed): whoever feeds the pump should wait for it before pushing more.
    */
   backlog(): Promise<void> | undefined;
-  /** Persists what is queued and what the decoders and redactors held back; rethrows a failed write. */
-  finish(): Promise<void>;
+  /**
+   * Persists what is queued and what the decoders and redactors held back; rethrows a failed
+   * write. `cut`: the output was truncated elsewhere (the host's cap, a lost host), so what was
+   * held back is treated as cut off like output past this pump's own cap.
+   */
+  finish(cut?: boolean): Promise<void>;
   /** Output bytes accepted (at most the cap). */
   readonly bytes: number;
   /** Whether output past the cap was dropped here. */
@@ -193,7 +197,7 @@ export function createObservationPump(options: {
       if (queuedBytes < HIGH_WATER_BYTES || failure !== undefined) return undefined;
       return new Promise<void>((resolve) => waiters.push(resolve));
     },
-    async finish() {
+    async finish(cut = false) {
       for (;;) {
         pump();
         // Nothing in flight means nothing left to write: pump() takes the whole queue unless
@@ -203,8 +207,11 @@ export function createObservationPump(options: {
         wakeFinish = undefined;
       }
       if (failure === undefined) {
+        // Past a cap nothing more of either stream is seen: a secret whose start was held back
+        // would be kept as a fragment (and its rest may show elsewhere, e.g. the host's tail).
+        const cutOff = cut || truncated;
         for (const stream of ["stdout", "stderr"] as const) {
-          const rest = redactors[stream].push(decoders[stream].end()) + redactors[stream].flush();
+          const rest = redactors[stream].push(decoders[stream].end()) + redactors[stream].flush(cutOff);
           write(stream, rest, rest.includes("\0"));
         }
         await Promise.all(writing);

@@ -179,12 +179,12 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
     try {
       outcome = await send({ onOutput: (stream, chunk) => pump.push(stream, chunk), backlog: () => pump.backlog() });
     } catch (error) {
-      await pump.finish().catch(() => {}); // keep what was observed before the host vanished
+      await pump.finish(true).catch(() => {}); // keep what was observed before the host vanished
       if (error instanceof HostLostError) throw new ToolOutcomeUnknownError(error.message);
       if (error instanceof HostUnavailableError) throw new Error(`${error.message}; the command was not sent`);
       throw error;
     }
-    await pump.finish();
+    await pump.finish(outcome.outputTruncated);
     const tail = new TextDecoder().decode(outcome.outputTail);
     return {
       outcome,
@@ -194,7 +194,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
         timedOut: outcome.timedOut,
         outputTruncated: outcome.outputTruncated || pump.truncated,
         outputBytes: Math.max(outcome.outputBytes, pump.bytes),
-        outputTail: redactOutputTail(tail, outcome.outputBytes > outcome.outputTail.byteLength, secrets),
+        outputTail: redactOutputTail(tail, outcome.outputBytes > outcome.outputTail.byteLength, secrets, outcome.outputTruncated),
       },
     };
   };
