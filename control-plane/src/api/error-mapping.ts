@@ -1,6 +1,7 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { DomainError } from "../domain/errors.js";
+import { isDatabaseUnavailable } from "../ledger/database-errors.js";
 
 const CODES: Record<DomainError["code"], Code> = {
   invalid_argument: Code.InvalidArgument,
@@ -17,12 +18,17 @@ const CODES: Record<DomainError["code"], Code> = {
 
 /**
  * The one place errors become codes. Domain errors keep their message; a ConnectError
- * raised by the framework (size limits, deadlines) passes through; anything else is a
- * bug, logged with its cause and answered as Internal without detail.
+ * raised by the framework (size limits, deadlines) passes through; a database that cannot be
+ * reached is Unavailable, which clients retry; anything else is a bug, logged with its cause
+ * and answered as Internal without detail.
  */
 export function toConnectError(error: unknown, log: Logger, procedure: string): ConnectError {
   if (error instanceof DomainError) return new ConnectError(error.message, CODES[error.code]);
   if (error instanceof ConnectError) return error;
+  if (isDatabaseUnavailable(error)) {
+    log.warn({ err: error, procedure }, "the ledger database is unavailable");
+    return new ConnectError("the ledger database is unavailable right now; retry shortly", Code.Unavailable);
+  }
   const id = Math.random().toString(36).slice(2, 10);
   log.error({ err: error, procedure, errorId: id }, "internal error");
   return new ConnectError(`internal error (reference ${id})`, Code.Internal);
@@ -41,6 +47,8 @@ export function errorMappingInterceptor(log: Logger): Interceptor {
           try {
             yield* messages;
           } catch (error) {
+            // A client that hung up ends its stream: that is not a server error.
+            if (request.signal.aborted) throw new ConnectError("the client ended the stream", Code.Canceled);
             throw toConnectError(error, log, procedure);
           }
         })(),
