@@ -128,7 +128,7 @@ describe.skipIf(skip)("docker workspace backend: hardening of every container", 
       expect(info.HostConfig.Memory, what).toBe(limits.memoryBytes);
       expect(info.HostConfig.MemorySwap, what).toBe(limits.memoryBytes);
       expect(info.HostConfig.NanoCpus, what).toBe(limits.nanoCpus);
-      expect(info.HostConfig.NetworkMode, what).toBe(workspaceLabel === "hard-net" ? "bridge" : "none");
+      expect(info.HostConfig.NetworkMode, what).toBe(workspaceLabel === "hard-net" ? "keel-workspaces" : "none");
       expect(labels[LABELS.hostId], what).toBe(hostId);
       expect(labels[LABELS.managed], what).toBe("true");
       expect(workspaceLabel, what).not.toBe("");

@@ -1,11 +1,19 @@
 // The engine operations the docker backend builds on: creating a hardened container over a
-// host folder of its own, removing one, and starting one that stopped.
-import { chown, mkdir } from "node:fs/promises";
+// quota'd host folder of its own (workspace-disks.ts), from a pinned image (image-pins.ts) and,
+// when granted, on the isolated workspace network (workspace-network.ts); removing one with its
+// folder, and starting one that stopped.
+import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import type Dockerode from "dockerode";
 import type { WorkspaceLimits } from "../workspace-backend.js";
 import { hardenedContainerConfig, SANDBOX_USER } from "./container-config.js";
 import { statusCode } from "./engine-errors.js";
+import { createImagePins } from "./image-pins.js";
+import { createWorkspaceDisks } from "./workspace-disks.js";
+import { createWorkspaceNetwork } from "./workspace-network.js";
+
+/** The folder under the workspace root holding the per-workspace disk images. */
+export const DISKS = ".keel-disks";
 
 export interface NewContainer {
   readonly image: string;
@@ -30,12 +38,28 @@ export interface Containers {
   create(args: NewContainer): Promise<string>;
   /** Removes a container, running or not; one already gone is fine. */
   remove(containerId: string): Promise<void>;
-  ensureRunning(containerId: string): Promise<void>;
+  /** Removes a workspace folder: its mount, its files and its disk image. */
+  removeFolder(folder: string): Promise<void>;
+  /** Starts a stopped container, its folder's file system mounted first (after a host reboot). */
+  ensureRunning(containerId: string, folder: string): Promise<void>;
 }
 
-export function createContainers(docker: Dockerode, hostId: string, root: string, recordsDir: string): Containers {
+export interface ContainerSettings {
+  readonly hostId: string;
+  readonly root: string;
+  readonly recordsDir: string;
+  /** Disk quota per workspace in bytes; 0 for none. */
+  readonly diskQuotaBytes: number;
+  readonly log: (msg: string) => void;
+}
+
+export function createContainers(docker: Dockerode, settings: ContainerSettings): Containers {
+  const { hostId, root, recordsDir } = settings;
   let rootReady: Promise<void> | undefined;
   const folderPath = (folder: string): string => path.join(root, folder);
+  const disks = createWorkspaceDisks(path.join(root, DISKS), settings.diskQuotaBytes);
+  const pins = createImagePins(docker, settings.log);
+  const network = createWorkspaceNetwork(docker, settings.log);
 
   function ensureRoot(): Promise<void> {
     rootReady ??= (async () => {
@@ -57,12 +81,29 @@ export function createContainers(docker: Dockerode, hostId: string, root: string
     async create(args) {
       await ensureRoot();
       const hostFolder = folderPath(args.folder);
-      await mkdir(hostFolder, { recursive: true, mode: 0o700 });
-      await chown(hostFolder, SANDBOX_USER.uid, SANDBOX_USER.gid);
-      const container = await docker.createContainer({
-        ...(args.name === undefined ? {} : { name: args.name }),
-        ...hardenedContainerConfig({ ...args, hostId, hostFolder }),
-      });
+      const [image, networkName] = await Promise.all([
+        pins.resolve(args.image),
+        args.networkAccess ? network.ensure() : undefined,
+        disks.prepare(hostFolder, SANDBOX_USER),
+      ]);
+      let container: Dockerode.Container;
+      try {
+        container = await docker.createContainer({
+          ...(args.name === undefined ? {} : { name: args.name }),
+          ...hardenedContainerConfig({
+            ...args,
+            image,
+            hostId,
+            hostFolder,
+            ...(networkName === undefined ? {} : { network: networkName }),
+            ...(disks.quotaBytes > 0 ? { maxFileBytes: disks.quotaBytes } : {}),
+          }),
+        });
+      } catch (error) {
+        // The pinned image was removed from the engine: the next attempt resolves the tag again.
+        if (statusCode(error) === 404) pins.forget(args.image);
+        throw error;
+      }
       try {
         await container.start();
       } catch (error) {
@@ -80,9 +121,16 @@ export function createContainers(docker: Dockerode, hostId: string, root: string
       }
     },
 
-    async ensureRunning(containerId) {
+    async removeFolder(folder) {
+      await disks.remove(folderPath(folder));
+    },
+
+    async ensureRunning(containerId, folder) {
       const info = await docker.getContainer(containerId).inspect();
-      if (!info.State.Running) await docker.getContainer(containerId).start();
+      if (info.State.Running) return;
+      // Without its mount the container would write to the host's disk, unbounded.
+      await disks.ensureMounted(folderPath(folder));
+      await docker.getContainer(containerId).start();
     },
   };
 }

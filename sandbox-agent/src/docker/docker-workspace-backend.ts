@@ -16,7 +16,7 @@
 // for inspection is the control plane's decision: it calls release when the retention ends.
 import path from "node:path";
 import Dockerode from "dockerode";
-import { encodeId, removeTree } from "../host-files.js";
+import { encodeId } from "../host-files.js";
 import { WorkspaceError, type WorkspaceBackend, type WorkspaceSpec, type WorkspaceSummary } from "../workspace-backend.js";
 import { listWorkspaceFiles, readWorkspaceFile, writeWorkspaceFile } from "../workspace-folder.js";
 import { createAssignmentRecords, recordOf, RECORDS, WARM_ID, type Assignment, type LiveWorkspace } from "./assignment-records.js";
@@ -32,8 +32,15 @@ export interface DockerWorkspaceBackendOptions {
   /** Host folder for the bind mounts, e.g. <data>/workspaces. Must be on the Docker engine's host. */
   readonly workspaceRoot: string;
   readonly warmPool?: readonly WarmPoolOptions[];
+  /**
+   * Disk quota per workspace (a loop-mounted ext4 image over its folder; workspace-disks.ts).
+   * Default DEFAULT_DISK_QUOTA_BYTES; 0 turns quotas off (a command can then fill the host's disk).
+   */
+  readonly diskQuotaBytes?: number;
   readonly log?: (msg: string) => void;
 }
+
+export const DEFAULT_DISK_QUOTA_BYTES = 8 * 1024 ** 3;
 
 /** The port plus what operators, tests and benchmarks can observe of the warm pool. */
 export interface DockerWorkspaceBackend extends WorkspaceBackend {
@@ -52,7 +59,12 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
   const workspaces = new Map<string, LiveWorkspace>();
   const inflight = new Map<string, Promise<void>>();
   let closed = false;
-  const containers = createContainers(docker, options.hostId, root, recordsDir);
+  const diskQuotaBytes = options.diskQuotaBytes ?? DEFAULT_DISK_QUOTA_BYTES;
+  if (!Number.isSafeInteger(diskQuotaBytes) || (diskQuotaBytes !== 0 && diskQuotaBytes < 16 * 1024 ** 2)) {
+    throw new WorkspaceError("backend_failure", `diskQuotaBytes must be 0 (off) or at least 16 MiB, not ${diskQuotaBytes}`);
+  }
+  if (diskQuotaBytes === 0) log("workspace disk quotas are off: a command can fill the disk holding the workspace root");
+  const containers = createContainers(docker, { hostId: options.hostId, root, recordsDir, diskQuotaBytes, log });
   const records = createAssignmentRecords(recordsDir, options.hostId);
   const pools = createWarmPools(options.warmPool ?? [], containers, () => closed, log);
   const execHost = { docker, log, folderPath: containers.folderPath };
@@ -108,7 +120,7 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
     let folder = encodeId(spec.workspaceId);
     if (persisted !== undefined) {
       try {
-        await containers.ensureRunning(persisted.containerId);
+        await containers.ensureRunning(persisted.containerId, persisted.folder);
         workspaces.set(spec.workspaceId, { ...persisted, env: { ...spec.env } });
         return;
       } catch (error) {
@@ -156,11 +168,13 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
     } catch (error) {
       if (statusCode(error) !== 409) {
         await records.remove(spec.workspaceId);
+        // A folder made for this attempt goes too; one kept from a gone container holds files.
+        if (persisted === undefined) await containers.removeFolder(folder).catch((e: unknown) => log(`remove folder ${folder}: ${String(e)}`));
         throw error;
       }
       const info = await docker.getContainer(name).inspect();
       if (info.Config.Labels[LABELS.hostId] !== options.hostId) throw error;
-      await containers.ensureRunning(name);
+      await containers.ensureRunning(name, folder);
     }
     workspaces.set(spec.workspaceId, { ...assignment, env: { ...spec.env } });
   }
@@ -168,7 +182,7 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
   async function removeWorkspace(assignment: Assignment): Promise<void> {
     workspaces.delete(assignment.workspaceId);
     await containers.remove(assignment.containerId);
-    await removeTree(folderPath(assignment.folder));
+    await containers.removeFolder(assignment.folder);
     await records.remove(assignment.workspaceId);
   }
 
@@ -184,7 +198,7 @@ export function createDockerWorkspaceBackend(options: DockerWorkspaceBackendOpti
         // An idle pool container: ours stays; an earlier process's is an orphan.
         if (pools.ownsIdle(container.Id, label)) continue;
         await containers.remove(container.Id);
-        if (WARM_ID.test(label)) await removeTree(folderPath(`.${label}`));
+        if (WARM_ID.test(label)) await containers.removeFolder(`.${label}`);
         continue;
       }
       const assignment: Assignment = record ?? {

@@ -6,7 +6,6 @@
 // image, no network and its limits (tmpfs size and network mode cannot change after creation).
 // Each pool refills in the background, one container at a time.
 import { randomUUID } from "node:crypto";
-import { removeTree } from "../host-files.js";
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceLimits, type WorkspaceSpec } from "../workspace-backend.js";
 import type { Containers } from "./containers.js";
 import { message } from "./engine-errors.js";
@@ -75,18 +74,24 @@ export function createWarmPools(
           const poolId = `warm-${randomUUID()}`;
           ownPoolIds.add(poolId);
           const folder = `.${poolId}`;
-          const containerId = await containers.create({
-            image: pool.image,
-            limits: pool.limits,
-            networkAccess: false,
-            folder,
-            workspaceLabel: poolId,
-            runId: "",
-            warm: true,
-          });
+          let containerId: string;
+          try {
+            containerId = await containers.create({
+              image: pool.image,
+              limits: pool.limits,
+              networkAccess: false,
+              folder,
+              workspaceLabel: poolId,
+              runId: "",
+              warm: true,
+            });
+          } catch (error) {
+            await containers.removeFolder(folder).catch(() => undefined);
+            throw error;
+          }
           if (isClosed()) {
             await containers.remove(containerId);
-            await removeTree(containers.folderPath(folder));
+            await containers.removeFolder(folder);
             break;
           }
           pool.idle.push({ containerId, folder });
@@ -130,7 +135,7 @@ export function createWarmPools(
       for (const pool of pools) {
         for (const slot of pool.idle.splice(0)) {
           await containers.remove(slot.containerId).catch((error: unknown) => log(`close: remove ${slot.containerId}: ${message(error)}`));
-          await removeTree(containers.folderPath(slot.folder));
+          await containers.removeFolder(slot.folder);
         }
       }
     },

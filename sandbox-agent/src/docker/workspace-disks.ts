@@ -1,0 +1,93 @@
+// A disk quota per workspace folder. The engine's own quota (--storage-opt size) needs overlay2
+// on XFS with project quotas; hosts without it (ext4 here) get what every Linux host has: a
+// sparse ext4 image file per workspace, loop-mounted over the folder on the host. The container
+// bind-mounts the folder as before, so host-side file reads keep working, and a write past the
+// image's size fails with ENOSPC inside the image, never on the host's disk.
+import { execFile } from "node:child_process";
+import { chmod, mkdir, rm, rmdir, stat } from "node:fs/promises";
+import path from "node:path";
+import { promisify } from "node:util";
+import { errorCode, removeTree } from "../host-files.js";
+import type { FolderOwner } from "../workspace-folder.js";
+
+const run = promisify(execFile);
+
+export interface WorkspaceDisks {
+  /** Bytes each workspace may hold; 0 when quotas are off. */
+  readonly quotaBytes: number;
+  /** Makes the folder (owned by `owner`, mode 0700) and mounts its quota'd file system over it. */
+  prepare(folder: string, owner: FolderOwner): Promise<void>;
+  /** Mounts an existing folder's image again if it is not mounted (after a host reboot). */
+  ensureMounted(folder: string): Promise<void>;
+  /** Unmounts the folder, removes it and its image. A folder already gone is fine. */
+  remove(folder: string): Promise<void>;
+}
+
+/**
+ * `quotaBytes` 0 turns quotas off: folders are plain host folders (the state before quotas).
+ * Needs root (mount) and mkfs.ext4 on the engine's host.
+ */
+export function createWorkspaceDisks(imagesDir: string, quotaBytes: number): WorkspaceDisks {
+  const imageOf = (folder: string): string => path.join(imagesDir, `${path.basename(folder)}.ext4`);
+  let dirReady: Promise<void> | undefined;
+
+  async function isMountPoint(folder: string): Promise<boolean> {
+    try {
+      const [self, parent] = await Promise.all([stat(folder), stat(path.dirname(folder))]);
+      return self.dev !== parent.dev;
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return false;
+      throw error;
+    }
+  }
+
+  async function mount(folder: string): Promise<void> {
+    // nosuid/nodev: nothing a command writes there may gain privileges on the host either.
+    await run("mount", ["-o", "loop,nosuid,nodev,noatime", imageOf(folder), folder]);
+  }
+
+  return {
+    quotaBytes,
+
+    async prepare(folder, owner) {
+      await mkdir(folder, { recursive: true, mode: 0o700 });
+      if (quotaBytes === 0 || (await isMountPoint(folder))) return;
+      dirReady ??= mkdir(imagesDir, { recursive: true, mode: 0o700 }).then(() => undefined);
+      await dirReady;
+      const image = imageOf(folder);
+      await rm(image, { force: true });
+      // Sparse: the image costs what the workspace holds. Lazy init keeps mkfs near 50 ms; no
+      // reserved blocks, and the root owned by the sandbox user.
+      await run("truncate", ["-s", String(quotaBytes), image]);
+      await run("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", `lazy_itable_init=1,lazy_journal_init=1,root_owner=${owner.uid}:${owner.gid}`, image]);
+      await mount(folder);
+      await chmod(folder, 0o700);
+      // mkfs's lost+found would show up in every listing of /workspace.
+      await rmdir(path.join(folder, "lost+found")).catch(() => undefined);
+    },
+
+    async ensureMounted(folder) {
+      if (quotaBytes === 0 || (await isMountPoint(folder))) return;
+      try {
+        await stat(imageOf(folder));
+      } catch (error) {
+        if (errorCode(error) === "ENOENT") return; // a folder made while quotas were off
+        throw error;
+      }
+      await mount(folder);
+    },
+
+    async remove(folder) {
+      if (await isMountPoint(folder)) {
+        try {
+          await run("umount", [folder]);
+        } catch {
+          // Still busy (a process of a removed container lingering): detach it lazily.
+          await run("umount", ["-l", folder]);
+        }
+      }
+      await removeTree(folder);
+      await rm(imageOf(folder), { force: true });
+    },
+  };
+}
