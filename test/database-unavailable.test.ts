@@ -3,7 +3,6 @@
 // error, and serves normally once the database is back. The database is cut for real: Keel
 // reaches PostgreSQL through a TCP relay the test closes and reopens on the same port.
 import { Writable } from "node:stream";
-import net from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -11,38 +10,7 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { isDatabaseUnavailable } from "../control-plane/src/ledger/database-errors.js";
 import { grpcClient } from "./support/clients.js";
 import { createTestDatabase, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
-
-/** A TCP relay to PostgreSQL that can drop every connection and refuse new ones, then come back. */
-class Relay {
-  private server: net.Server | undefined;
-  private readonly sockets = new Set<net.Socket>();
-  port = 0;
-
-  constructor(private readonly target: net.NetConnectOpts) {}
-
-  async open(): Promise<void> {
-    if (this.server !== undefined) return;
-    const server = net.createServer((client) => {
-      const upstream = net.connect(this.target);
-      for (const socket of [client, upstream]) {
-        this.sockets.add(socket);
-        socket.on("close", () => this.sockets.delete(socket));
-        socket.on("error", () => {});
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((resolve) => server.listen(this.port, "127.0.0.1", resolve));
-    this.port = (server.address() as net.AddressInfo).port;
-    this.server = server;
-  }
-
-  async cut(): Promise<void> {
-    const server = this.server;
-    this.server = undefined;
-    for (const socket of this.sockets) socket.destroy();
-    await new Promise<void>((resolve) => (server === undefined ? resolve() : server.close(() => resolve())));
-  }
-}
+import { TcpRelay } from "./support/tcp-relay.js";
 
 const lines: string[] = [];
 const log = pino(
@@ -56,18 +24,13 @@ const log = pino(
 );
 
 let keel: TestKeel;
-let relay: Relay;
+let relay: TcpRelay;
 
 beforeAll(async () => {
-  const direct = new URL(await createTestDatabase());
-  // The test PostgreSQL may listen on its Unix socket only: its folder is then the URL's host.
-  const host = decodeURIComponent(direct.hostname);
-  relay = new Relay(host.startsWith("/") ? { path: `${host}/.s.PGSQL.${direct.port}` } : { host, port: Number(direct.port) });
+  const direct = await createTestDatabase();
+  relay = TcpRelay.toDatabase(direct);
   await relay.open();
-  const relayed = new URL(direct);
-  relayed.hostname = "127.0.0.1";
-  relayed.port = String(relay.port);
-  keel = await startTestKeel({ databaseUrl: relayed.toString(), workers: 0, log });
+  keel = await startTestKeel({ databaseUrl: relay.relayed(direct), workers: 0, log });
 }, 60_000);
 
 afterAll(async () => {
