@@ -1,7 +1,8 @@
 // The composition root and command line: reads the environment, parses flags, runs one command.
 import { parseArgs } from "node:util";
 import { ConnectError } from "@connectrpc/connect";
-import { resolveToken, resolveUrl } from "./cli/client.js";
+import { resolveToken, resolveUrl, clientTls } from "./cli/client.js";
+import { AGENT_TLS_FLAGS, SERVE_TLS_FLAGS, agentTlsOptions, serveTlsSettings } from "./cli/tls-flags.js";
 import { inspectCommand } from "./cli/inspect-command.js";
 import { recoverListCommand, recoverResolveCommand } from "./cli/recover-command.js";
 import { resumeCommand } from "./cli/resume-command.js";
@@ -12,26 +13,36 @@ import { allowHeapGrowthForStreaming } from "./heap-growth.js";
 
 const USAGE = `keel: a durable control plane for AI agent runs
 
-  keel serve [--dev] [--port N] [--http1-port N] [--workers N]
+  keel serve [--dev] [--port N] [--http1-port N] [--workers N] [--durability strict|relaxed]
+        [--tls-cert F --tls-key F [--tls-client-ca F]] [--insecure]
+  keel cert dev [--out DIR]
   keel send --agent A --conversation C [--actor U] [--timeout-ms N] "text"
   keel runs [--agent A] [--conversation C] [--status S] [--limit N]
   keel inspect RUN_ID
   keel resume RUN_ID [--reason R] [--actor U]
   keel recover
   keel recover RUN_ID --invocation ID --outcome applied|not_applied --reason R [--actor U]
-  keel token create --role connector|sandbox-host|operator|admin [--label L]
+  keel token create --role sandbox-host --host-id H [--max-capacity N] [--label k=v]... [--expires-in 30d]
+  keel token create --role connector --connector NAME... [--agent ID]... [--expires-in 30d]
+  keel token create --role operator|admin [--name L] [--expires-in 30d]
+  keel token list | keel token revoke TOKEN_ID
+  keel gc [--older-than 30d] [--dry-run]
   keel sandbox-agent --control-plane URL --token T [--backend docker|process] [--host-id ID]
         [--capacity N] [--label k=v]... [--image I]... [--warm-pool N] [--data-dir D]
+        [--allow-unsandboxed] [--ca F] [--tls-cert F --tls-key F] [--insecure]
 
 \`keel sandbox-agent\` runs a sandbox host: it attaches to the control plane (token role
-sandbox-host; KEEL_SANDBOX_TOKEN also works) and runs each run's workspace commands.
+sandbox-host; KEEL_SANDBOX_TOKEN also works) and runs each run's workspace commands. The
+process backend needs bubblewrap; --allow-unsandboxed runs its commands unsandboxed (unsafe).
 
 \`keel resume\` lifts an operator's pause. \`keel recover\` lists runs waiting on a write whose
 outcome a stopped worker left unknown; with a run id it records what you found (applied or
 not_applied, and why) so the run can go on. The actor defaults to $USER.
 
 Client commands take --url (KEEL_URL, default http://127.0.0.1:7070) and --token
-(KEEL_TOKEN, or the file .keel/dev-token that \`keel serve --dev\` writes).
+(KEEL_TOKEN, or the file .keel/dev-token that \`keel serve --dev\` writes); for an https:// URL
+whose certificate is not from a system CA, KEEL_CA names the CA file. \`keel cert dev\` writes
+a development CA, server and client certificates (README, "TLS").
 Settings are environment variables (KEEL_PORT, DATABASE_URL, ...): see README.md.`;
 
 export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<number> {
@@ -42,13 +53,15 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       case "serve": {
         const { values } = parseArgs({
           args: rest,
-          options: { dev: { type: "boolean" }, port: { type: "string" }, "http1-port": { type: "string" }, workers: { type: "string" } },
+          options: { dev: { type: "boolean" }, port: { type: "string" }, "http1-port": { type: "string" }, workers: { type: "string" }, durability: { type: "string" }, ...SERVE_TLS_FLAGS },
         });
         const config = loadConfig({
           ...env,
           ...(values.port === undefined ? {} : { KEEL_PORT: values.port }),
           ...(values["http1-port"] === undefined ? {} : { KEEL_HTTP1_PORT: values["http1-port"] }),
           ...(values.workers === undefined ? {} : { KEEL_WORKERS: values.workers }),
+          ...(values.durability === undefined ? {} : { KEEL_DURABILITY: values.durability }),
+          ...serveTlsSettings(values),
         });
         // The server side (ORM, embedded PostgreSQL, workers) loads only when needed: client commands start fast.
         const { serveCommand } = await import("./cli/serve-command.js");
@@ -71,7 +84,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         const text = positionals.join(" ");
         if (text === "") return usage("send needs the message text");
         return await sendCommand(
-          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) },
+          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) },
           { agent: values.agent, conversation: values.conversation, actor: values.actor, text, timeoutMs: Number(values["timeout-ms"]) },
           out,
         );
@@ -89,7 +102,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
           },
         });
         return await runsCommand(
-          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) },
+          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) },
           {
             ...(values.agent === undefined ? {} : { agent: values.agent }),
             ...(values.conversation === undefined ? {} : { conversation: values.conversation }),
@@ -107,7 +120,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         });
         const [runId] = positionals;
         if (runId === undefined) return usage("inspect needs a run id");
-        return await inspectCommand({ url: resolveUrl(values.url, env), token: resolveToken(values.token, env) }, runId, out);
+        return await inspectCommand({ url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) }, runId, out);
       }
       case "resume": {
         const { values, positionals } = parseArgs({
@@ -123,7 +136,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         const [runId] = positionals;
         if (runId === undefined) return usage("resume needs a run id");
         return await resumeCommand(
-          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) },
+          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) },
           { runId, actor: values.actor, reason: values.reason },
           out,
         );
@@ -141,7 +154,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
             token: { type: "string" },
           },
         });
-        const client = { url: resolveUrl(values.url, env), token: resolveToken(values.token, env) };
+        const client = { url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) };
         const [runId] = positionals;
         if (runId === undefined) {
           if (values.invocation !== undefined || values.outcome !== undefined) return usage("recover --invocation/--outcome need a run id");
@@ -157,14 +170,12 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         );
       }
       case "token": {
-        const { values, positionals } = parseArgs({
-          args: rest,
-          allowPositionals: true,
-          options: { role: { type: "string" }, label: { type: "string", default: "" } },
-        });
-        if (positionals[0] !== "create" || values.role === undefined) return usage("usage: keel token create --role R");
-        const { tokenCreateCommand } = await import("./cli/token-command.js");
-        return await tokenCreateCommand(loadConfig(env), values.role, values.label, out);
+        const { tokenCommand } = await import("./cli/token-command.js");
+        return await tokenCommand(rest, () => loadConfig(env), out);
+      }
+      case "gc": {
+        const { gcCommand } = await import("./cli/gc-command.js");
+        return await gcCommand(rest, () => loadConfig(env), out);
       }
       case "sandbox-agent": {
         const { values } = parseArgs({
@@ -179,6 +190,8 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
             image: { type: "string", multiple: true, default: [] },
             "warm-pool": { type: "string", default: "0" },
             "data-dir": { type: "string", default: env["KEEL_SANDBOX_DATA_DIR"] ?? ".keel-sandbox" },
+            "allow-unsandboxed": { type: "boolean", default: false },
+            ...AGENT_TLS_FLAGS,
           },
         });
         if (values.backend !== "docker" && values.backend !== "process") return usage("--backend must be docker or process");
@@ -196,11 +209,19 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
             warmPool: Number(values["warm-pool"]),
             dataDir: values["data-dir"],
             logLevel: loadConfig(env).logLevel,
+            allowUnsandboxed: values["allow-unsandboxed"],
+            tls: agentTlsOptions(values, env),
           });
         } catch (error) {
           if (error instanceof SandboxAgentUsageError) return usage(error.message);
           throw error;
         }
+      }
+      case "cert": {
+        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { out: { type: "string", default: ".keel/tls" } } });
+        if (positionals[0] !== "dev") return usage("usage: keel cert dev [--out DIR]");
+        const { certDevCommand } = await import("./cli/cert-command.js");
+        return await certDevCommand(values.out, out);
       }
       case undefined:
       case "help":

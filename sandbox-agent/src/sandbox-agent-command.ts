@@ -8,9 +8,11 @@ import { cpus, hostname, totalmem } from "node:os";
 import path from "node:path";
 import { pino, type Level } from "pino";
 import { slugProblem } from "../../common/ids.js";
+import { plaintextUrlProblem } from "../../common/loopback.js";
 import { createDockerWorkspaceBackend } from "./docker/docker-workspace-backend.js";
-import { createProcessWorkspaceBackend } from "./process/process-workspace-backend.js";
-import { createSandboxAgent } from "./sandbox-agent.js";
+import { probeBubblewrap } from "./process/bubblewrap.js";
+import { BUBBLEWRAP_MISSING, createProcessWorkspaceBackend } from "./process/process-workspace-backend.js";
+import { createSandboxAgent, type AgentTlsMaterial } from "./sandbox-agent.js";
 import type { WorkspaceBackend } from "./workspace-backend.js";
 
 export const SANDBOX_AGENT_VERSION = "0.1.0";
@@ -27,9 +29,40 @@ export interface SandboxAgentCommandOptions {
   readonly warmPool: number;
   readonly dataDir: string;
   readonly logLevel: Level | "silent";
+  /** Process backend only: run commands as plain child processes when there is no bubblewrap (unsafe). */
+  readonly allowUnsandboxed?: boolean;
+  readonly tls?: AgentTlsFiles;
+}
+
+/** File paths of the TLS flags (--ca, --tls-cert, --tls-key) and --insecure. */
+export interface AgentTlsFiles {
+  readonly caFile: string | undefined;
+  readonly certFile: string | undefined;
+  readonly keyFile: string | undefined;
+  readonly insecure: boolean;
 }
 
 export class SandboxAgentUsageError extends Error {}
+
+/** Checks the URL against the plaintext rule and reads the PEM files the flags name. */
+export async function agentTlsMaterial(url: string, files: AgentTlsFiles | undefined): Promise<AgentTlsMaterial | undefined> {
+  const problem = plaintextUrlProblem(url, files?.insecure ?? false);
+  if (problem !== undefined) throw new SandboxAgentUsageError(`--control-plane: ${problem}`);
+  if (files === undefined) return undefined;
+  if ((files.certFile === undefined) !== (files.keyFile === undefined)) {
+    throw new SandboxAgentUsageError("--tls-cert and --tls-key go together: a client certificate needs its key");
+  }
+  const read = async (flag: string, file: string | undefined) => {
+    if (file === undefined) return {};
+    try {
+      return { [flag]: await readFile(file, "utf8") };
+    } catch (error) {
+      throw new SandboxAgentUsageError(`cannot read ${file}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+  const material = { ...(await read("ca", files.caFile)), ...(await read("cert", files.certFile)), ...(await read("key", files.keyFile)) };
+  return Object.keys(material).length === 0 ? undefined : material;
+}
 
 function parseLabels(labels: readonly string[]): Record<string, string> {
   const parsed: Record<string, string> = {};
@@ -66,6 +99,7 @@ export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): 
     throw new SandboxAgentUsageError("--warm-pool must be 0 to 100 containers");
   }
   if (options.token === "") throw new SandboxAgentUsageError("a sandbox-host token is required: --token T or KEEL_SANDBOX_TOKEN");
+  const tls = await agentTlsMaterial(options.controlPlaneUrl, options.tls);
   const labels = parseLabels(options.labels);
   const dataDir = path.resolve(options.dataDir);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
@@ -84,12 +118,21 @@ export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): 
       ...(options.warmPool > 0 && image !== undefined ? { warmPool: [{ image, size: options.warmPool }] } : {}),
     });
   } else {
-    log.warn("the process backend runs commands as child processes of this agent: weaker isolation than docker (bubblewrap is used when installed)");
-    backend = createProcessWorkspaceBackend({ workspaceRoot, hostId, log: backendLog });
+    // Fail closed: without a working bubblewrap the agent does not start unless told to run unsandboxed.
+    if (options.allowUnsandboxed === true) {
+      log.warn(
+        "UNSANDBOXED: --allow-unsandboxed runs every workspace command as a plain child process of this agent, with its user, " +
+          "files, network and process table (its token in /proc, the host's loopback). Use it for trusted workloads only.",
+      );
+    } else if ((await probeBubblewrap()) === undefined) {
+      throw new Error(BUBBLEWRAP_MISSING);
+    }
+    backend = createProcessWorkspaceBackend({ workspaceRoot, hostId, log: backendLog, sandbox: options.allowUnsandboxed === true ? "none" : "bubblewrap" });
   }
 
   const agent = createSandboxAgent({
     controlPlaneUrl: options.controlPlaneUrl,
+    ...(tls === undefined ? {} : { tls }),
     token: options.token,
     hostId,
     capacity: options.capacity,

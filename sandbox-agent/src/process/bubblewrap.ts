@@ -102,18 +102,22 @@ export function probeBubblewrap(): Promise<Bubblewrap | undefined> {
 }
 
 /**
- * The bwrap argv for one command: new user, pid, ipc, uts, cgroup and network namespaces
- * (network shared only when granted), no capabilities, read-only system folders, a private
- * /tmp and /proc, and the workspace's files bound read-write at /workspace.
+ * The bwrap argv for one command: new user, pid, ipc, uts, cgroup and network namespaces, no
+ * capabilities, read-only system folders, a private /tmp and a fresh /proc (only the command's
+ * own processes: not the agent's environ), and the workspace's files bound read-write at
+ * /workspace. The network namespace is never the host's: its only interface is a loopback of
+ * its own, so nothing listening on the host (the control plane, PostgreSQL) is reachable.
+ * The environment is the one bwrap itself is spawned with (process-exec.ts builds it from the
+ * workspace's and the request's variables only); it is not passed as --setenv arguments, which
+ * any local user could read from bwrap's command line.
  */
 export function bubblewrapArgs(
   bwrap: Bubblewrap,
-  sandbox: { readonly networkAccess: boolean; readonly tmpfsBytes: number; readonly files: string; readonly workingDirectory: string },
+  sandbox: { readonly tmpfsBytes: number; readonly files: string; readonly workingDirectory: string },
   argv: readonly string[],
 ): string[] {
   return [
     "--unshare-all",
-    ...(sandbox.networkAccess ? ["--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"] : []),
     "--die-with-parent",
     "--new-session",
     "--cap-drop",

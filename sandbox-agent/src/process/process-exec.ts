@@ -1,5 +1,5 @@
-// One command of the process backend: a child process (under bubblewrap when there is one)
-// leading its own process group, its output forwarded through the output limiter, killed as a
+// One command of the process backend: a child process (under bubblewrap unless the agent runs
+// with --allow-unsandboxed) leading its own process group, its output forwarded through the output limiter, killed as a
 // group on timeout, abort, exit and release.
 import { spawn } from "node:child_process";
 import { constants as osConstants } from "node:os";
@@ -16,7 +16,7 @@ import type { ProcessWorkspace } from "./workspace-marker.js";
 /** After the main process exits, how long to wait for output still in its pipes. */
 const DRAIN_AFTER_EXIT_MS = 200;
 
-/** `sandbox` says which bubblewrap to run under (none: a plain child process); asked per command. */
+/** `sandbox` says which bubblewrap to run under (undefined: a plain child process); asked per command. */
 export async function executeInProcess(
   workspace: ProcessWorkspace,
   request: ExecRequest,
@@ -40,7 +40,7 @@ export async function executeInProcess(
     command = bwrap.binary;
     args = bubblewrapArgs(
       bwrap,
-      { networkAccess: workspace.marker.networkAccess, tmpfsBytes: workspace.marker.tmpfsBytes, files: workspace.files, workingDirectory: workspacePath(segments) },
+      { tmpfsBytes: workspace.marker.tmpfsBytes, files: workspace.files, workingDirectory: workspacePath(segments) },
       request.argv,
     );
     cwd = workspace.files;

@@ -1,14 +1,17 @@
 // The process backend: a folder per workspace and child processes, for machines without
-// Docker. WEAKER ISOLATION than the docker backend, and documented as such:
-//   - without bubblewrap, a command runs as the agent's own user with the host's filesystem,
-//     network, process table and no memory, pids or CPU limits; only its environment is
-//     clean (the workspace env + the request env + PATH) and its process group is killed on
-//     timeout, abort, exit and release. Use it for trusted workloads and development only.
-//   - with bubblewrap (`bwrap` on PATH and working; detected at run time), each command runs
-//     in new user, pid, ipc, uts, cgroup and network namespaces (network shared only when
-//     the spec grants it), all capabilities dropped, with a read-only view of the system
-//     folders, a private /tmp and /proc, and the workspace bound read-write at /workspace:
-//     other workspaces and the host's files are not visible. Still no memory or pids limits.
+// Docker. WEAKER ISOLATION than the docker backend, and documented as such. It fails closed:
+//   - by default ("bubblewrap") every command runs under bubblewrap, and without a working
+//     `bwrap` nothing runs: acquire and exec fail. Each command gets new user, pid, ipc, uts,
+//     cgroup and network namespaces, no capabilities, a read-only view of the system folders,
+//     a private /tmp, a fresh /proc and the workspace bound read-write at /workspace: other
+//     workspaces, the agent's environment and the host's files (a control plane's .keel/
+//     folder, PostgreSQL's data and socket) are not visible. Still no memory or pids limits.
+//   - a network grant is refused: without user-mode networking (slirp4netns/pasta) a command's
+//     own network namespace has no way out, and sharing the host's would open its loopback
+//     (the control plane, the database) to the command. Networked tools need the docker backend.
+//   - "none" (`keel sandbox-agent --allow-unsandboxed`) runs plain child processes as the
+//     agent's own user with the host's filesystem, network and process table; only the
+//     environment is clean. For trusted workloads and development only; the agent warns.
 //
 // One folder per workspace under workspaceRoot (layout in workspace-marker.ts); list() and
 // reap() find workspaces by their markers.
@@ -26,16 +29,21 @@ export interface ProcessWorkspaceBackendOptions {
   readonly workspaceRoot: string;
   readonly hostId: string;
   readonly log?: (msg: string) => void;
-  /**
-   * "auto" (the default): bubblewrap when it is installed and works, plain child processes
-   * otherwise. "bubblewrap": refuse to run without it. "none": plain child processes.
-   */
-  readonly sandbox?: "auto" | "bubblewrap" | "none";
+  /** "bubblewrap" (the default): refuse to run without it. "none": plain child processes (unsafe). */
+  readonly sandbox?: "bubblewrap" | "none";
 }
+
+export const BUBBLEWRAP_MISSING =
+  "the process backend needs bubblewrap: `bwrap` on PATH and able to create user namespaces. Install it, use --backend docker, " +
+  "or pass --allow-unsandboxed to run commands as plain child processes with the agent's own access (unsafe)";
+
+export const NETWORK_REFUSED =
+  "the process backend cannot grant network access: a sandboxed command would share the host's loopback " +
+  "(no user-mode networking such as slirp4netns here); use the docker backend for networked tools";
 
 export function createProcessWorkspaceBackend(options: ProcessWorkspaceBackendOptions): WorkspaceBackend {
   const log = options.log ?? (() => undefined);
-  const mode = options.sandbox ?? "auto";
+  const mode = options.sandbox ?? "bubblewrap";
   const root = path.resolve(options.workspaceRoot);
   const workspaces = new Map<string, ProcessWorkspace>();
   const inflight = new Map<string, Promise<void>>();
@@ -46,7 +54,7 @@ export function createProcessWorkspaceBackend(options: ProcessWorkspaceBackendOp
   async function sandbox(): Promise<Bubblewrap | undefined> {
     if (mode === "none") return undefined;
     const found = await probeBubblewrap();
-    if (found === undefined && mode === "bubblewrap") throw new WorkspaceError("backend_failure", "bubblewrap (bwrap) is required but not usable on this host");
+    if (found === undefined) throw new WorkspaceError("backend_failure", BUBBLEWRAP_MISSING);
     return found;
   }
 
@@ -68,7 +76,7 @@ export function createProcessWorkspaceBackend(options: ProcessWorkspaceBackendOp
 
   async function acquireNow(spec: WorkspaceSpec, signal: AbortSignal): Promise<void> {
     signal.throwIfAborted();
-    await sandbox();
+    if ((await sandbox()) !== undefined && spec.networkAccess) throw new WorkspaceError("backend_failure", NETWORK_REFUSED);
     const folder = folderOf(spec.workspaceId);
     await mkdir(root, { recursive: true, mode: 0o700 });
     await mkdir(filesOf(folder), { recursive: true, mode: 0o700 });
