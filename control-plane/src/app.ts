@@ -99,7 +99,7 @@ export async function buildApp(
   const agents = createAgentRepository(ledger.sql);
   const tokens = createApiTokenRepository(ledger.sql);
   const clock = options.clock ?? systemClock;
-  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
+  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns, durability: config.durability });
   const runQueries = createRunQueryRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const control = createRunControlRepository(ledger.sql);
   // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).

@@ -17,6 +17,7 @@ const ConfigSchema = z.object({
   KEEL_LEASE_MS: int(200, 3_600_000).default(15_000),
   KEEL_IDLE_POLL_MS: int(50, 60_000).default(2_000),
   KEEL_READ_FLUSH_MS: int(0, 10_000).default(100),
+  KEEL_DURABILITY: z.enum(["strict", "relaxed"]).default("strict"),
   KEEL_MAX_MESSAGE_BYTES: int(1024, 64 * 1024 * 1024).default(4 * 1024 * 1024),
   KEEL_MAX_TEXT_BYTES: int(16, 16 * 1024 * 1024).default(256 * 1024),
   KEEL_DEFAULT_DEADLINE_MS: int(100, 3_600_000).default(30_000),
@@ -46,6 +47,11 @@ export type KeelConfig = Readonly<{
   leaseMs: number;
   /** How long a read's result may wait to ride with the run's next commit; 0: every result commits on its own. */
   readFlushMs: number;
+  /**
+   * strict: every commit that records a step, model call, tool result, artifact, claim or emission
+   * waits for its WAL flush. relaxed: replayable work (read-only steps, read results, claims) does not (README, "Durability").
+   */
+  durability: "strict" | "relaxed";
   idlePollMs: number;
   maxMessageBytes: number;
   maxTextBytes: number;
@@ -103,6 +109,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     leaseMs: c.KEEL_LEASE_MS,
     idlePollMs: c.KEEL_IDLE_POLL_MS,
     readFlushMs: c.KEEL_READ_FLUSH_MS,
+    durability: c.KEEL_DURABILITY,
     maxMessageBytes: c.KEEL_MAX_MESSAGE_BYTES,
     maxTextBytes: c.KEEL_MAX_TEXT_BYTES,
     defaultDeadlineMs: c.KEEL_DEFAULT_DEADLINE_MS,
