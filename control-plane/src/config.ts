@@ -24,6 +24,8 @@ const ConfigSchema = z.object({
   KEEL_MAX_DEADLINE_MS: int(100, 3_600_000).default(300_000),
   KEEL_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   KEEL_MAX_CONCURRENT_ROOT_RUNS: int(1, 100_000).default(DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS),
+  KEEL_RETENTION_DAYS: int(0, 36_500).default(30),
+  KEEL_RETENTION_SWEEP_MS: int(1_000, 86_400_000).default(3_600_000),
   KEEL_SANDBOX_HEARTBEAT_MS: int(100, 300_000).default(5_000),
   KEEL_SANDBOX_RECONNECT_GRACE_MS: int(0, 600_000).default(5_000),
   KEEL_SANDBOX_PLACEMENT_WAIT_MS: int(0, 600_000).default(30_000),
@@ -61,6 +63,8 @@ export type KeelConfig = Readonly<{
   /** The install's ceiling on root runs executing at once, across agents (each agent has its own too). */
   maxConcurrentRootRuns: number;
   sandbox: SandboxConfig;
+  /** Finished runs older than `days` are deleted with their records every `sweepMs`; days 0 keeps them forever. */
+  retention: Readonly<{ days: number; sweepMs: number }>;
 }>;
 
 export type SandboxConfig = Readonly<{
@@ -116,6 +120,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     maxDeadlineMs: c.KEEL_MAX_DEADLINE_MS,
     logLevel: c.KEEL_LOG_LEVEL,
     maxConcurrentRootRuns: c.KEEL_MAX_CONCURRENT_ROOT_RUNS,
+    retention: { days: c.KEEL_RETENTION_DAYS, sweepMs: c.KEEL_RETENTION_SWEEP_MS },
     sandbox: {
       heartbeatMs: c.KEEL_SANDBOX_HEARTBEAT_MS,
       reconnectGraceMs: c.KEEL_SANDBOX_RECONNECT_GRACE_MS,
