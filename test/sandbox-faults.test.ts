@@ -139,7 +139,7 @@ describe.skipIf(skip)("sandbox faults", () => {
   it("contains a fork bomb and 100 MB of output, records both, and keeps answering meanwhile", async () => {
     const hostId = uniqueHostId("hostile");
     hosts.push(hostId);
-    await startSandboxAgent({ url: keel.url, token: keel.tokens["sandbox-host"], hostId, dataDir: await tempDir("hostile"), labels: ["pool=hostile"] });
+    await startSandboxAgent({ url: keel.url, token: await keel.hostToken(hostId, { labels: { pool: "hostile" } }), hostId, dataDir: await tempDir("hostile"), labels: ["pool=hostile"] });
     const runId = await submit(keel.url, keel.tokens.connector, "hostile");
 
     // GetRun is timed all along: the control plane must not stall behind the workload.
@@ -181,7 +181,8 @@ describe.skipIf(skip)("sandbox faults", () => {
     const hostId = uniqueHostId("doomed");
     hosts.push(hostId);
     const dataDir = await tempDir("doomed");
-    const agent = await startSandboxAgent({ url: keel.url, token: keel.tokens["sandbox-host"], hostId, dataDir, labels: ["pool=doomed"] });
+    const doomedToken = await keel.hostToken(hostId, { labels: { pool: "doomed" } });
+    const agent = await startSandboxAgent({ url: keel.url, token: doomedToken, hostId, dataDir, labels: ["pool=doomed"] });
     const [readRun, writeRun] = await Promise.all([submit(keel.url, keel.tokens.connector, "reader"), submit(keel.url, keel.tokens.connector, "writer")]);
     let started = 0;
     await agent.waitForLog((entry) => entry["msg"] === "exec started" && ++started === 2);
@@ -206,7 +207,7 @@ describe.skipIf(skip)("sandbox faults", () => {
     }
 
     // The agent comes back as a new process on the same host: the orphans are reaped.
-    const restarted = await startSandboxAgent({ url: keel.url, token: keel.tokens["sandbox-host"], hostId, dataDir, labels: ["pool=doomed"], log: agent.log });
+    const restarted = await startSandboxAgent({ url: keel.url, token: doomedToken, hostId, dataDir, labels: ["pool=doomed"], log: agent.log });
     await restarted.waitForLog((entry) => entry["msg"] === "reaped workspaces the control plane no longer knows");
     await waitFor("the orphaned containers to be gone", () => (containersOfHost(hostId).length === 0 ? true : undefined), 20_000);
   });
@@ -258,7 +259,7 @@ describe.skipIf(skip)("sandbox faults", () => {
     try {
       const admin = (await readFile(path.join(dataDir, "dev-token"), "utf8")).trim();
       for (const spec of [QUICK, SLOW]) await client(first.url, admin).agents.putAgent({ agent: agentSpecToProto(spec) });
-      const hostToken = execFileSync(process.execPath, [KEEL_BIN, "token", "create", "--role", "sandbox-host"], { cwd: ROOT, env, encoding: "utf8" }).trim();
+      const hostToken = execFileSync(process.execPath, [KEEL_BIN, "token", "create", "--role", "sandbox-host", "--host-id", hostId], { cwd: ROOT, env, encoding: "utf8" }).trim();
       const agent = await startSandboxAgent({ url: first.url, token: hostToken, hostId, dataDir: await tempDir("steady") });
 
       const runIds = [await submit(first.url, admin, "quick"), await submit(first.url, admin, "slow")];

@@ -100,7 +100,7 @@ describe.skipIf(skip)("runs in sandbox workspaces", () => {
       },
     });
     dataDir = await mkdtemp(path.join(tmpdir(), "keel-sandbox-run-"));
-    agent = await startSandboxAgent({ url: keel.url, token: keel.tokens["sandbox-host"], hostId, dataDir, capacity: 4 });
+    agent = await startSandboxAgent({ url: keel.url, token: await keel.hostToken(hostId), hostId, dataDir, capacity: 4 });
   });
 
   afterAll(async () => {

@@ -10,6 +10,7 @@ import { createKeelServer, type KeelServer } from "./api/server.js";
 import type { KeelConfig } from "./config.js";
 import { createAgentRepository, type AgentRepository } from "./ledger/agent.repository.js";
 import { createApiTokenRepository, type ApiTokenRepository } from "./ledger/api-token.repository.js";
+import { createScopeLookups } from "./ledger/token-scope.repository.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./ledger/embedded-postgres.js";
 import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createAdmissionLedger } from "./ledger/conversation.repository.js";
@@ -20,8 +21,6 @@ import { startNotificationHub } from "./ledger/notification-hub.js";
 import { migrateLedger } from "./ledger/orm.js";
 import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
-import { createRetentionRepository } from "./ledger/retention.repository.js";
-import { startRetentionSweeper, type RetentionSweeper } from "./retention-sweeper.js";
 import { createRunControlRepository } from "./ledger/run-control.repository.js";
 import { createRunRepository } from "./ledger/run.repository.js";
 import { createSqlPool, type SqlPool } from "./ledger/sql.js";
@@ -75,8 +74,6 @@ export interface KeelApp {
   readonly tokens: ApiTokenRepository;
   readonly server: KeelServer;
   readonly sandbox: { readonly hub: SandboxHub; readonly dispatcher: RemoteSandboxDispatcher };
-  /** Deletes finished runs past KEEL_RETENTION_DAYS on a timer; tests call sweepNow(). */
-  readonly retention: RetentionSweeper;
   /** Starts the claim loops; separate so a test can run a server that never works. */
   startWorkers(): WorkerPool;
   stop(): Promise<void>;
@@ -102,8 +99,10 @@ export async function buildApp(
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
   const agents = createAgentRepository(ledger.sql);
   const tokens = createApiTokenRepository(ledger.sql);
+  // A token revoked by any process stops working here too, and ends the streams it opened.
+  tokens.listen(hub);
   const clock = options.clock ?? systemClock;
-  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns, durability: config.durability });
+  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const runQueries = createRunQueryRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const control = createRunControlRepository(ledger.sql);
   // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).
@@ -151,7 +150,6 @@ export async function buildApp(
       .finally(() => (sweeping = undefined));
   }, config.sandbox.sweepMs);
   sweeper.unref();
-  const retention = startRetentionSweeper(createRetentionRepository(ledger.sql), config.retention, clock, logger.child({ component: "retention" }));
 
   const server = createKeelServer(
     {
@@ -164,6 +162,7 @@ export async function buildApp(
         }),
         control,
         runs: runQueries,
+        scopes: createScopeLookups(ledger.sql),
         maxMessageTextBytes: config.maxTextBytes,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
@@ -208,7 +207,6 @@ export async function buildApp(
     tokens,
     server,
     sandbox: { hub: sandboxHub, dispatcher },
-    retention,
     startWorkers() {
       const deps: RunnerDeps = {
         store: runStore,
@@ -233,7 +231,6 @@ export async function buildApp(
     async stop() {
       clearInterval(sweeper);
       stopSweeping.abort();
-      await retention.stop();
       // First, so hosts dropping off as the server closes are not treated as departures.
       sandboxHub.close();
       await server.close();

@@ -10,6 +10,7 @@ import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
 import type { Clock } from "../../control-plane/src/domain/clock.js";
 import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
 import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
+import { DEFAULT_HOST_CAPACITY, type TokenScope } from "../../control-plane/src/domain/token-scope.js";
 import { DEMO_AGENT } from "../../control-plane/src/fixtures/demo-agent.js";
 
 /** A fresh, empty database on the shared test PostgreSQL; returns its URL. */
@@ -33,7 +34,13 @@ export interface TestKeel {
   readonly url: string;
   readonly http1Url: string;
   readonly databaseUrl: string;
+  /**
+   * A secret per role: the connector's acts for any connector (as tokens from before scopes do),
+   * the sandbox host's is bound to host CONTRACT_HOST_ID.
+   */
   readonly tokens: Readonly<Record<TokenRole, string>>;
+  /** A sandbox-host token bound to `hostId`, allowing these labels and at most `maxCapacity` workspaces. */
+  hostToken(hostId: string, options?: { labels?: Record<string, string>; maxCapacity?: number }): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -67,9 +74,30 @@ export async function startTestKeel(options: TestKeelOptions = {}): Promise<Test
   for (const agent of options.agents ?? [DEMO_AGENT]) await app.agents.put(agent);
   const roles: TokenRole[] = ["connector", "sandbox-host", "operator", "admin"];
   const tokens = Object.fromEntries(
-    await Promise.all(roles.map(async (role) => [role, (await app.tokens.create(role, "test")).secret] as const)),
+    await Promise.all(roles.map(async (role) => [role, (await app.tokens.create(role, "test", { scope: fixtureScope(role) })).secret] as const)),
   ) as Record<TokenRole, string>;
+  const hostToken = async (hostId: string, options: { labels?: Record<string, string>; maxCapacity?: number } = {}) =>
+    (
+      await app.tokens.create("sandbox-host", hostId, {
+        scope: { kind: "sandbox-host", hostId, maxCapacity: options.maxCapacity ?? DEFAULT_HOST_CAPACITY, labels: options.labels ?? {} },
+      })
+    ).secret;
   const { url, http1Url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
   if ((options.workers ?? 2) > 0) app.startWorkers();
-  return { app, url, http1Url, databaseUrl, tokens, stop: () => app.stop() };
+  return { app, url, http1Url, databaseUrl, tokens, hostToken, stop: () => app.stop() };
+}
+
+/** The host the fixture's sandbox-host token is bound to (the contract suite registers as it). */
+export const CONTRACT_HOST_ID = "contract-host";
+
+function fixtureScope(role: TokenRole): TokenScope {
+  switch (role) {
+    case "connector":
+      return { kind: "connector", connectors: "any", agents: "any" };
+    case "sandbox-host":
+      return { kind: "sandbox-host", hostId: CONTRACT_HOST_ID, maxCapacity: DEFAULT_HOST_CAPACITY, labels: {} };
+    case "operator":
+    case "admin":
+      return { kind: "role" };
+  }
 }

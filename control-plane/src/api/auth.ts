@@ -1,6 +1,6 @@
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { PermissionDeniedError, UnauthenticatedError } from "../domain/errors.js";
-import type { TokenRole } from "../ledger/api-token.repository.js";
+import type { Principal, TokenRole } from "../domain/token-scope.js";
 
 /** Which roles may call each service. Admins may call everything. */
 const SERVICE_ROLES: Readonly<Record<string, readonly TokenRole[]>> = {
@@ -14,31 +14,130 @@ const SERVICE_ROLES: Readonly<Record<string, readonly TokenRole[]>> = {
 /** Reflection only describes the public contract, so `buf curl` may list it without a token. */
 const PUBLIC_SERVICES = new Set(["grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]);
 
+/** Longest a timer may wait (setTimeout's limit); a later expiry is re-armed when it fires. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export interface TokenVerifier {
+  /** The principal of a live bearer secret, or undefined; cached, so cheap to call on every request. */
+  principalOf(secret: string): Promise<Principal | undefined>;
+  /** The role alone, for callers that need no more. */
   roleOf(secret: string): Promise<TokenRole | undefined>;
+  /** Calls `listener` with a token id that may have been revoked ("" for any); open streams re-check then. */
+  onInvalidated?(listener: (tokenId: string) => void): () => void;
 }
 
-export const AUTH_ROLE_CONTEXT = Symbol("keel.auth.role");
+/** The authenticated caller, set by authInterceptor for every handler behind it. */
+export const PRINCIPAL = createContextKey<Principal | undefined>(undefined, { description: "keel.auth.principal" });
+
+/** The caller's principal; a handler behind authInterceptor always has one. */
+export function principalOf(context: HandlerContext): Principal {
+  const principal = context.values.get(PRINCIPAL);
+  if (principal === undefined) throw new UnauthenticatedError("no authenticated principal for this call");
+  return principal;
+}
 
 export function rolesFor(serviceTypeName: string): readonly TokenRole[] | undefined {
   return SERVICE_ROLES[serviceTypeName];
+}
+
+/** The secret of an `authorization: Bearer <secret>` header, or undefined. */
+export function bearerSecret(header: string | null): string | undefined {
+  const match = /^Bearer\s+(\S+)$/i.exec(header ?? "");
+  return match?.[1];
 }
 
 export function authInterceptor(verifier: TokenVerifier): Interceptor {
   return (next) => async (request) => {
     const service = request.method.parent.typeName;
     if (PUBLIC_SERVICES.has(service)) return next(request);
-    const header = request.header.get("authorization") ?? "";
-    const match = /^Bearer\s+(\S+)$/i.exec(header);
-    if (match?.[1] === undefined) throw new UnauthenticatedError("missing bearer token (authorization: Bearer <token>)");
-    const role = await verifier.roleOf(match[1]);
-    if (role === undefined) throw new UnauthenticatedError("unknown or revoked token");
+    const secret = bearerSecret(request.header.get("authorization"));
+    if (secret === undefined) throw new UnauthenticatedError("missing bearer token (authorization: Bearer <token>)");
+    const principal = await verifier.principalOf(secret);
+    if (principal === undefined) throw new UnauthenticatedError("unknown, revoked or expired token");
     const allowed = SERVICE_ROLES[service] ?? [];
-    if (role !== "admin" && !allowed.includes(role)) {
-      throw new PermissionDeniedError(`role ${role} may not call ${service}; it needs ${[...allowed, "admin"].join(" or ")}`);
+    if (principal.role !== "admin" && !allowed.includes(principal.role)) {
+      throw new PermissionDeniedError(`role ${principal.role} may not call ${service}; it needs ${[...allowed, "admin"].join(" or ")}`);
     }
-    return next(request);
+    request.contextValues.set(PRINCIPAL, principal);
+    if (request.method.methodKind === "unary") return next(request);
+
+    // A stream outlives the check above: it ends with Unauthenticated when its token is revoked or expires.
+    const revoked = new AbortController();
+    const stopWatching = watchToken(verifier, secret, principal, (why) => revoked.abort(new UnauthenticatedError(why)));
+    try {
+      const response = await next({ ...request, signal: AbortSignal.any([request.signal, revoked.signal]) });
+      if (!response.stream) {
+        stopWatching();
+        return response;
+      }
+      return { ...response, message: endOnRevocation(response.message, revoked.signal, stopWatching) };
+    } catch (error) {
+      stopWatching();
+      throw error;
+    }
   };
+}
+
+/** Re-checks the token when it may have been revoked, and at its expiry; `end` is called once if it is no longer live. */
+function watchToken(verifier: TokenVerifier, secret: string, principal: Principal, end: (why: string) => void): () => void {
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const stop = () => {
+    stopped = true;
+    clearTimeout(timer);
+    unsubscribe();
+  };
+  const recheck = () => {
+    verifier.principalOf(secret).then(
+      (current) => {
+        if (stopped || current !== undefined) return;
+        stop();
+        end(`token ${principal.tokenId} was revoked or has expired`);
+      },
+      () => {}, // the ledger is unreachable: the next notification or the expiry tries again
+    );
+  };
+  const unsubscribe = verifier.onInvalidated?.((tokenId) => (tokenId === "" || tokenId === principal.tokenId) && recheck()) ?? (() => {});
+  const armExpiry = () => {
+    if (principal.expiresAt === undefined || stopped) return;
+    const left = principal.expiresAt.getTime() - Date.now();
+    if (left <= 0) {
+      stop();
+      end(`token ${principal.tokenId} has expired`);
+      return;
+    }
+    timer = setTimeout(armExpiry, Math.min(left, MAX_TIMER_MS));
+    timer.unref();
+  };
+  armExpiry();
+  return stop;
+}
+
+/**
+ * Passes a stream's messages on until `revoked` fires, then throws its reason. The handler sees
+ * the same signal aborted and cleans up; one still waiting on its input is not waited for.
+ */
+async function* endOnRevocation<T>(messages: AsyncIterable<T>, revoked: AbortSignal, done: () => void): AsyncGenerator<T> {
+  const inner = messages[Symbol.asyncIterator]();
+  let onAbort: (() => void) | undefined;
+  const ended = new Promise<never>((_, reject) => {
+    onAbort = () => reject(revoked.reason as Error);
+    if (revoked.aborted) onAbort();
+    else revoked.addEventListener("abort", onAbort, { once: true });
+  });
+  ended.catch(() => {});
+  try {
+    for (;;) {
+      const next = await Promise.race([inner.next(), ended]);
+      if (next.done === true) return;
+      yield next.value;
+    }
+  } finally {
+    done();
+    if (onAbort !== undefined) revoked.removeEventListener("abort", onAbort);
+    if (revoked.aborted) void inner.return?.(undefined)?.catch(() => {});
+    else await inner.return?.(undefined);
+  }
 }
 
 /**

@@ -9,11 +9,13 @@ import {
   WorkspaceCommandSchema,
   type HostRegistration as HostRegistrationProto,
 } from "../../../gen/keel/v1/sandbox_service_pb.js";
-import { InvalidArgumentError } from "../domain/errors.js";
+import { InvalidArgumentError, PermissionDeniedError } from "../domain/errors.js";
+import { hostRegistrationViolation } from "../domain/token-scope.js";
 import { requireSlug } from "../domain/ids.js";
 import type { HostCommand, HostMessage, HostRegistration } from "../sandbox/host-protocol.js";
 import { MAX_OBSERVATION_BYTES } from "../sandbox/observation-pump.js";
 import type { SandboxHub } from "../sandbox/sandbox-hub.js";
+import { principalOf } from "./auth.js";
 
 const MAX_LABELS = 64;
 const MAX_LABEL_CHARS = 256;
@@ -50,7 +52,16 @@ export function createSandboxService(deps: SandboxServiceDeps): ServiceImpl<type
       if (first.value.message.case !== "register") {
         throw new InvalidArgumentError("register", "the first message on Attach must be a host registration");
       }
-      const host = await deps.hub.attach(registrationFromProto(first.value.message.value));
+      const principal = principalOf(context);
+      const registration = registrationFromProto(first.value.message.value);
+      // The token decides which host this is, how much it may take on and which labels it may claim.
+      const violation = hostRegistrationViolation(principal.scope, {
+        hostId: registration.hostId,
+        workspaces: registration.capacity.workspaces,
+        labels: registration.labels,
+      });
+      if (violation !== undefined) throw new PermissionDeniedError(`${violation.field}: ${violation.reason}`);
+      const host = await deps.hub.attach(registration, { tokenId: principal.tokenId });
       yield create(AttachResponseSchema, {
         message: {
           case: "registered",

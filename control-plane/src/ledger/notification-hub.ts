@@ -1,8 +1,11 @@
 import { EventEmitter } from "node:events";
 import pg from "pg";
 
-/** keel_run_control carries a run id (or "" for every run) when what a working run must react to changed. */
-export type Channel = "keel_runs" | "keel_emissions" | "keel_run_events" | "keel_run_control";
+/**
+ * keel_run_control carries a run id (or "" for every run) when what a working run must react to
+ * changed; keel_tokens carries the id of a revoked token.
+ */
+export type Channel = "keel_runs" | "keel_emissions" | "keel_run_events" | "keel_run_control" | "keel_tokens";
 
 export interface NotificationHub {
   /** Calls `listener` with each payload on `channel` until the returned function is called. */
@@ -10,7 +13,7 @@ export interface NotificationHub {
   close(): Promise<void>;
 }
 
-const CHANNELS: readonly Channel[] = ["keel_runs", "keel_emissions", "keel_run_events", "keel_run_control"];
+const CHANNELS: readonly Channel[] = ["keel_runs", "keel_emissions", "keel_run_events", "keel_run_control", "keel_tokens"];
 
 /**
  * One dedicated connection LISTENs for every channel and fans out in-process, so

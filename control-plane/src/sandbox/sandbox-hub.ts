@@ -4,8 +4,14 @@
 // A host that drops off is given a short grace to come back (a restarted stream, a network
 // blip): commands it still runs are picked up again by id. Past the grace, or when the host
 // comes back as a different process, its commands' outcomes are unknown and its workspaces lost.
+//
+// A live session is taken over only by the same agent process on a new stream: same token and
+// same instance id. The instance id is a random UUID the agent draws at start and sends only at
+// registration, so it is that process's proof; any other registrant is refused while the
+// session lives, and never receives its re-attach commands or its workspaces.
 
 import type { Logger } from "pino";
+import { FailedPreconditionError } from "../domain/errors.js";
 import type { CommandOutcome, HostCommand, HostMessage, HostRegistered, HostRegistration, OutputStreamName } from "./host-protocol.js";
 import { HostSession } from "./host-session.js";
 import type { HostCapacity, WorkspaceLeaseStore } from "./workspace-lease-store.js";
@@ -15,6 +21,11 @@ export class HostLostError extends Error {}
 
 /** The host is not attached here: nothing was sent. */
 export class HostUnavailableError extends Error {}
+
+/** Who registers a host: the token it authenticated with. */
+export interface HostClaimant {
+  readonly tokenId: string;
+}
 
 export interface SandboxHubOptions {
   readonly heartbeatIntervalMs: number;
@@ -56,7 +67,8 @@ export interface AttachedHost {
 }
 
 export interface SandboxHub {
-  attach(registration: HostRegistration): Promise<AttachedHost>;
+  /** Refuses (FailedPreconditionError) a registration that would take over another instance's live session. */
+  attach(registration: HostRegistration, claimant?: HostClaimant): Promise<AttachedHost>;
   hosts(): HostView[];
   isAttached(hostId: string): boolean;
   /** Resolves at the next registration, heartbeat or departure, or after `timeoutMs`. */
@@ -89,11 +101,12 @@ interface Unclaimed {
 const MAX_UNCLAIMED_COMMANDS = 256;
 export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHubOptions, log: Logger): SandboxHub {
   const sessions = new Map<string, HostSession>();
-  /** The agent process each host last registered with, while this control plane has known it. */
-  const instances = new Map<string, string>();
+  /** The agent process (and its token) each host last registered with, while this control plane has known it. */
+  const instances = new Map<string, { instanceId: string; tokenId: string }>();
   const departed = new Map<string, NodeJS.Timeout>();
   const pending = new Map<string, Pending>();
   const unclaimed = new Map<string, Unclaimed>();
+  const registering = new Map<string, Promise<void>>();
   const listeners = new Set<() => void>();
   let closing = false;
 
@@ -228,63 +241,84 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
       start(entry);
     });
 
-  return {
-    async attach(registration) {
-      const hostId = registration.hostId;
-      const previousSession = sessions.get(hostId);
-      if (previousSession !== undefined) {
-        sessions.delete(hostId); // replaced, not departed: its commands carry over
-        previousSession.close("replaced by a new registration of the same host");
-      }
-      const recorded = await store.registerHost({
-        hostId,
-        instanceId: registration.instanceId,
-        capacity: registration.capacity,
-        labels: registration.labels,
-        backends: registration.backends,
-        images: registration.images,
-      });
-      const known = instances.get(hostId) ?? recorded;
-      const restarted = known !== undefined && known !== "" && known !== registration.instanceId;
-      instances.set(hostId, registration.instanceId);
-      clearTimeout(departed.get(hostId));
-      departed.delete(hostId);
-
-      const announced = registration.running.map((w) => w.workspaceId);
-      let reap: string[];
-      if (restarted) {
-        // A new agent process: whatever the old one ran is gone, and so are its leases.
-        for (const entry of pendingOf(hostId)) fail(entry, new HostLostError(`sandbox host ${hostId} restarted while running command ${entry.commandId}`));
-        const lost = await store.markLost(hostId, "all");
-        if (lost.length > 0) log.warn({ hostId, workspaceIds: lost }, "sandbox host restarted; its workspaces are lost");
-        reap = announced;
-      } else {
-        const active = new Set(await store.activeWorkspaceIdsOfHost(hostId));
-        const has = new Set(announced);
-        reap = announced.filter((id) => !active.has(id));
-        const missing = [...active].filter((id) => !has.has(id));
-        if (missing.length > 0) {
-          await store.markLost(hostId, missing);
-          log.warn({ hostId, workspaceIds: missing }, "sandbox host no longer has these workspaces; marked lost");
-        }
-      }
-
-      const session = new HostSession(registration, departure);
-      sessions.set(hostId, session);
-      // Same process, new stream: ask again for every command still waiting on this host.
-      for (const entry of pendingOf(hostId)) session.push({ commandId: entry.commandId, action: { kind: "reattach", workspaceId: entry.workspaceId } });
-      log.info(
-        { hostId, instanceId: registration.instanceId, capacity: registration.capacity, labels: registration.labels, reap: reap.length, restarted },
-        "sandbox host attached",
+  const register = async (registration: HostRegistration, claimant: HostClaimant): Promise<AttachedHost> => {
+    const hostId = registration.hostId;
+    const previousSession = sessions.get(hostId);
+    const last = instances.get(hostId);
+    const sameProcess = last !== undefined && last.instanceId === registration.instanceId && last.tokenId === claimant.tokenId;
+    if (previousSession !== undefined && !previousSession.closed && !sameProcess) {
+      throw new FailedPreconditionError(
+        `sandbox host ${hostId} is attached by another live agent instance; a new instance may register once that session ends ` +
+          `(its stream closes or ${options.heartbeatIntervalMs * 3} ms pass without a heartbeat) or its token is revoked`,
       );
-      notify();
-      return {
-        registered: { hostId, heartbeatIntervalMs: options.heartbeatIntervalMs, reapWorkspaceIds: reap },
-        commands: session.commands(),
-        receive: (message) => receive(session, message),
-        holdOff: () => session.holdOff(),
-        close: (reason) => session.close(reason),
-      };
+    }
+    if (previousSession !== undefined) {
+      sessions.delete(hostId); // replaced, not departed: its commands carry over
+      previousSession.close("replaced by a new registration of the same host");
+    }
+    const recorded = await store.registerHost({
+      hostId,
+      instanceId: registration.instanceId,
+      capacity: registration.capacity,
+      labels: registration.labels,
+      backends: registration.backends,
+      images: registration.images,
+    });
+    const known = last?.instanceId ?? recorded;
+    // A process holds one token: another token is another process, whatever instance id it shows,
+    // so it gets none of the previous one's re-attach commands or workspaces.
+    const otherToken = last !== undefined && last.tokenId !== claimant.tokenId;
+    const restarted = otherToken || (known !== undefined && known !== "" && known !== registration.instanceId);
+    instances.set(hostId, { instanceId: registration.instanceId, tokenId: claimant.tokenId });
+    clearTimeout(departed.get(hostId));
+    departed.delete(hostId);
+
+    const announced = registration.running.map((w) => w.workspaceId);
+    let reap: string[];
+    if (restarted) {
+      // A new agent process: whatever the old one ran is gone, and so are its leases.
+      for (const entry of pendingOf(hostId)) fail(entry, new HostLostError(`sandbox host ${hostId} restarted while running command ${entry.commandId}`));
+      const lost = await store.markLost(hostId, "all");
+      if (lost.length > 0) log.warn({ hostId, workspaceIds: lost }, "sandbox host restarted; its workspaces are lost");
+      reap = announced;
+    } else {
+      const active = new Set(await store.activeWorkspaceIdsOfHost(hostId));
+      const has = new Set(announced);
+      reap = announced.filter((id) => !active.has(id));
+      const missing = [...active].filter((id) => !has.has(id));
+      if (missing.length > 0) {
+        await store.markLost(hostId, missing);
+        log.warn({ hostId, workspaceIds: missing }, "sandbox host no longer has these workspaces; marked lost");
+      }
+    }
+
+    const session = new HostSession(registration, departure);
+    sessions.set(hostId, session);
+    // Same process, new stream: ask again for every command still waiting on this host.
+    for (const entry of pendingOf(hostId)) session.push({ commandId: entry.commandId, action: { kind: "reattach", workspaceId: entry.workspaceId } });
+    log.info(
+      { hostId, instanceId: `${registration.instanceId.slice(0, 8)}…`, capacity: registration.capacity, labels: registration.labels, reap: reap.length, restarted },
+      "sandbox host attached",
+    );
+    notify();
+    return {
+      registered: { hostId, heartbeatIntervalMs: options.heartbeatIntervalMs, reapWorkspaceIds: reap },
+      commands: session.commands(),
+      receive: (message) => receive(session, message),
+      holdOff: () => session.holdOff(),
+      close: (reason) => session.close(reason),
+    };
+  };
+
+  return {
+    attach(registration, claimant = { tokenId: "" }) {
+      // One registration of a host at a time, so two registrants cannot both pass the takeover check.
+      const hostId = registration.hostId;
+      const turn = (registering.get(hostId) ?? Promise.resolve()).then(() => register(registration, claimant));
+      const settled = turn.then(() => {}, () => {});
+      registering.set(hostId, settled);
+      void settled.then(() => registering.get(hostId) === settled && registering.delete(hostId));
+      return turn;
     },
 
     hosts: () =>

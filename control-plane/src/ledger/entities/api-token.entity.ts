@@ -12,6 +12,9 @@ export const ApiTokenEntity = defineEntity({
     role: p.text(),
     label: p.text().default(""),
     createdAt: p.datetime().defaultRaw("now()"),
+    /** What it may act as (domain/token-scope.ts): a host binding, connector names, or nothing beyond its role. */
+    scope: p.json<Record<string, unknown>>().defaultRaw("'{}'"),
+    expiresAt: p.datetime().nullable(),
     revokedAt: p.datetime().nullable(),
   },
 });
