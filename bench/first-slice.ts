@@ -17,7 +17,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
-import { durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres } from "./support.js";
+import { beginRaw, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
@@ -29,6 +29,7 @@ interface Options {
   readonly concurrency: number;
   readonly warmup: number;
   readonly raw: number;
+  readonly durability: Durability;
 }
 
 function parseOptions(args: readonly string[]): Options {
@@ -39,6 +40,7 @@ function parseOptions(args: readonly string[]): Options {
       concurrency: { type: "string", default: "16" },
       warmup: { type: "string", default: "20" },
       raw: { type: "string", default: "1000" },
+      ...DURABILITY_OPTION,
     },
   });
   const positive = (name: string, value: string, min: number): number => {
@@ -51,6 +53,7 @@ function parseOptions(args: readonly string[]): Options {
     concurrency: positive("concurrency", values.concurrency, 1),
     warmup: positive("warmup", values.warmup, 0),
     raw: positive("raw", values.raw, 1),
+    durability: benchDurability(values.durability),
   };
 }
 
@@ -59,7 +62,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
   const progress = (line: string) => process.stderr.write(`[first-slice] ${line}\n`);
 
   await withBenchPostgres("first-slice", progress, async (postgres) => {
-    const { app, config, url, token } = await startBenchKeel(postgres, DEMO_AGENT);
+    const { app, config, url, token } = await startBenchKeel(postgres, DEMO_AGENT, options.durability);
     try {
       const db = new pg.Client({ connectionString: postgres.url });
       await db.connect();
@@ -82,7 +85,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
       const lines = [
         "",
         `first-slice: ${options.messages} messages, ${options.concurrency} in flight, distinct conversations, scripted demo model; ` +
-          `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${options.warmup} warm-up messages not counted`,
+          `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${durabilityLabel(options.durability)}; ${options.warmup} warm-up messages not counted`,
         "",
         ...table(
           ["metric", "p50_ms", "p99_ms", "n"],
@@ -93,7 +96,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
         ),
         "",
         `throughput: ${throughput.toFixed(1)} messages/s (${keel.latencies.length} replies in ${(keel.wallMs / 1000).toFixed(2)} s)`,
-        `RESULT p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
+        `RESULT mode=${options.durability} p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
     } finally {
@@ -230,11 +233,11 @@ const RUN_BUDGET = JSON.stringify(DEMO_AGENT.budget);
 const ZERO_USAGE_JSON = JSON.stringify(ZERO_USAGE);
 
 async function rawPhase(db: pg.Client, options: Options, progress: (line: string) => void): Promise<number[]> {
-  for (let i = 0; i < options.warmup; i++) await rawTransaction(db, `warmup-${i}`, i);
+  for (let i = 0; i < options.warmup; i++) await rawTransaction(db, `warmup-${i}`, i, options.durability);
   const latencies: number[] = [];
   for (let i = 0; i < options.raw; i++) {
     const started = performance.now();
-    await rawTransaction(db, `raw-${i}`, i);
+    await rawTransaction(db, `raw-${i}`, i, options.durability);
     latencies.push(performance.now() - started);
     if ((i + 1) % PROGRESS_EVERY === 0 || i + 1 === options.raw) {
       const recent = summarize(latencies.slice(-PROGRESS_EVERY));
@@ -249,7 +252,7 @@ async function rawPhase(db: pg.Client, options: Options, progress: (line: string
  * commit), as one transaction of plain statements with no reads, locks or notifications:
  * a floor, not a re-implementation.
  */
-async function rawTransaction(db: pg.Client, key: string, i: number): Promise<void> {
+async function rawTransaction(db: pg.Client, key: string, i: number, durability: Durability): Promise<void> {
   const actorId = `raw-user-${i % 50}`;
   const runId = randomUUID();
   const messageRowId = randomUUID();
@@ -261,7 +264,7 @@ async function rawTransaction(db: pg.Client, key: string, i: number): Promise<vo
   const usage = JSON.stringify({ iterations: 1, modelCalls: 1, toolCalls: 0, inputTokens: 12, outputTokens: 12, outputBytes: reply.length, costMicroUsd: 0, wallClockMs: 1 });
   const request = JSON.stringify({ messages: [{ role: "system", content: DEMO_AGENT.systemPrompt }, { role: "user", content: text, actorId }], tools: [] });
 
-  await db.query("BEGIN");
+  await beginRaw(db, durability);
   try {
     await db.query(
       `INSERT INTO actors (id, display_name) VALUES ($1, $2)

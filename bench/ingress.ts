@@ -24,7 +24,22 @@ import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { isTerminal, ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
-import { durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, type Stats, withBenchPostgres } from "./support.js";
+import {
+  beginRaw,
+  benchDurability,
+  DURABILITY_OPTION,
+  durabilityLabel,
+  durabilitySettings,
+  ms,
+  nodeCpuMs,
+  postgresCpuMs,
+  startBenchKeel,
+  summarize,
+  table,
+  type Durability,
+  type Stats,
+  withBenchPostgres,
+} from "./support.js";
 
 const AGENT: AgentSpec = {
   ...DEMO_AGENT,
@@ -40,6 +55,7 @@ interface Options {
   readonly thinkMs: number;
   readonly warmup: number;
   readonly raw: number;
+  readonly durability: Durability;
 }
 
 function parseOptions(args: readonly string[]): Options {
@@ -51,6 +67,7 @@ function parseOptions(args: readonly string[]): Options {
       "think-ms": { type: "string", default: "1000" },
       warmup: { type: "string", default: "30" },
       raw: { type: "string", default: "1000" },
+      ...DURABILITY_OPTION,
     },
   });
   const whole = (name: string, value: string, min: number): number => {
@@ -64,6 +81,7 @@ function parseOptions(args: readonly string[]): Options {
     thinkMs: whole("think-ms", values["think-ms"], 0),
     warmup: whole("warmup", values.warmup, 0),
     raw: whole("raw", values.raw, 1),
+    durability: benchDurability(values.durability),
   };
 }
 
@@ -112,7 +130,7 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
 
   await withBenchPostgres("ingress", progress, async (postgres) => {
     const marks = new Marks();
-    const { app, config, url, token } = await startBenchKeel(postgres, AGENT, {
+    const { app, config, url, token } = await startBenchKeel(postgres, AGENT, options.durability, {
       wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
         ...deps,
         providers: {
@@ -185,7 +203,7 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
       const lines = [
         "",
         `ingress: message→first model call, coalesce window 0, scripted model, ${options.thinkMs} ms think time between a conversation's messages; ` +
-          `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${options.warmup} warm-up messages not counted; ` +
+          `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${durabilityLabel(options.durability)}; ${options.warmup} warm-up messages not counted; ` +
           "CPU columns are per message (keel = this whole process: gRPC client and server, workers)",
         "",
         ...table(
@@ -201,7 +219,7 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
         "",
         `RESULT: each percentile is the worse of the two phases: p50 from ${p50.from}, p99 from ${p99.from} ` +
           `(1 conversation ${ms(one.firstCall.p50)}/${ms(one.firstCall.p99)} ms, ${manyLabel} ${ms(many.firstCall.p50)}/${ms(many.firstCall.p99)} ms p50/p99).`,
-        `RESULT p50_ms=${ms(p50.value)} p99_ms=${ms(p99.value)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
+        `RESULT mode=${options.durability} p50_ms=${ms(p50.value)} p99_ms=${ms(p99.value)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
     } finally {
@@ -268,11 +286,11 @@ const ZERO_USAGE_JSON = JSON.stringify(ZERO_USAGE);
 
 async function rawPhase(db: pg.Client, options: Options): Promise<number[]> {
   await db.query("INSERT INTO agents (id, spec, revision) VALUES ('ingress-raw', $1::jsonb, 1) ON CONFLICT (id) DO NOTHING", [JSON.stringify(AGENT)]);
-  for (let i = 0; i < options.warmup; i++) await rawTransaction(db, `warmup-${i}`);
+  for (let i = 0; i < options.warmup; i++) await rawTransaction(db, `warmup-${i}`, options.durability);
   const latencies: number[] = [];
   for (let i = 0; i < options.raw; i++) {
     const started = performance.now();
-    await rawTransaction(db, `raw-${i}`);
+    await rawTransaction(db, `raw-${i}`, options.durability);
     latencies.push(performance.now() - started);
   }
   return latencies;
@@ -283,13 +301,13 @@ async function rawPhase(db: pg.Client, options: Options): Promise<number[]> {
  * claim), as one transaction of plain statements with no reads, locks or notifications: a
  * floor, not a re-implementation.
  */
-async function rawTransaction(db: pg.Client, key: string): Promise<void> {
+async function rawTransaction(db: pg.Client, key: string, durability: Durability): Promise<void> {
   const actorId = `${key}-user`;
   const runId = randomUUID();
   const messageRowId = randomUUID();
   const conversationId = randomUUID();
   const externalMessageId = randomUUID();
-  await db.query("BEGIN");
+  await beginRaw(db, durability);
   try {
     await db.query("INSERT INTO actors (id, display_name) VALUES ($1, '') ON CONFLICT (id) DO NOTHING", [actorId]);
     await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, 'ingress-raw', $2, 'bench-raw')", [conversationId, `${key}-conversation`]);

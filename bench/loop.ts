@@ -8,7 +8,7 @@
 // 16 runs claimed at once, is a small part of it), and as many raw transactions each way. With
 // 40 iterations (640 steps, under a second) the throughput ratio moved by a fifth between runs.
 //
-//   npm run bench -- loop [--iterations 200] [--concurrent 16] [--raw 3200]
+//   npm run bench -- loop [--iterations 200] [--concurrent 16] [--raw 3200] [--durability strict|relaxed]
 import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
@@ -25,12 +25,27 @@ import { withBudgetDefaults, type AgentSpec } from "../control-plane/src/domain/
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
-import { ms, nodeCpuMs, pick, postgresCpuMs, summarize, table, withBenchPostgres } from "./support.js";
+import {
+  beginRaw,
+  benchDurability,
+  DURABILITY_OPTION,
+  durabilityLabel,
+  durabilitySettings,
+  ms,
+  nodeCpuMs,
+  pick,
+  postgresCpuMs,
+  summarize,
+  table,
+  withBenchPostgres,
+  type Durability,
+} from "./support.js";
 
 interface Options {
   readonly iterations: number;
   readonly concurrent: number;
   readonly raw: number;
+  readonly durability: Durability;
 }
 
 const readTool = defineTool<{ key: string }>({
@@ -58,9 +73,14 @@ function benchAgent(iterations: number): AgentSpec {
 export default async function loopBench(args: readonly string[]): Promise<void> {
   const { values } = parseArgs({
     args: [...args],
-    options: { iterations: { type: "string", default: "200" }, concurrent: { type: "string", default: "16" }, raw: { type: "string", default: "3200" } },
+    options: { iterations: { type: "string", default: "200" }, concurrent: { type: "string", default: "16" }, raw: { type: "string", default: "3200" }, ...DURABILITY_OPTION },
   });
-  const options: Options = { iterations: Number(values.iterations), concurrent: Number(values.concurrent), raw: Number(values.raw) };
+  const options: Options = {
+    iterations: Number(values.iterations),
+    concurrent: Number(values.concurrent),
+    raw: Number(values.raw),
+    durability: benchDurability(values.durability),
+  };
   const progress = (line: string) => process.stderr.write(`[loop] ${line}\n`);
   // This process hosts the control plane, with the garbage-collector headroom `keel serve` gives it.
   allowHeapGrowthForStreaming();
@@ -74,6 +94,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
         KEEL_LOG_LEVEL: "warn",
         KEEL_WORKERS: String(options.concurrent),
         ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_READ_FLUSH_MS"]),
+        KEEL_DURABILITY: options.durability,
       };
       // Each commitStep call marks the start of an iteration's commit; the gap between two
       // consecutive ones of a run is one whole iteration of harness work.
@@ -102,6 +123,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
       const db = new pg.Client({ connectionString: postgres.url });
       db.on("error", (error) => progress(`benchmark connection: ${error.message}`));
       await db.connect();
+      const settings = await durabilitySettings(db);
 
       const runPhase = async (runs: number) => {
         marks.clear();
@@ -127,7 +149,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
       const serialRun = await rawRun(db, "raw-serial");
       for (let i = 0; i < options.raw; i++) {
         const started = performance.now();
-        await rawIteration(db, serialRun);
+        await rawIteration(db, serialRun, options.durability);
         rawSerial.push(performance.now() - started);
       }
       const clients = await Promise.all(
@@ -141,7 +163,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
       const rawBegan = performance.now();
       let next = 0;
       await Promise.all(clients.map(async ({ client, run }) => {
-        while (next++ < options.raw) await rawIteration(client, run);
+        while (next++ < options.raw) await rawIteration(client, run, options.durability);
       }));
       const rawPerSecond = options.raw / ((performance.now() - rawBegan) / 1000);
       const rawCpu = { node: nodeCpuMs() - rawCpuBefore.node, postgres: postgresCpuMs(dataDir) - rawCpuBefore.postgres };
@@ -155,7 +177,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
       const lines = [
         "",
         `loop: ${options.iterations} iterations per run (scripted model, one read tool, both instant); 1 run, then ${options.concurrent} concurrent; ` +
-          `${config.workers} workers; embedded PostgreSQL 17, default durability`,
+          `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${durabilityLabel(options.durability)}`,
         "",
         ...table(
           ["metric", "p50_ms", "p99_ms", "n"],
@@ -175,7 +197,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
         ),
         "",
         `targets: overhead p50 <= 4x raw (is ${(one.p50 / raw.p50).toFixed(2)}x); throughput >= 0.5x raw (is ${(stepsPerSecond / rawPerSecond).toFixed(2)}x)`,
-        `RESULT overhead_p50_ms=${ms(one.p50)} raw_txn_p50_ms=${ms(raw.p50)} overhead_ratio=${(one.p50 / raw.p50).toFixed(2)} ` +
+        `RESULT mode=${options.durability} overhead_p50_ms=${ms(one.p50)} raw_txn_p50_ms=${ms(raw.p50)} overhead_ratio=${(one.p50 / raw.p50).toFixed(2)} ` +
           `steps_per_s=${stepsPerSecond.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${(stepsPerSecond / rawPerSecond).toFixed(2)}`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
@@ -254,13 +276,13 @@ interface RawRun {
  * the result's observation, and the five events Keel records (tool invoked, step committed,
  * status change, tool settled, status change).
  */
-async function rawIteration(db: pg.Client, run: RawRun): Promise<void> {
+async function rawIteration(db: pg.Client, run: RawRun, durability: Durability): Promise<void> {
   const stepId = randomUUID();
   const invocationId = randomUUID();
   const index = run.iteration++;
   const firstSeq = run.eventSeq + 1;
   run.eventSeq += 5;
-  await db.query("BEGIN");
+  await beginRaw(db, durability);
   try {
     await db.query(
       `UPDATE runs SET status = $2, usage = $3::jsonb, step_count = step_count + 1, event_seq = $4, updated_at = now() WHERE id = $1`,

@@ -5,7 +5,7 @@
 //      started containers, waiting for the pool to refill before each take, so every sample is
 //      a warm take. Baseline: create + start of an equally hardened container straight through
 //      dockerode (the cold path's floor), removed after each sample.
-//   2. Exec round trip: a real Keel (embedded PostgreSQL with default durability, the HTTP/2
+//   2. Exec round trip: a real Keel (embedded PostgreSQL with default durability, --durability mode, the HTTP/2
 //      server on loopback) and a real `keel sandbox-agent` child process (docker backend)
 //      attached to it over SandboxService.Attach; one workspace acquired for a run through the
 //      dispatcher the exec tools use, then `true` run through it (control plane → Attach stream
@@ -95,12 +95,13 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     const cold = await coldPhase(docker, hosts.cold, path.join(dir, "cold"), options, progress);
 
     // ----- 2 and 3 need Keel and an attached sandbox agent -----
-    progress(`starting embedded PostgreSQL in ${dir} (default durability: fsync and synchronous_commit on)`);
+    progress(`starting embedded PostgreSQL in ${dir} (server defaults: fsync and synchronous_commit on)`);
     postgres = await startEmbeddedPostgres({ dataDir: path.join(dir, "data"), port: await freePort() });
     const streamBytes = options.streamMib * MiB;
     const env = {
       DATABASE_URL: postgres.url,
       KEEL_LOG_LEVEL: "warn",
+      KEEL_DURABILITY: options.durability,
       // The whole stream must fit under the cap; the cap's own maximum is 256 MiB.
       KEEL_SANDBOX_MAX_OUTPUT_BYTES: String(Math.min(256 * MiB, streamBytes + MiB)),
       ...pick(process.env, ["KEEL_DB_POOL_MAX"]),
@@ -133,7 +134,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
 
       exec = await execPhase(dispatcher, workspaceId, container, config.sandbox.maxOutputBytes, options, progress);
 
-      const store = createRunRepository(app.ledger.sql, { maxConcurrentRootRuns: config.maxConcurrentRootRuns });
+      const store = createRunRepository(app.ledger.sql, { maxConcurrentRootRuns: config.maxConcurrentRootRuns, durability: config.durability });
       stream = await streamPhase(
         {
           dispatcher,
@@ -165,7 +166,8 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
       "",
       `sandbox: image ${options.image}; warm pool of ${options.poolSize}, ${warm.length} warm takes vs ${cold.length} cold create+start; ` +
         `${exec.keel.length} exec round trips of \`true\` each way (interleaved, ${options.warmup} warm-up each not counted); ` +
-        `${TIMED_STREAMS + 1} stdout streams of ${options.streamMib} MiB each, the first not counted; embedded PostgreSQL 17 (${stream.settings}); MB = MiB`,
+        `${TIMED_STREAMS + 1} stdout streams of ${options.streamMib} MiB each, the first not counted; embedded PostgreSQL 17 (${stream.settings}); ` +
+        `Keel durability=${config.durability} (observations commit asynchronously in both modes; the baselines are dockerode, no ledger); MB = MiB`,
       "",
       ...table(
         ["metric", "value", "baseline", "target"],
@@ -190,7 +192,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
       `targets: warm p50 <= ${WARM_TARGET_MS} ms ${verdict(warmStats.p50 <= WARM_TARGET_MS)}; ` +
         `exec ratio <= ${EXEC_RATIO_TARGET} ${verdict(ratio <= EXEC_RATIO_TARGET)}; ` +
         `stream >= ${STREAM_TARGET_MB_S} MB/s ${verdict(stream.keelMbS >= STREAM_TARGET_MB_S)}`,
-      `RESULT warm_p50_ms=${ms(warmStats.p50)} cold_p50_ms=${ms(coldStats.p50)} exec_ratio=${ratio.toFixed(2)} ` +
+      `RESULT mode=${config.durability} warm_p50_ms=${ms(warmStats.p50)} cold_p50_ms=${ms(coldStats.p50)} exec_ratio=${ratio.toFixed(2)} ` +
         `stream_mb_s=${stream.keelMbS.toFixed(1)} peak_rss_mb=${stream.peakRssMb.toFixed(1)}`,
     ];
     process.stdout.write(`${lines.join("\n")}\n`);

@@ -113,7 +113,7 @@ export async function withBenchPostgres<T>(name: string, progress: (line: string
     // As root, PostgreSQL runs as the postgres user, which must be able to reach its folder.
     if (process.getuid?.() === 0) await chmod(dir, 0o755);
     const dataDir = path.join(dir, "data");
-    progress(`starting embedded PostgreSQL in ${dir} (default durability: fsync and synchronous_commit on)`);
+    progress(`starting embedded PostgreSQL in ${dir} (server defaults: fsync and synchronous_commit on)`);
     postgres = await startEmbeddedPostgres({ dataDir, port: await freePort() });
     return await work({ url: postgres.url, dataDir });
   } finally {
@@ -130,6 +130,43 @@ export async function durabilitySettings(db: { query<R>(text: string): Promise<{
   return `fsync=${shown.rows[0]?.fsync ?? "?"} synchronous_commit=${shown.rows[0]?.synchronous_commit ?? "?"}`;
 }
 
+/** Keel's durability mode (README, "Durability"); every bench runs in one and prints it. */
+export type Durability = KeelConfig["durability"];
+
+/**
+ * The mode a bench runs Keel in: --durability, else KEEL_DURABILITY, else strict (Keel's default).
+ * An unknown value fails before anything starts.
+ */
+export function benchDurability(flag: string | undefined): Durability {
+  const value = flag ?? process.env["KEEL_DURABILITY"] ?? "strict";
+  if (value !== "strict" && value !== "relaxed") throw new Error(`--durability must be strict or relaxed, not ${JSON.stringify(value)}`);
+  return value;
+}
+
+/** The --durability option every bench takes, for parseArgs. */
+export const DURABILITY_OPTION = { durability: { type: "string" } } as const;
+
+/**
+ * The statement a raw baseline transaction runs after BEGIN so it commits as Keel's do in the same
+ * mode: nothing for strict (a synchronous commit), `SET LOCAL synchronous_commit = off` for relaxed.
+ * Like for like: a relaxed Keel beside a synchronous raw transaction would flatter Keel.
+ */
+export function rawCommitSetting(durability: Durability): string | undefined {
+  return durability === "relaxed" ? "SET LOCAL synchronous_commit = off" : undefined;
+}
+
+/** BEGIN for a raw baseline transaction in `durability`'s commit mode. */
+export async function beginRaw(db: { query(text: string): Promise<unknown> }, durability: Durability): Promise<void> {
+  await db.query("BEGIN");
+  const setting = rawCommitSetting(durability);
+  if (setting !== undefined) await db.query(setting);
+}
+
+/** How the bench header names the mode, e.g. "Keel durability=strict, raw baseline commits synchronously". */
+export function durabilityLabel(durability: Durability): string {
+  return `Keel durability=${durability}, raw baseline ${durability === "strict" ? "commits synchronously" : "with synchronous_commit=off"}`;
+}
+
 /** A Keel served from this process on the bench's PostgreSQL, with one agent and a connector token. */
 export interface BenchKeel {
   readonly app: KeelApp;
@@ -139,15 +176,21 @@ export interface BenchKeel {
 }
 
 /**
- * Builds Keel as `keel serve` runs it (settings from KEEL_WORKERS, KEEL_DB_POOL_MAX,
+ * Builds Keel as `keel serve` runs it, in `durability` (settings from KEEL_WORKERS, KEEL_DB_POOL_MAX,
  * KEEL_IDLE_POLL_MS and KEEL_LEASE_MS when set), puts `agent`, listens on loopback and starts the
  * workers, with the garbage-collector headroom `keel serve` gives its process. The caller stops
  * `app`; if starting fails, it is stopped here.
  */
-export async function startBenchKeel(postgres: BenchPostgres, agent: AgentSpec, options: Pick<BuildOptions, "wrapRunnerDeps"> = {}): Promise<BenchKeel> {
+export async function startBenchKeel(
+  postgres: BenchPostgres,
+  agent: AgentSpec,
+  durability: Durability,
+  options: Pick<BuildOptions, "wrapRunnerDeps"> = {},
+): Promise<BenchKeel> {
   const env = {
     DATABASE_URL: postgres.url,
     KEEL_LOG_LEVEL: "warn",
+    KEEL_DURABILITY: durability,
     ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
   };
   const config = loadConfig(env);

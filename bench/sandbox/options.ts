@@ -1,5 +1,6 @@
 // The sandbox benchmark's command-line options and the constants its phases and report share.
 import { parseArgs } from "node:util";
+import { benchDurability, DURABILITY_OPTION, type Durability } from "../support.js";
 
 export const DEFAULT_IMAGE = "keel/sandbox-base:busybox";
 export const MiB = 1024 * 1024;
@@ -14,6 +15,7 @@ export interface Options {
   readonly warmup: number;
   readonly streamMib: number;
   readonly image: string;
+  readonly durability: Durability;
 }
 
 export function parseOptions(args: readonly string[]): Options {
@@ -27,6 +29,7 @@ export function parseOptions(args: readonly string[]): Options {
       warmup: { type: "string", default: "10" },
       "stream-mib": { type: "string", default: "64" },
       image: { type: "string", default: DEFAULT_IMAGE },
+      ...DURABILITY_OPTION,
     },
   });
   const whole = (name: string, value: string, min: number, max: number): number => {
@@ -43,5 +46,6 @@ export function parseOptions(args: readonly string[]): Options {
     // The control plane's output cap tops out at 256 MiB (KEEL_SANDBOX_MAX_OUTPUT_BYTES).
     streamMib: whole("stream-mib", values["stream-mib"], 1, 255),
     image: values.image,
+    durability: benchDurability(values.durability),
   };
 }

@@ -21,6 +21,8 @@ import { startNotificationHub } from "./ledger/notification-hub.js";
 import { migrateLedger } from "./ledger/orm.js";
 import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
+import { createRetentionRepository } from "./ledger/retention.repository.js";
+import { startRetentionSweeper, type RetentionSweeper } from "./retention-sweeper.js";
 import { createRunControlRepository } from "./ledger/run-control.repository.js";
 import { createRunRepository } from "./ledger/run.repository.js";
 import { createSqlPool, type SqlPool } from "./ledger/sql.js";
@@ -74,6 +76,8 @@ export interface KeelApp {
   readonly tokens: ApiTokenRepository;
   readonly server: KeelServer;
   readonly sandbox: { readonly hub: SandboxHub; readonly dispatcher: RemoteSandboxDispatcher };
+  /** Deletes finished runs past KEEL_RETENTION_DAYS on a timer; tests call sweepNow(). */
+  readonly retention: RetentionSweeper;
   /** Starts the claim loops; separate so a test can run a server that never works. */
   startWorkers(): WorkerPool;
   stop(): Promise<void>;
@@ -102,7 +106,7 @@ export async function buildApp(
   // A token revoked by any process stops working here too, and ends the streams it opened.
   tokens.listen(hub);
   const clock = options.clock ?? systemClock;
-  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
+  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns, durability: config.durability });
   const runQueries = createRunQueryRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
   const control = createRunControlRepository(ledger.sql);
   // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).
@@ -150,6 +154,7 @@ export async function buildApp(
       .finally(() => (sweeping = undefined));
   }, config.sandbox.sweepMs);
   sweeper.unref();
+  const retention = startRetentionSweeper(createRetentionRepository(ledger.sql), config.retention, clock, logger.child({ component: "retention" }));
 
   const server = createKeelServer(
     {
@@ -207,6 +212,7 @@ export async function buildApp(
     tokens,
     server,
     sandbox: { hub: sandboxHub, dispatcher },
+    retention,
     startWorkers() {
       const deps: RunnerDeps = {
         store: runStore,
@@ -231,6 +237,7 @@ export async function buildApp(
     async stop() {
       clearInterval(sweeper);
       stopSweeping.abort();
+      await retention.stop();
       // First, so hosts dropping off as the server closes are not treated as departures.
       sandboxHub.close();
       await server.close();

@@ -33,4 +33,24 @@ describe("loadConfig", () => {
   it("refuses a default deadline above the maximum", () => {
     expect(() => loadConfig({ KEEL_DEFAULT_DEADLINE_MS: "5000", KEEL_MAX_DEADLINE_MS: "1000" })).toThrow(/KEEL_DEFAULT_DEADLINE_MS/);
   });
+
+  it("serves plaintext only on loopback unless TLS or --insecure is given", () => {
+    expect(loadConfig({}).tls).toBeUndefined();
+    expect(loadConfig({ KEEL_HOST: "::1" }).host).toBe("::1");
+    expect(() => loadConfig({ KEEL_HOST: "0.0.0.0" })).toThrow(/refusing to serve plaintext.*--insecure/);
+    expect(loadConfig({ KEEL_HOST: "0.0.0.0", KEEL_INSECURE: "1" }).insecure).toBe(true);
+    const tls = loadConfig({ KEEL_HOST: "0.0.0.0", KEEL_TLS_CERT: "c.pem", KEEL_TLS_KEY: "k.pem", KEEL_TLS_CLIENT_CA: "ca.pem" }).tls;
+    expect([tls?.certFile, tls?.keyFile, tls?.clientCaFile].map((file) => file?.split("/").pop())).toEqual(["c.pem", "k.pem", "ca.pem"]);
+  });
+
+  it("refuses half a TLS setting", () => {
+    expect(() => loadConfig({ KEEL_TLS_CERT: "c.pem" })).toThrow(/KEEL_TLS_CERT\/KEEL_TLS_KEY/);
+    expect(() => loadConfig({ KEEL_TLS_CLIENT_CA: "ca.pem" })).toThrow(/KEEL_TLS_CLIENT_CA/);
+    expect(() => loadConfig({ KEEL_INSECURE: "maybe" })).toThrow(/^invalid setting KEEL_INSECURE=/);
+  });
+
+  it("bounds HTTP/2 connections by default", () => {
+    expect(loadConfig({}).http2).toEqual({ maxConcurrentStreams: 100, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 128 });
+    expect(() => loadConfig({ KEEL_HTTP2_MAX_CONCURRENT_STREAMS: "0" })).toThrow(/KEEL_HTTP2_MAX_CONCURRENT_STREAMS/);
+  });
 });

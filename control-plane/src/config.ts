@@ -1,14 +1,24 @@
 import path from "node:path";
 import { z } from "zod";
+import { isLoopbackHost } from "../../common/loopback.js";
 import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "./domain/run-start.js";
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+const flag = z.enum(["1", "true", "yes", "0", "false", "no"]).transform((value) => ["1", "true", "yes"].includes(value));
 
 /** Every setting, its environment variable and its default. Nothing is unbounded. */
 const ConfigSchema = z.object({
   KEEL_HOST: z.string().min(1).default("127.0.0.1"),
   KEEL_PORT: int(0, 65535).default(7070),
   KEEL_HTTP1_PORT: int(0, 65535).default(7071),
+  KEEL_TLS_CERT: z.string().min(1).optional(),
+  KEEL_TLS_KEY: z.string().min(1).optional(),
+  KEEL_TLS_CLIENT_CA: z.string().min(1).optional(),
+  KEEL_INSECURE: flag.default(false),
+  KEEL_HTTP2_MAX_CONCURRENT_STREAMS: int(1, 10_000).default(100),
+  KEEL_HTTP2_IDLE_TIMEOUT_MS: int(1_000, 3_600_000).default(120_000),
+  KEEL_MAX_HEADER_BYTES: int(1024, 1024 * 1024).default(16 * 1024),
+  KEEL_MAX_SESSIONS_PER_ADDRESS: int(1, 100_000).default(128),
   KEEL_DATA_DIR: z.string().min(1).default(".keel"),
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\//, "must be a postgres:// URL").optional(),
   KEEL_EMBEDDED_PG_PORT: int(1024, 65535).default(54320),
@@ -17,12 +27,17 @@ const ConfigSchema = z.object({
   KEEL_LEASE_MS: int(200, 3_600_000).default(15_000),
   KEEL_IDLE_POLL_MS: int(50, 60_000).default(2_000),
   KEEL_READ_FLUSH_MS: int(0, 10_000).default(100),
+  KEEL_DURABILITY: z.enum(["strict", "relaxed"]).default("strict"),
   KEEL_MAX_MESSAGE_BYTES: int(1024, 64 * 1024 * 1024).default(4 * 1024 * 1024),
   KEEL_MAX_TEXT_BYTES: int(16, 16 * 1024 * 1024).default(256 * 1024),
   KEEL_DEFAULT_DEADLINE_MS: int(100, 3_600_000).default(30_000),
   KEEL_MAX_DEADLINE_MS: int(100, 3_600_000).default(300_000),
   KEEL_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   KEEL_MAX_CONCURRENT_ROOT_RUNS: int(1, 100_000).default(DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS),
+  KEEL_SECRET_ENV_PREFIXES: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, "must be variable-name prefixes, comma-separated").default("KEEL_SECRET_"),
+  KEEL_MODEL_ENDPOINTS: z.string().max(8192).default(""),
+  KEEL_RETENTION_DAYS: int(0, 36_500).default(30),
+  KEEL_RETENTION_SWEEP_MS: int(1_000, 86_400_000).default(3_600_000),
   KEEL_SANDBOX_HEARTBEAT_MS: int(100, 300_000).default(5_000),
   KEEL_SANDBOX_RECONNECT_GRACE_MS: int(0, 600_000).default(5_000),
   KEEL_SANDBOX_PLACEMENT_WAIT_MS: int(0, 600_000).default(30_000),
@@ -38,6 +53,11 @@ export type KeelConfig = Readonly<{
   host: string;
   port: number;
   http1Port: number;
+  /** Certificate and key files for both listeners; undefined: plaintext (loopback only unless insecure). */
+  tls: TlsFiles | undefined;
+  /** Plaintext on a non-loopback address was accepted explicitly. */
+  insecure: boolean;
+  http2: Http2Limits;
   dataDir: string;
   databaseUrl: string | undefined;
   embeddedPgPort: number;
@@ -46,6 +66,11 @@ export type KeelConfig = Readonly<{
   leaseMs: number;
   /** How long a read's result may wait to ride with the run's next commit; 0: every result commits on its own. */
   readFlushMs: number;
+  /**
+   * strict: every commit that records a step, model call, tool result, artifact, claim or emission
+   * waits for its WAL flush. relaxed: replayable work (read-only steps, read results, claims) does not (README, "Durability").
+   */
+  durability: "strict" | "relaxed";
   idlePollMs: number;
   maxMessageBytes: number;
   maxTextBytes: number;
@@ -54,7 +79,31 @@ export type KeelConfig = Readonly<{
   logLevel: z.infer<typeof ConfigSchema>["KEEL_LOG_LEVEL"];
   /** The install's ceiling on root runs executing at once, across agents (each agent has its own too). */
   maxConcurrentRootRuns: number;
+  /** Prefixes of the variables agent specs may read secrets and API keys from. */
+  secretEnvPrefixes: readonly string[];
+  /** Model base URLs agent specs may name (`loopback` for any on this machine). */
+  modelEndpoints: readonly string[];
   sandbox: SandboxConfig;
+  /** Finished runs older than `days` are deleted with their records every `sweepMs`; days 0 keeps them forever. */
+  retention: Readonly<{ days: number; sweepMs: number }>;
+}>;
+
+export type TlsFiles = Readonly<{
+  certFile: string;
+  keyFile: string;
+  /** When set, SandboxService calls need a client certificate signed by this CA (mTLS for sandbox hosts). */
+  clientCaFile: string | undefined;
+}>;
+
+export type Http2Limits = Readonly<{
+  /** Streams one connection may have open at once. */
+  maxConcurrentStreams: number;
+  /** A connection with no open stream and no traffic for this long is closed. */
+  idleTimeoutMs: number;
+  /** The largest header block a request may send. */
+  maxHeaderBytes: number;
+  /** Connections one remote address may hold at once; more are refused. */
+  maxSessionsPerAddress: number;
 }>;
 
 export type SandboxConfig = Readonly<{
@@ -91,10 +140,33 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
   if (c.KEEL_SANDBOX_EXEC_TIMEOUT_MS > c.KEEL_SANDBOX_MAX_EXEC_TIMEOUT_MS) {
     throw new ConfigError("invalid setting KEEL_SANDBOX_EXEC_TIMEOUT_MS: must not exceed KEEL_SANDBOX_MAX_EXEC_TIMEOUT_MS");
   }
+  if ((c.KEEL_TLS_CERT === undefined) !== (c.KEEL_TLS_KEY === undefined)) {
+    throw new ConfigError("invalid setting KEEL_TLS_CERT/KEEL_TLS_KEY: give both the certificate and its key, or neither");
+  }
+  if (c.KEEL_TLS_CLIENT_CA !== undefined && c.KEEL_TLS_CERT === undefined) {
+    throw new ConfigError("invalid setting KEEL_TLS_CLIENT_CA: client certificates need TLS (KEEL_TLS_CERT and KEEL_TLS_KEY)");
+  }
+  if (c.KEEL_TLS_CERT === undefined && !c.KEEL_INSECURE && !isLoopbackHost(c.KEEL_HOST)) {
+    throw new ConfigError(
+      `invalid setting KEEL_HOST=${JSON.stringify(c.KEEL_HOST)}: refusing to serve plaintext on an address that is not loopback; ` +
+        "give --tls-cert and --tls-key (KEEL_TLS_CERT, KEEL_TLS_KEY), or --insecure (KEEL_INSECURE=1) to serve tokens unencrypted",
+    );
+  }
   return {
     host: c.KEEL_HOST,
     port: c.KEEL_PORT,
     http1Port: c.KEEL_HTTP1_PORT,
+    tls:
+      c.KEEL_TLS_CERT === undefined || c.KEEL_TLS_KEY === undefined
+        ? undefined
+        : { certFile: path.resolve(c.KEEL_TLS_CERT), keyFile: path.resolve(c.KEEL_TLS_KEY), clientCaFile: c.KEEL_TLS_CLIENT_CA === undefined ? undefined : path.resolve(c.KEEL_TLS_CLIENT_CA) },
+    insecure: c.KEEL_INSECURE,
+    http2: {
+      maxConcurrentStreams: c.KEEL_HTTP2_MAX_CONCURRENT_STREAMS,
+      idleTimeoutMs: c.KEEL_HTTP2_IDLE_TIMEOUT_MS,
+      maxHeaderBytes: c.KEEL_MAX_HEADER_BYTES,
+      maxSessionsPerAddress: c.KEEL_MAX_SESSIONS_PER_ADDRESS,
+    },
     dataDir: path.resolve(c.KEEL_DATA_DIR),
     databaseUrl: c.DATABASE_URL,
     embeddedPgPort: c.KEEL_EMBEDDED_PG_PORT,
@@ -103,12 +175,16 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     leaseMs: c.KEEL_LEASE_MS,
     idlePollMs: c.KEEL_IDLE_POLL_MS,
     readFlushMs: c.KEEL_READ_FLUSH_MS,
+    durability: c.KEEL_DURABILITY,
     maxMessageBytes: c.KEEL_MAX_MESSAGE_BYTES,
     maxTextBytes: c.KEEL_MAX_TEXT_BYTES,
     defaultDeadlineMs: c.KEEL_DEFAULT_DEADLINE_MS,
     maxDeadlineMs: c.KEEL_MAX_DEADLINE_MS,
     logLevel: c.KEEL_LOG_LEVEL,
     maxConcurrentRootRuns: c.KEEL_MAX_CONCURRENT_ROOT_RUNS,
+    secretEnvPrefixes: c.KEEL_SECRET_ENV_PREFIXES.split(","),
+    modelEndpoints: c.KEEL_MODEL_ENDPOINTS.split(",").map((entry) => entry.trim()).filter((entry) => entry !== ""),
+    retention: { days: c.KEEL_RETENTION_DAYS, sweepMs: c.KEEL_RETENTION_SWEEP_MS },
     sandbox: {
       heartbeatMs: c.KEEL_SANDBOX_HEARTBEAT_MS,
       reconnectGraceMs: c.KEEL_SANDBOX_RECONNECT_GRACE_MS,

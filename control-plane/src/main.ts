@@ -27,6 +27,7 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel token create --role operator|admin [--name L] [--expires-in 30d]
   keel token list | keel token revoke TOKEN_ID
   keel gc [--older-than 30d] [--dry-run]
+  keel gc [--older-than 30d] [--dry-run]
   keel sandbox-agent --control-plane URL --token T [--backend docker|process] [--host-id ID]
         [--capacity N] [--label k=v]... [--image I]... [--warm-pool N] [--data-dir D]
         [--allow-unsandboxed] [--ca F] [--tls-cert F --tls-key F] [--insecure]
@@ -172,6 +173,10 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       case "token": {
         const { tokenCommand } = await import("./cli/token-command.js");
         return await tokenCommand(rest, () => loadConfig(env), out);
+      }
+      case "gc": {
+        const { gcCommand } = await import("./cli/gc-command.js");
+        return await gcCommand(rest, () => loadConfig(env), out);
       }
       case "gc": {
         const { gcCommand } = await import("./cli/gc-command.js");

@@ -19,8 +19,16 @@ import { RequestQueue } from "./request-queue.js";
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceBackend, type WorkspaceLimits } from "./workspace-backend.js";
 import { createWorkspaceCommands, type RequestInit } from "./workspace-commands.js";
 
+/** PEM texts for dialling an https:// control plane: its CA (default: the system CAs) and a client certificate for mTLS. */
+export interface AgentTlsMaterial {
+  readonly ca?: string;
+  readonly cert?: string;
+  readonly key?: string;
+}
+
 export interface SandboxAgentOptions {
   readonly controlPlaneUrl: string;
+  readonly tls?: AgentTlsMaterial;
   readonly token: string;
   readonly hostId: string;
   readonly capacity: number;
@@ -146,6 +154,7 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
       // A control plane that vanished without closing the connection is noticed by pings.
       pingIntervalMs: 10_000,
       pingTimeoutMs: 10_000,
+      ...(options.tls === undefined ? {} : { nodeOptions: { ...options.tls } }),
     });
     const client = createClient(SandboxService, transport);
     const queue = new RequestQueue(flushHeld);

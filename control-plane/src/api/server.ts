@@ -1,7 +1,9 @@
 import { setMaxListeners } from "node:events";
 import http from "node:http";
 import http2 from "node:http2";
+import https from "node:https";
 import type { AddressInfo } from "node:net";
+import { isLoopbackHost } from "../../../common/loopback.js";
 import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
@@ -10,10 +12,12 @@ import { EmissionService } from "../../../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../../../gen/keel/v1/ingress_service_pb.js";
 import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
+import { authGate } from "./auth-gate.js";
 import { authInterceptor, defaultDeadlineInterceptor, type TokenVerifier } from "./auth.js";
 import { errorMappingInterceptor } from "./error-mapping.js";
 import { nulStringInterceptor } from "./request-strings.js";
 import { registerReflection } from "./reflection-service.js";
+import type { Http2Limits } from "../config.js";
 
 export const KEEL_SERVICES = [IngressService, EmissionService, RunService, AgentService, SandboxService] as const;
 
@@ -27,6 +31,12 @@ const CLOSE_GRACE_MS = 2_000;
  */
 const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
 const SESSION_WINDOW_BYTES = 16 * 1024 * 1024;
+/** A TLS handshake that takes longer than this is dropped: a half-open handshake holds a socket. */
+const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+/** Services only sandbox hosts call: with a client CA configured, they need a verified client certificate. */
+const CLIENT_CERT_SERVICES: ReadonlySet<string> = new Set([SandboxService.typeName]);
+/** The metrics scrape reads the ledger: an operator's (or admin's) token, never anonymous. */
+const ROLE_PATHS = { "/metrics": ["operator"] } as const;
 
 export interface ServiceImpls {
   readonly ingress: ServiceImpl<typeof IngressService>;
@@ -40,14 +50,27 @@ export interface ServerLimits {
   readonly maxMessageBytes: number;
   readonly defaultDeadlineMs: number;
   readonly maxDeadlineMs: number;
+  readonly http2?: Http2Limits;
+}
+
+export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 100, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 128 };
+
+/** PEM certificate and key; with clientCa, SandboxService callers must present a certificate it signed. */
+export interface TlsMaterial {
+  readonly cert: string | Buffer;
+  readonly key: string | Buffer;
+  readonly clientCa?: string | Buffer;
 }
 
 export interface ListenOptions {
   readonly host: string;
-  /** HTTP/2 cleartext: gRPC, gRPC-Web and Connect. */
+  /** HTTP/2 (cleartext, or TLS with ALPN h2 and http/1.1): gRPC, gRPC-Web and Connect. */
   readonly port: number;
-  /** HTTP/1.1: Connect JSON and gRPC-Web for browsers and curl. */
+  /** HTTP/1.1 (or HTTPS): Connect JSON and gRPC-Web for browsers and curl. */
   readonly http1Port: number;
+  /** Serve both listeners over TLS; without it they are plaintext, which needs loopback or `insecure`. */
+  readonly tls?: TlsMaterial;
+  readonly insecure?: boolean;
 }
 
 export interface KeelServer {
@@ -85,17 +108,12 @@ export function createKeelServer(
     fallback,
   });
 
-  const h2 = http2.createServer({ maxSessionMemory: 64, settings: { initialWindowSize: STREAM_WINDOW_BYTES } }, handler);
-  const h1 = http.createServer(handler);
-  h1.requestTimeout = limits.maxDeadlineMs;
+  const h2Limits = limits.http2 ?? DEFAULT_HTTP2_LIMITS;
   const sessions = new Set<http2.ServerHttp2Session>();
-  h2.on("session", (session) => {
-    sessions.add(session);
-    session.setLocalWindowSize(SESSION_WINDOW_BYTES);
-    session.on("close", () => sessions.delete(session));
-  });
+  let h2: http2.Http2Server | http2.Http2SecureServer | undefined;
+  let h1: http.Server | undefined;
 
-  const listenOn = (server: http.Server | http2.Http2Server, host: string, port: number) =>
+  const listenOn = (server: http.Server | http2.Http2Server | http2.Http2SecureServer, host: string, port: number) =>
     new Promise<number>((resolve, reject) => {
       server.once("error", reject);
       server.listen(port, host, () => resolve((server.address() as AddressInfo).port));
@@ -103,20 +121,28 @@ export function createKeelServer(
 
   return {
     async listen(options) {
+      if (options.tls === undefined && options.insecure !== true && !isLoopbackHost(options.host)) {
+        throw new Error(`refusing to serve plaintext on ${options.host}, which is not loopback: configure TLS or pass --insecure`);
+      }
+      const clientCertServices = options.tls?.clientCa === undefined ? new Set<string>() : CLIENT_CERT_SERVICES;
+      const gated = authGate(verifier, handler, { clientCertServices, rolePaths: ROLE_PATHS });
+      h2 = createHttp2Server(options.tls, h2Limits, gated, sessions);
+      h1 = createHttp1Server(options.tls, h2Limits, gated);
+      h1.requestTimeout = limits.maxDeadlineMs;
       const port = await listenOn(h2, options.host, options.port);
       const http1Port = await listenOn(h1, options.host, options.http1Port);
       const host = options.host.includes(":") ? `[${options.host}]` : options.host;
-      return { url: `http://${host}:${port}`, http1Url: `http://${host}:${http1Port}` };
+      const scheme = options.tls === undefined ? "http" : "https";
+      return { url: `${scheme}://${host}:${port}`, http1Url: `${scheme}://${host}:${http1Port}` };
     },
     async close() {
       shutdown.abort(new Error("server shutting down"));
       // Idle HTTP/2 sessions (clients keep them for reuse) would hold close() open forever.
       for (const session of sessions) session.close();
-      h1.closeAllConnections();
-      const closed = Promise.all([
-        new Promise<void>((resolve) => (h2.listening ? h2.close(() => resolve()) : resolve())),
-        new Promise<void>((resolve) => (h1.listening ? h1.close(() => resolve()) : resolve())),
-      ]);
+      h1?.closeAllConnections();
+      const closeServer = (server: { listening: boolean; close(done: () => void): unknown } | undefined) =>
+        new Promise<void>((resolve) => (server?.listening === true ? server.close(() => resolve()) : resolve()));
+      const closed = Promise.all([closeServer(h2), closeServer(h1)]);
       // A graceful session close waits for every open stream, and a stream whose response has
       // ended can stay half-open for good: an oversized request is refused without reading the
       // rest of its body, so the client never finishes sending. After a grace period, cut them.
@@ -126,5 +152,87 @@ export function createKeelServer(
       for (const session of sessions) session.destroy();
       await closed;
     },
+  };
+}
+
+type Handler = (request: http.IncomingMessage | http2.Http2ServerRequest, response: http.ServerResponse | http2.Http2ServerResponse) => void;
+
+/**
+ * The HTTP/2 listener: TLS with ALPN h2 (and http/1.1 for Connect and gRPC-Web clients) when
+ * given a certificate, else cleartext HTTP/2. Bounded per connection (streams, header bytes,
+ * memory), per remote address (connections), and in time (idle connections are closed).
+ */
+function createHttp2Server(
+  tls: TlsMaterial | undefined,
+  limits: Http2Limits,
+  handler: Handler,
+  sessions: Set<http2.ServerHttp2Session>,
+): http2.Http2Server | http2.Http2SecureServer {
+  const options: http2.ServerOptions = {
+    maxSessionMemory: 64,
+    maxHeaderListPairs: 128,
+    settings: { initialWindowSize: STREAM_WINDOW_BYTES, maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderBytes },
+  };
+  const server =
+    tls === undefined
+      ? http2.createServer(options, handler)
+      : http2.createSecureServer(
+          {
+            ...options,
+            ...tlsOptions(tls),
+            allowHTTP1: true,
+            ALPNProtocols: ["h2", "http/1.1"],
+          },
+          handler,
+        );
+  const perAddress = new Map<string, number>();
+  const openStreams = new WeakMap<http2.ServerHttp2Session, number>();
+  server.on("session", (session: http2.ServerHttp2Session) => {
+    const address = session.socket?.remoteAddress ?? "unknown";
+    const count = (perAddress.get(address) ?? 0) + 1;
+    perAddress.set(address, count);
+    sessions.add(session);
+    openStreams.set(session, 0);
+    session.on("close", () => {
+      sessions.delete(session);
+      const left = (perAddress.get(address) ?? 1) - 1;
+      if (left <= 0) perAddress.delete(address);
+      else perAddress.set(address, left);
+    });
+    if (count > limits.maxSessionsPerAddress) {
+      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      session.destroy();
+      return;
+    }
+    session.setLocalWindowSize(SESSION_WINDOW_BYTES);
+    session.on("stream", (stream: http2.ServerHttp2Stream) => {
+      openStreams.set(session, (openStreams.get(session) ?? 0) + 1);
+      stream.once("close", () => openStreams.set(session, (openStreams.get(session) ?? 1) - 1));
+    });
+  });
+  // Inactivity on a connection: close it when nothing is open on it (long streams keep theirs).
+  server.setTimeout(limits.idleTimeoutMs);
+  server.on("timeout", (session: http2.ServerHttp2Session) => {
+    if ((openStreams.get(session) ?? 0) === 0) session.close();
+  });
+  return server;
+}
+
+/** The HTTP/1.1 listener (HTTPS when given a certificate), with a header size bound. */
+function createHttp1Server(tls: TlsMaterial | undefined, limits: Http2Limits, handler: Handler): http.Server {
+  const options = { maxHeaderSize: limits.maxHeaderBytes };
+  const server = tls === undefined ? http.createServer(options, handler) : https.createServer({ ...options, ...tlsOptions(tls), ALPNProtocols: ["http/1.1"] }, handler);
+  server.headersTimeout = 10_000;
+  return server;
+}
+
+/** Client certificates are asked for but checked per service (auth-gate.ts), so connectors need none. */
+function tlsOptions(tls: TlsMaterial) {
+  return {
+    cert: tls.cert,
+    key: tls.key,
+    minVersion: "TLSv1.2" as const,
+    handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS,
+    ...(tls.clientCa === undefined ? {} : { ca: tls.clientCa, requestCert: true, rejectUnauthorized: false }),
   };
 }

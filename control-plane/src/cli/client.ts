@@ -9,6 +9,14 @@ export const DEV_TOKEN_FILE = "dev-token";
 export interface ClientOptions {
   readonly url: string;
   readonly token: string;
+  /** PEM of the CA that signed the server's certificate (https:// only); default: the system CAs. */
+  readonly ca?: string;
+}
+
+/** KEEL_CA: the CA file for an https:// server whose certificate is not from a system CA. */
+export function clientTls(env: Readonly<Record<string, string | undefined>>): { ca?: string } {
+  const file = env["KEEL_CA"];
+  return file === undefined || file === "" ? {} : { ca: readFileSync(file, "utf8") };
 }
 
 /** --url, KEEL_URL, or the default local server. */
@@ -30,5 +38,8 @@ export function connect<T extends DescService>(service: T, options: ClientOption
     request.header.set("authorization", `Bearer ${options.token}`);
     return next(request);
   };
-  return createClient(service, createGrpcTransport({ baseUrl: options.url, interceptors: [bearer] }));
+  return createClient(
+    service,
+    createGrpcTransport({ baseUrl: options.url, interceptors: [bearer], ...(options.ca === undefined ? {} : { nodeOptions: { ca: options.ca } }) }),
+  );
 }

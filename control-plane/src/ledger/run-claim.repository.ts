@@ -9,6 +9,7 @@ import type { ClaimedRun, RunStore } from "../runner/run-store.js";
 import { ADMISSION_LOCK, CLAIMABLE_SQL, EXECUTING_SQL, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
 import { asDate, optionalDate, raw, statement, type Sql } from "./sql.js";
+import { replayableCommit, type Durability } from "./step-commit.sql.js";
 
 interface ClaimRow {
   id: string;
@@ -45,10 +46,11 @@ const LEASE_EXPIRED = `(NOT r.paused AND r.status IN (${EXECUTING_SQL}) AND r.le
  * The oldest claimable run, held with SKIP LOCKED so other workers pass it by; for a queued one,
  * then the admission lock, which serializes every start of a queued run so the re-check in the
  * next statement (a fresh snapshot, taken after the lock) sees every start committed before it.
- * A claim lost in a database crash is harmless: the first durable commit flushes it.
+ * The claim waits for its WAL flush in strict mode; in relaxed mode it does not, as a claim lost
+ * in a database crash is harmless (the run is claimed again) and the first durable commit flushes it.
  */
-const selectCandidate = statement<CandidateParams, { id: string; status: RunStatus }>("claim_candidate")`
-  WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting),
+const selectCandidate = statement<CandidateParams & { synchronousCommit: "on" | "off" }, { id: string; status: RunStatus }>("claim_candidate")`
+  WITH durability AS (SELECT set_config('synchronous_commit', ${(p) => p.synchronousCommit}::text, true) AS setting),
   ${raw(FACTS_SET_CTES)},
   candidate AS (
     SELECT r.id, r.status FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
@@ -103,16 +105,19 @@ export interface RunClaimOptions {
   readonly clock?: Clock;
   /** The install's ceiling on concurrent root runs, across agents. */
   readonly maxConcurrentRootRuns?: number;
+  /** Whether claims wait for their WAL flush (strict, the default) or not (relaxed). */
+  readonly durability?: Durability;
 }
 
 export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}): Pick<RunStore, "claimNext" | "nextDueAt"> {
   const clock = options.clock ?? systemClock;
   const ceiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS;
+  const synchronousCommit = replayableCommit(options.durability ?? "strict");
   return {
     claimNext: (workerId, leaseMs) =>
       sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
         const at = clock.now();
-        const [candidate] = await trx.run(selectCandidate, { now: at, installCeiling: ceiling });
+        const [candidate] = await trx.run(selectCandidate, { now: at, installCeiling: ceiling, synchronousCommit });
         if (candidate === undefined) return undefined;
         const queued = candidate.status === "queued";
         const [claimed] = await trx.run(claimRun, {

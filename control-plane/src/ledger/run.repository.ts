@@ -31,7 +31,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
   return {
     ...createRunClaimRepository(sql, options),
     ...createRunHistoryRepository(sql),
-    ...createStepCommitRepository(sql),
+    ...createStepCommitRepository(sql, options.durability ?? "strict"),
     loadTriggers: loadTriggers(sql),
 
     async renewLease(runId, workerId, epoch, leaseMs) {
@@ -81,7 +81,7 @@ function observationLog(sql: Sql, runId: string, invocationId: string): Observat
 
 /**
  * One streamed observation, committed asynchronously (synchronous_commit off for this
- * transaction only), so a stream's rows do not wait for a WAL flush each. Nothing is weakened: WAL is flushed in order, so no later commit (the
+ * transaction only) in both durability modes, so a stream's rows do not wait for a WAL flush each. Nothing is weakened: WAL is flushed in order, so no later commit (the
  * exec's outcome, its step, anything a connector is told) is durable without every observation
  * before it. Only a PostgreSQL or machine crash can lose the last fraction of a second of rows,
  * and then together with everything committed after them: an exec whose outcome is not in the

@@ -5,16 +5,16 @@ import { refusedReply } from "../domain/settlement.js";
 import type { Fence, RunControlState, RunStore, Settlement, ToolOutcome } from "../runner/run-store.js";
 import { reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
 import type { Sql } from "./sql.js";
-import { controlOfHeldRun, controlOfRun, fencedCommit, fencedCommitParams, type ControlRow, type FencedChange } from "./step-commit.sql.js";
+import { controlOfHeldRun, controlOfRun, fencedCommit, fencedCommitParams, type ControlRow, type Durability, type FencedChange } from "./step-commit.sql.js";
 
-export function createStepCommitRepository(sql: Sql): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
+export function createStepCommitRepository(sql: Sql, durability: Durability): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
   /**
    * One fenced commit, as ONE statement (step-commit.sql.ts): a worker that lost its lease
    * matches nothing, writes nothing and gets LeaseLostError. One statement is one round trip
    * and its own transaction; only a commit with emissions wraps it, to reserve them in the same one.
    */
   const commitFenced = async (fence: Fence, settlement: Settlement, change: FencedChange): Promise<RunControlState> => {
-    const params = fencedCommitParams(fence, settlement, change);
+    const params = fencedCommitParams(fence, settlement, change, durability);
     const run =
       settlement.emissions.length === 0
         ? (await sql.run(fencedCommit, params))[0]

@@ -188,18 +188,33 @@ export const controlOfHeldRun = statement<Fence, ControlRow>("run_control_held")
   WHERE r.id = ${(q) => q.runId}::uuid AND r.lease_epoch = ${(q) => q.epoch}::bigint AND r.lease_owner = ${(q) => q.workerId}::text`;
 
 /**
- * Whether a commit may skip waiting for its WAL flush. Only work that is safe to lose in a
- * database crash qualifies: no emission (a connector may read a row before it is durable),
+ * How long commits wait for the WAL. strict: every commit that records a step, a model call
+ * (its usage and cost), a tool result, an artifact, a claim or an emission waits for its flush,
+ * so nothing a run paid for or was told is lost in a database crash. relaxed: replayable work
+ * (see mayCommitAsync) does not wait. In both, a stream's observation rows do not wait: the
+ * exec's outcome commits after them and its flush covers them, as WAL is flushed in order.
+ */
+export type Durability = "strict" | "relaxed";
+
+/**
+ * Whether a relaxed commit may skip waiting for its WAL flush. Only work that is safe to lose
+ * in a database crash qualifies: no emission (a connector may read a row before it is durable),
  * no write intent or outcome (intent before effect), no settled run. A later synchronous
  * commit flushes the WAL before it, so at worst a database crash forgets a replayable step
- * or a read's result, which recovery handles as it handles a dead worker.
+ * or a read's result, which recovery handles as it handles a dead worker; the model call is
+ * then made again and its lost record's usage is not counted (README, "Durability").
  */
 function mayCommitAsync(settlement: Settlement, writes: boolean): boolean {
   return !writes && settlement.emissions.length === 0 && HELD.has(settlement.status);
 }
 
+/** synchronous_commit for a transaction that is safe to lose in relaxed mode, and only there. */
+export function replayableCommit(durability: Durability): "on" | "off" {
+  return durability === "relaxed" ? "off" : "on";
+}
+
 /** The fenced commit's parameters for one settlement and what it carries. */
-export function fencedCommitParams(fence: Fence, settlement: Settlement, change: FencedChange): FencedCommitParams {
+export function fencedCommitParams(fence: Fence, settlement: Settlement, change: FencedChange, durability: Durability): FencedCommitParams {
   const step = change.step;
   const call = step?.modelCall;
   const artifacts = change.outcomes.flatMap((outcome) => outcome.artifacts.map((artifact) => ({ ...artifact, invocationId: outcome.invocationId })));
@@ -213,7 +228,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
     runId: fence.runId,
     workerId: fence.workerId,
     epoch: fence.epoch,
-    synchronousCommit: mayCommitAsync(settlement, change.writes) ? "off" : "on",
+    synchronousCommit: mayCommitAsync(settlement, change.writes) ? replayableCommit(durability) : "on",
     status: settlement.status,
     usage: JSON.stringify(settlement.usage),
     finalReply: settlement.finalReply ?? null,

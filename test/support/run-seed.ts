@@ -1,0 +1,42 @@
+// Rows a real run would have written, inserted straight into the ledger where a test needs a shape
+// the scripted model does not produce (an exec's observations, an artifact).
+import { randomUUID } from "node:crypto";
+import type pg from "pg";
+
+export interface SeededCall {
+  readonly invocationId: string;
+  readonly observationIds: readonly string[];
+}
+
+/** A tool call on a committed step, with its observations in order and, optionally, an artifact. */
+export async function seedToolCall(
+  db: pg.Client,
+  call: { readonly runId: string; readonly stepId: string; readonly ordinal?: number; readonly observations: readonly string[]; readonly artifact?: boolean },
+): Promise<SeededCall> {
+  const invocationId = randomUUID();
+  const ordinal = call.ordinal ?? 0;
+  await db.query(
+    `INSERT INTO tool_invocations (id, run_id, step_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status, result_text)
+     VALUES ($1, $2, $3, $4, $5, 'exec', '1', 'read', '{}', 'succeeded', 'done')`,
+    [invocationId, call.runId, call.stepId, `call_${ordinal}`, ordinal],
+  );
+  const observationIds: string[] = [];
+  for (const [i, text] of call.observations.entries()) {
+    const id = randomUUID();
+    observationIds.push(id);
+    await db.query("INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES ($1, $2, $3, $4, 'stdout', $5)", [
+      id,
+      call.runId,
+      invocationId,
+      i + 1,
+      text,
+    ]);
+  }
+  if (call.artifact === true) {
+    await db.query(
+      "INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data) VALUES ($1, $2, $3, 'patch', '1', 'test', 'diff')",
+      [randomUUID(), call.runId, invocationId],
+    );
+  }
+  return { invocationId, observationIds };
+}
