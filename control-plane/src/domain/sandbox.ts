@@ -1,8 +1,6 @@
 // Sandbox rules in domain terms: where a workspace path may point, which commands count as
 // reads, and how granted secrets are kept out of everything Keel stores or logs.
 
-import type { ToolEffect, ToolGrant } from "./agent.js";
-
 export const WORKSPACE_ROOT = "/workspace";
 
 export type WorkspacePath = { readonly ok: true; readonly path: string } | { readonly ok: false; readonly reason: string };
@@ -32,19 +30,8 @@ export function resolveWorkspacePath(input: string): WorkspacePath {
   return { ok: true, path: resolved };
 }
 
-/** Shell syntax that chains, redirects or substitutes: a command using any of it is never a plain read. */
-const SHELL_COMPOSITION = /[;&|<>`\n\r]|\$\(/;
-
-/**
- * An exec is a read only when the agent declared its program read-only and the command is
- * that one program with arguments: `sleep 5` may be a read, `sleep 5; rm -rf x` never is.
- */
-export function execEffect(command: string, grant: ToolGrant | undefined): ToolEffect {
-  const readOnly = grant?.readOnlyCommands ?? [];
-  if (readOnly.length === 0 || SHELL_COMPOSITION.test(command)) return "write";
-  const program = command.trim().split(/\s+/)[0] ?? "";
-  return program !== "" && readOnly.includes(program) ? "read" : "write";
-}
+// Which execs count as reads lives in exec-effect.ts; re-exported for the sandbox tools.
+export { execEffect } from "./exec-effect.js";
 
 // Redaction lives in redaction.ts; re-exported so sandbox code keeps one import.
 export {

@@ -112,7 +112,7 @@ export function createSandboxTools(options: SandboxToolOptions): ToolDefinition[
         .describe("Extra environment variables for this command"),
       timeout_ms: z.number().int().min(1).max(options.maxExecTimeoutMs).optional().describe(`Kill the command after this long (default ${options.defaultExecTimeoutMs})`),
     }),
-    effect: (args, grant) => execEffect(args.command, grant),
+    effect: (args, grant) => execEffect(args.command, grant, args.env),
     async execute(args, context) {
       return inWorkspace(context, async (workspaceId) => {
         const result = await dispatcher.exec(
