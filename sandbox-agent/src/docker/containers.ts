@@ -61,10 +61,24 @@ export function createContainers(docker: Dockerode, settings: ContainerSettings)
   const pins = createImagePins(docker, settings.log);
   const network = createWorkspaceNetwork(docker, settings.log);
 
+  /**
+   * Under the engine's userns-remap, container uid 10001 is another host uid, and the folders
+   * this agent chowns to 10001 would be unwritable inside: refuse clearly instead. Without it,
+   * every workspace shares host uid 10001 (docs/security.md says what that means).
+   */
+  async function checkUserNamespaces(): Promise<void> {
+    const info = (await docker.info()) as { SecurityOptions?: string[] };
+    if ((info.SecurityOptions ?? []).some((o) => o.includes("name=userns"))) {
+      throw new Error("the Docker engine remaps user namespaces (userns-remap); the docker backend does not map folder ownership for it yet");
+    }
+    settings.log(`docker engine without user-namespace remapping: workspaces run as host uid ${SANDBOX_USER.uid}, isolated by seccomp, no capabilities and cgroups`);
+  }
+
   function ensureRoot(): Promise<void> {
     rootReady ??= (async () => {
       await mkdir(root, { recursive: true, mode: 0o700 });
       await mkdir(recordsDir, { recursive: true, mode: 0o700 });
+      await checkUserNamespaces();
     })().catch((error: unknown) => {
       rootReady = undefined;
       throw error;
