@@ -19,6 +19,7 @@ import { createMailbox } from "./conversation/mailbox.js";
 import { systemClock, type Clock } from "./domain/clock.js";
 import { startNotificationHub } from "./ledger/notification-hub.js";
 import { migrateLedger } from "./ledger/orm.js";
+import { databaseAnswers } from "./ledger/database-health.js";
 import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
 import { createRetentionRepository } from "./ledger/retention.repository.js";
@@ -174,6 +175,7 @@ export async function buildApp(
       runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs }),
       agents: createAgentService({ agents }),
       sandbox: createSandboxService({ hub: sandboxHub, maxMessageBytes: config.maxMessageBytes }),
+      health: { databaseAnswers: () => databaseAnswers(ledger.sql, 1_000) },
     },
     tokens,
     { maxMessageBytes: config.maxMessageBytes, defaultDeadlineMs: config.defaultDeadlineMs, maxDeadlineMs: config.maxDeadlineMs },

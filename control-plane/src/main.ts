@@ -16,6 +16,7 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel serve [--dev] [--port N] [--http1-port N] [--workers N] [--durability strict|relaxed]
         [--tls-cert F --tls-key F [--tls-client-ca F]] [--insecure]
   keel cert dev [--out DIR]
+  keel health [--url U] [--ca F] [--service NAME]
   keel send --agent A --conversation C [--actor U] [--timeout-ms N] "text"
   keel runs [--agent A] [--conversation C] [--status S] [--limit N]
   keel inspect RUN_ID
@@ -49,6 +50,11 @@ Settings are environment variables (KEEL_PORT, DATABASE_URL, ...): see README.md
 export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<number> {
   const out = (line: string) => process.stdout.write(`${line}\n`);
   const [command, ...rest] = argv;
+  // `keel <command> --help` shows the usage instead of "unknown option".
+  if (command !== undefined && (rest.includes("--help") || rest.includes("-h"))) {
+    out(USAGE);
+    return 0;
+  }
   try {
     switch (command) {
       case "serve": {
@@ -221,6 +227,10 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
           if (error instanceof SandboxAgentUsageError) return usage(error.message);
           throw error;
         }
+      }
+      case "health": {
+        const { healthCommand } = await import("./cli/health-command.js");
+        return await healthCommand(rest, env, out);
       }
       case "cert": {
         const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { out: { type: "string", default: ".keel/tls" } } });

@@ -11,8 +11,8 @@ const SERVICE_ROLES: Readonly<Record<string, readonly TokenRole[]>> = {
   "keel.v1.SandboxService": ["sandbox-host"],
 };
 
-/** Reflection only describes the public contract, so `buf curl` may list it without a token. */
-const PUBLIC_SERVICES = new Set(["grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]);
+/** Reflection only describes the public contract (`buf curl` may list it), and health checkers hold no token. */
+const PUBLIC_SERVICES = new Set(["grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection", "grpc.health.v1.Health"]);
 
 /** Longest a timer may wait (setTimeout's limit); a later expiry is re-armed when it fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;

@@ -16,6 +16,7 @@ import { authGate } from "./auth-gate.js";
 import { authInterceptor, defaultDeadlineInterceptor, type TokenVerifier } from "./auth.js";
 import { errorMappingInterceptor } from "./error-mapping.js";
 import { nulStringInterceptor } from "./request-strings.js";
+import { registerHealth, type HealthDeps } from "./health-service.js";
 import { registerReflection } from "./reflection-service.js";
 import type { Http2Limits } from "../config.js";
 
@@ -44,6 +45,8 @@ export interface ServiceImpls {
   readonly runs: ServiceImpl<typeof RunService>;
   readonly agents: ServiceImpl<typeof AgentService>;
   readonly sandbox: ServiceImpl<typeof SandboxService>;
+  /** The standard health service; it reports NOT_SERVING once the server drains. */
+  readonly health: Omit<HealthDeps, "draining">;
 }
 
 export interface ServerLimits {
@@ -98,6 +101,7 @@ export function createKeelServer(
       router.service(AgentService, services.agents);
       router.service(SandboxService, services.sandbox);
       registerReflection(router, KEEL_SERVICES);
+      registerHealth(router, KEEL_SERVICES, { ...services.health, draining: shutdown.signal });
     },
     // Outermost first: every error, including auth's, goes through the one mapping.
     interceptors: [errorMappingInterceptor(log), authInterceptor(verifier), nulStringInterceptor(), defaultDeadlineInterceptor(limits.defaultDeadlineMs)],
