@@ -172,7 +172,7 @@ export async function buildApp(
         maxMessageTextBytes: config.maxTextBytes,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
-      runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs }),
+      runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({ agents }),
       sandbox: createSandboxService({ hub: sandboxHub, maxMessageBytes: config.maxMessageBytes }),
       health: { databaseAnswers: () => databaseAnswers(ledger.sql, 1_000) },

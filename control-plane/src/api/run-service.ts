@@ -6,7 +6,7 @@ import type { RunControl } from "../runner/run-control.js";
 import { optionalExternalId, requireSlug, requireUuid } from "../domain/ids.js";
 import type { RunRecord } from "../domain/records.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
-import { parseRunsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
+import { DEFAULT_STEPS_PAGE_BYTES, parseRunsPageToken, parseStepsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
 import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
 import { pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
@@ -16,12 +16,22 @@ export interface RunServiceDeps {
   readonly control: RunControl;
   readonly hub: NotificationHub;
   readonly pollMs: number;
+  /** The server's limit on one message: a ListRunSteps page reads at most half of it in records. */
+  readonly maxReplyBytes?: number;
 }
 
 /** A ListRuns token the ledger did not issue is the caller's mistake (the ledger defines the format). */
 function requireRunsPageToken(token: string): string {
   if (token !== "" && parseRunsPageToken(token) === undefined) {
     throw new InvalidArgumentError("page_token", "is not a page token from ListRuns");
+  }
+  return token;
+}
+
+/** ListRunSteps tokens, the same: a garbage token is refused, never read as "from the start". */
+function requireStepsPageToken(token: string): string {
+  if (token !== "" && parseStepsPageToken(token) === undefined) {
+    throw new InvalidArgumentError("page_token", "is not a page token from ListRunSteps");
   }
   return token;
 }
@@ -62,8 +72,10 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     },
     async listRunSteps(request) {
       const runId = requireUuid("run_id", request.runId);
+      const pageToken = requireStepsPageToken(request.pageToken);
       await mustGetRun(runId);
-      const page = await deps.runs.listSteps(runId, pageSizeOf(request.pageSize), request.pageToken);
+      const budget = deps.maxReplyBytes === undefined ? DEFAULT_STEPS_PAGE_BYTES : Math.floor(deps.maxReplyBytes / 2);
+      const page = await deps.runs.listSteps(runId, pageSizeOf(request.pageSize), pageToken, budget);
       return { steps: page.items.map(runStepToProto), nextPageToken: page.nextPageToken };
     },
     async getRunStep(request) {

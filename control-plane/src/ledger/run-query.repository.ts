@@ -37,9 +37,14 @@ import {
   type ToolInvocationRow,
 } from "./rows/ledger-rows.js";
 import { encodeRunsPageToken, listRunsPage, parseRunsPageToken, selectRun } from "./run-view.sql.js";
-import { decodePageToken, encodePageToken, raw, statement, type Sql } from "./sql.js";
+import { raw, statement, type Sql } from "./sql.js";
+import { budgetedObservations, encodeStepsPageToken, parseStepsPageToken, stepsWithinBudget, type StepsCursor } from "./run-steps-page.js";
 
 export { parseRunsPageToken } from "./run-view.sql.js";
+export { parseStepsPageToken } from "./run-steps-page.js";
+
+/** A ListRunSteps page's default budget for its records' bytes; the API passes one below its message limit. */
+export const DEFAULT_STEPS_PAGE_BYTES = 1024 * 1024;
 
 export interface RunFilter {
   readonly agentId?: string;
@@ -51,7 +56,8 @@ export interface RunFilter {
 export interface RunQueries {
   getRun(runId: string): Promise<RunRecord | undefined>;
   listRuns(filter: RunFilter, pageSize: number, pageToken: string): Promise<Page<RunRecord>>;
-  listSteps(runId: string, pageSize: number, pageToken: string): Promise<Page<RunStepRecord>>;
+  /** At most pageSize steps and about budgetBytes of their records; a token it did not issue throws. */
+  listSteps(runId: string, pageSize: number, pageToken: string, budgetBytes?: number): Promise<Page<RunStepRecord>>;
   getStep(runId: string, stepId: string): Promise<RunStepRecord | undefined>;
   listArtifacts(runId: string): Promise<readonly ArtifactRecord[]>;
   eventsAfter(runId: string, afterSeq: number, limit: number): Promise<readonly RunEventRecord[]>;
@@ -67,9 +73,14 @@ const limit = (p: { readonly limit: number }) => p.limit;
 const triggersOfRuns = statement<{ ids: readonly string[] }, RunTriggerRow>("run_query_triggers")`
   SELECT ${raw(RUN_TRIGGER_COLUMNS("t"))} FROM run_triggers t WHERE t.run_id = ANY(${ids}::uuid[]) ORDER BY t.received_at, t.ordinal`;
 
-const stepsAfter = statement<{ runId: string; afterIndex: number; limit: number }, RunStepRow>("run_query_steps")`
-  SELECT ${raw(RUN_STEP_COLUMNS("s"))} FROM run_steps s
-  WHERE s.run_id = ${runId}::uuid AND s.index > ${(p) => p.afterIndex} ORDER BY s.index LIMIT ${limit}`;
+/** Steps from an index, each with its stored size apart from observations (read without detoasting). */
+const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number }, RunStepRow & { detail_bytes: number }>("run_query_steps")`
+  SELECT ${raw(RUN_STEP_COLUMNS("s"))},
+    (coalesce((SELECT sum(pg_column_size(m.request) + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = s.id), 0)
+     + coalesce((SELECT sum(pg_column_size(i.arguments) + coalesce(octet_length(i.result_text), 0)) FROM tool_invocations i WHERE i.step_id = s.id), 0)
+    )::float8 AS detail_bytes
+  FROM run_steps s
+  WHERE s.run_id = ${runId}::uuid AND s.index >= ${(p) => p.fromIndex} ORDER BY s.index LIMIT ${limit}`;
 
 const selectStep = statement<{ runId: string; stepId: string }, RunStepRow>("run_query_step")`
   SELECT ${raw(RUN_STEP_COLUMNS("s"))} FROM run_steps s WHERE s.run_id = ${runId}::uuid AND s.id = ${(p) => p.stepId}::uuid`;
@@ -120,14 +131,26 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
     return byRun;
   };
 
-  const stepsWithDetail = async (steps: readonly RunStepRow[]): Promise<RunStepRecord[]> => {
+  /**
+   * Steps with their model calls, invocations and observations. `observationsFor` reads the
+   * observations of the invocations kept (all of them unless a page reads within its budget);
+   * `keep` drops invocations a page does not carry.
+   */
+  const stepsWithDetail = async (
+    steps: readonly RunStepRow[],
+    observationsFor: (invocations: readonly ToolInvocationRow[]) => Promise<readonly ObservationRow[]> = (found) =>
+      found.length === 0 ? Promise.resolve([]) : sql.run(observationsOf, { ids: found.map((i) => i.id) }),
+    keep: (invocation: ToolInvocationRow) => boolean = () => true,
+    withoutModelCall?: string,
+  ): Promise<RunStepRecord[]> => {
     if (steps.length === 0) return [];
     const stepIds = steps.map((s) => s.id);
-    const [calls, invocations] = await Promise.all([
-      sql.run(modelCallsOfSteps, { ids: stepIds }).then((found) => withWholeRequests(sql, found)),
+    const [calls, allInvocations] = await Promise.all([
+      sql.run(modelCallsOfSteps, { ids: stepIds.filter((id) => id !== withoutModelCall) }).then((found) => withWholeRequests(sql, found)),
       sql.run(invocationsOfSteps, { ids: stepIds }),
     ]);
-    const observations = invocations.length === 0 ? [] : await sql.run(observationsOf, { ids: invocations.map((i) => i.id) });
+    const invocations = allInvocations.filter(keep);
+    const observations = await observationsFor(invocations);
     const invocationsByStep = new Map<string, ToolInvocationRecord[]>();
     for (const row of invocations) {
       if (row.step_id === null) continue;
@@ -184,19 +207,50 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       };
     },
 
-    async listSteps(id, pageSize, pageToken) {
-      const afterIndex = Number(decodePageToken(pageToken) ?? -1);
-      const found = await sql.run(stepsAfter, {
-        runId: id,
-        afterIndex: Number.isFinite(afterIndex) ? afterIndex : -1,
-        limit: pageSize + 1,
-      });
-      const page = found.slice(0, pageSize);
-      const last = page.at(-1);
-      return {
-        items: await stepsWithDetail(page),
-        nextPageToken: found.length > pageSize && last !== undefined ? encodePageToken(String(last.index)) : "",
+    async listSteps(id, pageSize, pageToken, budgetBytes = DEFAULT_STEPS_PAGE_BYTES) {
+      const cursor: StepsCursor | undefined = pageToken === "" ? { kind: "after", index: -1 } : parseStepsPageToken(pageToken);
+      // The API refuses a token it did not issue (run-service.ts); here one is a caller's bug.
+      if (cursor === undefined) throw new Error("listSteps: not a page token from listSteps");
+      const fromIndex = cursor.kind === "after" ? cursor.index + 1 : cursor.index;
+      const found = await sql.run(stepsFrom, { runId: id, fromIndex, limit: pageSize + 1 });
+      const kept = stepsWithinBudget(found.slice(0, pageSize), budgetBytes);
+      const page = found.slice(0, kept);
+      const detailBytes = page.reduce((sum, step) => sum + Number(step.detail_bytes), 0);
+      const within = cursor.kind === "within" ? cursor : undefined;
+      const first = page[0];
+      // A continued step carries only the invocations from the one that was cut.
+      const carried = (row: ToolInvocationRow) => within === undefined || row.step_id !== first?.id || Number(row.ordinal) >= within.ordinal;
+      let cut: { stepIndex: number; ordinal: number; seq: number } | undefined;
+      const readObservations = async (invocations: readonly ToolInvocationRow[]): Promise<ObservationRow[]> => {
+        const indexOf = new Map(page.map((step) => [step.id, Number(step.index)]));
+        const paged = invocations.filter((row) => row.step_id !== null && indexOf.has(row.step_id));
+        if (paged.length === 0) return [];
+        const rows = await sql.run(budgetedObservations, {
+          ids: paged.map((row) => row.id),
+          stepIndexes: paged.map((row) => indexOf.get(row.step_id ?? "") ?? 0),
+          ordinals: paged.map((row) => Number(row.ordinal)),
+          fromIndex: within?.index ?? -1,
+          fromOrdinal: within?.ordinal ?? 0,
+          afterSeq: within?.afterSeq ?? 0,
+          budget: Math.max(0, budgetBytes - detailBytes),
+        });
+        const last = rows.at(-1);
+        if (last !== undefined && Number(last.remaining) > 0) {
+          cut = { stepIndex: Number(last.step_index), ordinal: Number(last.ordinal), seq: Number(last.seq) };
+        }
+        return rows;
       };
+      let items = await stepsWithDetail(page, readObservations, carried, within === undefined ? undefined : first?.id);
+      if (cut !== undefined) {
+        // The page ends inside the step that was cut; what follows it comes on the next page.
+        const at = cut;
+        items = items
+          .filter((step) => step.index <= at.stepIndex)
+          .map((step) => (step.index === at.stepIndex ? { ...step, toolInvocations: step.toolInvocations.filter((i) => i.ordinal <= at.ordinal) } : step));
+        return { items, nextPageToken: encodeStepsPageToken({ kind: "within", index: at.stepIndex, ordinal: at.ordinal, afterSeq: at.seq }) };
+      }
+      const last = page.at(-1);
+      return { items, nextPageToken: found.length > kept && last !== undefined ? encodeStepsPageToken({ kind: "after", index: Number(last.index) }) : "" };
     },
 
     async getStep(id, stepId) {

@@ -1,0 +1,102 @@
+// ListRunSteps under issue #12 (items 11, 12): a page holds at most about half the server's message
+// limit of records, read within that budget (a step with more output continues on the next page,
+// each observation sent once, in order), and a page token it did not issue is InvalidArgument.
+import { randomUUID } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RunService, type ListRunStepsResponse } from "../gen/keel/v1/run_service_pb.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { connectClient, grpcClient } from "./support/clients.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { seedToolCall } from "./support/run-seed.js";
+
+const MAX_MESSAGE_BYTES = 512 * 1024;
+const CHUNK = 100 * 1024;
+
+describe("ListRunSteps paging", () => {
+  let keel: TestKeel;
+  let db: pg.Client;
+  const runId = randomUUID();
+  /** Every observation id the run has, per invocation, in seq order. */
+  const expected = new Map<string, string[]>();
+  const stepIds: string[] = [];
+
+  beforeAll(async () => {
+    keel = await startTestKeel({ workers: 0, env: { KEEL_MAX_MESSAGE_BYTES: String(MAX_MESSAGE_BYTES) } });
+    db = new pg.Client({ connectionString: keel.databaseUrl });
+    await db.connect();
+    const conversationId = randomUUID();
+    await db.query("INSERT INTO actors (id) VALUES ('someone') ON CONFLICT DO NOTHING");
+    await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, 'paging', 'test')", [conversationId, DEMO_AGENT.id]);
+    await db.query(
+      `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, finished_at)
+       VALUES ($1, $2, $3, 'test', 'succeeded', 'someone', '{}', '{}', now())`,
+      [runId, DEMO_AGENT.id, conversationId],
+    );
+    // 1.4 MB of output in step 0, a quiet step 1, and two calls of 0.5 MB each in step 2: three times the message limit.
+    const shape = [[14], [0], [5, 5]];
+    for (const [index, calls] of shape.entries()) {
+      const stepId = randomUUID();
+      stepIds.push(stepId);
+      await db.query(
+        "INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, lease_epoch, started_at) VALUES ($1, $2, $3, 'replayable', 'running', 1, now())",
+        [stepId, runId, index],
+      );
+      for (const [ordinal, chunks] of calls.entries()) {
+        const texts = Array.from({ length: chunks }, (_, i) => `${String.fromCharCode(97 + i)}`.repeat(CHUNK));
+        const seeded = await seedToolCall(db, { runId, stepId, ordinal, observations: texts });
+        expected.set(seeded.invocationId, [...seeded.observationIds]);
+      }
+    }
+  });
+  afterAll(async () => {
+    await db?.end();
+    await keel?.stop();
+  });
+
+  it("pages a run with three times the message limit of output, each observation once and in order", async () => {
+    for (const client of [connectClient(RunService, keel.url, keel.tokens.operator), grpcClient(RunService, keel.url, keel.tokens.operator)]) {
+      const seen = new Map<string, string[]>();
+      const stepsSeen: string[] = [];
+      let pageToken = "";
+      let pages = 0;
+      do {
+        const page: ListRunStepsResponse = await client.listRunSteps({ runId, pageToken, pageSize: 500 });
+        let bytes = 0;
+        for (const step of page.steps) {
+          if (stepsSeen.at(-1) !== step.id) stepsSeen.push(step.id);
+          for (const invocation of step.toolInvocations) {
+            const list = seen.get(invocation.id) ?? [];
+            for (const observation of invocation.observations) {
+              list.push(observation.id);
+              bytes += observation.text.length;
+            }
+            seen.set(invocation.id, list);
+          }
+        }
+        expect(bytes).toBeLessThanOrEqual(MAX_MESSAGE_BYTES / 2);
+        pageToken = page.nextPageToken;
+        pages++;
+      } while (pageToken !== "" && pages < 50);
+      expect(pageToken).toBe("");
+      expect(stepsSeen).toEqual(stepIds);
+      expect(seen).toEqual(expected);
+      // 2.4 MB at under 256 KiB a page.
+      expect(pages).toBeGreaterThanOrEqual(10);
+    }
+  });
+
+  it("refuses a page token it did not issue as InvalidArgument naming page_token", async () => {
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const garbage = ["not a token", Buffer.from("banana").toString("base64url"), Buffer.from("within:1:x:2").toString("base64url"), "%%%"];
+    for (const pageToken of garbage) {
+      const refused = await runs.listRunSteps({ runId, pageToken }).then(
+        () => undefined,
+        (error: unknown) => ConnectError.from(error),
+      );
+      expect(refused?.code, pageToken).toBe(Code.InvalidArgument);
+      expect(refused?.rawMessage).toMatch(/^page_token: /);
+    }
+  });
+});
