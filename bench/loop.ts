@@ -48,7 +48,7 @@ interface Options {
   readonly durability: Durability;
 }
 
-const readTool = defineTool<{ key: string }>({
+export const readTool = defineTool<{ key: string }>({
   name: "bench.read",
   version: 1,
   description: "Returns a short fixed observation (a read that costs nothing).",
@@ -59,7 +59,7 @@ const readTool = defineTool<{ key: string }>({
   },
 });
 
-function benchAgent(iterations: number): AgentSpec {
+export function benchAgent(iterations: number): AgentSpec {
   const usage = { inputTokens: 100, outputTokens: 10 };
   const call = scriptedTurn("", [toolCall("bench.read.v1", { key: "k" })], usage);
   const done = scriptedTurn("done", [], usage);
@@ -207,7 +207,7 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
   });
 }
 
-async function submit(db: pg.Client, key: string, status: "queued" | "running" = "queued"): Promise<string> {
+export async function submit(db: pg.ClientBase, key: string, status: "queued" | "running" = "queued"): Promise<string> {
   // Submitting through SQL keeps the gRPC path out of this benchmark; first-slice covers it.
   const runId = randomUUID();
   const conversationId = randomUUID();
@@ -232,7 +232,7 @@ async function submit(db: pg.Client, key: string, status: "queued" | "running" =
   return runId;
 }
 
-async function waitForAll(db: pg.Client, ids: readonly string[]): Promise<void> {
+export async function waitForAll(db: pg.ClientBase, ids: readonly string[]): Promise<void> {
   const deadline = Date.now() + 600_000;
   for (;;) {
     const { rows } = await db.query<{ open: string; failed: string }>(

@@ -16,6 +16,10 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     describe: "harness overhead per loop iteration and steps/s, 1 and 16 concurrent runs, against a raw SQL transaction of the same rows",
     load: () => import("./loop.js"),
   },
+  peers: {
+    describe: "the loop workload through Keel, Restate and DBOS Transact beside a raw 2-row transaction, in strict and relaxed durability",
+    load: () => import("./peers.js"),
+  },
   sandbox: {
     describe: "warm-pool acquisition, exec round trip and observation streaming on a real Docker engine and sandbox agent, against raw dockerode",
     load: () => import("./sandbox.js"),

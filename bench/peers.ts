@@ -1,0 +1,151 @@
+// Peers benchmark: the loop workload (one instant model turn and one instant read tool per
+// iteration, each recorded durably) through Keel, Restate and DBOS Transact, beside a raw
+// two-row PostgreSQL transaction, in one sitting and in each durability mode: strict (every
+// system flushes what it records before going on) and relaxed (Keel's relaxed mode, PostgreSQL's
+// synchronous_commit off for DBOS and raw, Restate's log fsync off). Per system: p50/p99 of one
+// iteration with one loop running alone, and iterations/s with --concurrent loops at once.
+// A peer that cannot start is skipped with its reason.
+//
+//   npm run bench -- peers [--iterations 100] [--concurrent 16] [--warmup 1] [--durability strict|relaxed|both]
+//                          [--peers keel,restate,dbos,raw]
+import { parseArgs } from "node:util";
+import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
+import { dbosPeer, shutDownDbos } from "./peers/dbos-peer.js";
+import { keelPeer } from "./peers/keel-peer.js";
+import { measure, type PeerFigures, type PeerKind } from "./peers/peer.js";
+import { rawPeer } from "./peers/raw-peer.js";
+import { closeRestateEndpoint, restatePeer } from "./peers/restate-peer.js";
+import { benchDurability, durabilitySettings, ms, table, withBenchPostgres, type Durability } from "./support.js";
+import pg from "pg";
+
+/** The issue's bar: Keel's p50 at most these fractions of each peer's, its throughput at least these multiples. */
+const TARGETS = { restate: { p50: 0.8, tput: 1.2 }, dbos: { p50: 0.5, tput: 2 } } as const;
+const NAMES = ["keel", "restate", "dbos", "raw"] as const;
+type Name = (typeof NAMES)[number];
+
+interface Options {
+  readonly iterations: number;
+  readonly concurrent: number;
+  readonly warmup: number;
+  readonly modes: readonly Durability[];
+  readonly peers: readonly Name[];
+}
+
+function parseOptions(args: readonly string[]): Options {
+  const { values } = parseArgs({
+    args: [...args],
+    options: {
+      iterations: { type: "string", default: "100" },
+      concurrent: { type: "string", default: "16" },
+      warmup: { type: "string", default: "1" },
+      durability: { type: "string", default: "both" },
+      peers: { type: "string", default: NAMES.join(",") },
+    },
+  });
+  const whole = (name: string, value: string, min: number): number => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
+    return n;
+  };
+  const peers = values.peers.split(",").map((name) => name.trim());
+  for (const name of peers) if (!(NAMES as readonly string[]).includes(name)) throw new Error(`--peers: unknown peer ${JSON.stringify(name)} (known: ${NAMES.join(", ")})`);
+  return {
+    iterations: whole("iterations", values.iterations, 2),
+    concurrent: whole("concurrent", values.concurrent, 1),
+    warmup: whole("warmup", values.warmup, 0),
+    modes: values.durability === "both" ? ["strict", "relaxed"] : [benchDurability(values.durability)],
+    peers: peers as Name[],
+  };
+}
+
+type Outcome = { readonly figures: PeerFigures; readonly setup: string } | { readonly skipped: string };
+
+export default async function peersBench(args: readonly string[]): Promise<void> {
+  const options = parseOptions(args);
+  const progress = (line: string) => process.stderr.write(`[peers] ${line}\n`);
+  allowHeapGrowthForStreaming();
+
+  await withBenchPostgres("peers", progress, async (postgres) => {
+    const kinds: Record<Name, PeerKind> = {
+      keel: keelPeer(postgres.url, options.concurrent),
+      restate: restatePeer(),
+      dbos: dbosPeer(postgres.url, options.concurrent),
+      raw: rawPeer(postgres.url, options.concurrent),
+    };
+    const db = new pg.Client({ connectionString: postgres.url });
+    await db.connect();
+    const settings = await durabilitySettings(db).finally(() => db.end());
+    const lines: string[] = [];
+    try {
+      for (const mode of options.modes) {
+        const outcomes = new Map<Name, Outcome>();
+        for (const name of options.peers) {
+          const kind = kinds[name];
+          progress(`${mode}: ${kind.name} (${kind.describe(mode)})`);
+          outcomes.set(name, await run(kind, mode, options, progress));
+        }
+        lines.push(...report(mode, outcomes, options, settings));
+      }
+    } finally {
+      await shutDownDbos().catch((error: unknown) => progress(`stopping DBOS: ${String(error)}`));
+      await closeRestateEndpoint();
+    }
+    process.stdout.write(`${lines.join("\n")}\n`);
+  });
+}
+
+async function run(kind: PeerKind, mode: Durability, options: Options, progress: (line: string) => void): Promise<Outcome> {
+  let peer;
+  try {
+    peer = await kind.start(mode, options.iterations);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    progress(`${kind.name} skipped: ${reason}`);
+    return { skipped: reason.split("\n")[0] ?? reason };
+  }
+  try {
+    const figures = await measure(peer, { iterations: options.iterations, concurrent: options.concurrent, warmupLoops: options.warmup });
+    progress(`${kind.name}: p50 ${ms(figures.single.p50)} ms, ${figures.perSecond.toFixed(1)} iterations/s`);
+    return { figures, setup: kind.describe(mode) };
+  } finally {
+    await peer.stop();
+  }
+}
+
+function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options: Options, settings: string): string[] {
+  const figures = (name: Name): PeerFigures | undefined => {
+    const outcome = outcomes.get(name);
+    return outcome !== undefined && "figures" in outcome ? outcome.figures : undefined;
+  };
+  const rows = [...outcomes].map(([name, outcome]) =>
+    "figures" in outcome
+      ? [name === "raw" ? "raw PostgreSQL, 2-row txn" : name, ms(outcome.figures.single.p50), ms(outcome.figures.single.p99), outcome.figures.perSecond.toFixed(1), outcome.setup]
+      : [name, "-", "-", "-", `skipped: ${outcome.skipped}`],
+  );
+  const keel = figures("keel");
+  const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? "NA" : (a / b).toFixed(2));
+  const value = (n: number | undefined, digits: number) => (n === undefined ? "NA" : n.toFixed(digits));
+  const verdicts = (["restate", "dbos"] as const).map((peer) => {
+    const other = figures(peer);
+    if (keel === undefined || other === undefined) return `${peer}: not measured`;
+    const p50 = keel.single.p50 / other.single.p50;
+    const tput = keel.perSecond / other.perSecond;
+    const ok = p50 <= TARGETS[peer].p50 && tput >= TARGETS[peer].tput;
+    return `${peer}: p50 ${p50.toFixed(2)}x (<= ${TARGETS[peer].p50}), throughput ${tput.toFixed(2)}x (>= ${TARGETS[peer].tput}) ${ok ? "met" : "MISSED"}`;
+  });
+  const restate = figures("restate");
+  const dbos = figures("dbos");
+  return [
+    "",
+    `peers, mode=${mode}: ${options.iterations} iterations per loop (one instant model turn + one instant read tool), 1 loop alone, then ${options.concurrent} at once; ` +
+      `${options.warmup} warm-up loop(s) each; embedded PostgreSQL 17 (${settings})`,
+    "",
+    ...table(["system", "p50_ms", "p99_ms", `iterations/s, ${options.concurrent} loops`, "setup"], rows),
+    "",
+    `targets (keel against each peer): ${verdicts.join("; ")}`,
+    `RESULT mode=${mode} keel_p50_ms=${value(keel?.single.p50, 2)} restate_p50_ms=${value(restate?.single.p50, 2)} dbos_p50_ms=${value(dbos?.single.p50, 2)} ` +
+      `keel_per_s=${value(keel?.perSecond, 1)} restate_per_s=${value(restate?.perSecond, 1)} dbos_per_s=${value(dbos?.perSecond, 1)} ` +
+      `vs_restate_p50=${ratio(keel?.single.p50, restate?.single.p50)} vs_restate_tput=${ratio(keel?.perSecond, restate?.perSecond)} ` +
+      `vs_dbos_p50=${ratio(keel?.single.p50, dbos?.single.p50)} vs_dbos_tput=${ratio(keel?.perSecond, dbos?.perSecond)}`,
+  ];
+}
