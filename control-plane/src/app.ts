@@ -1,6 +1,7 @@
 // Builds Keel from a validated config. main.ts (and tests) start what this returns.
 import path from "node:path";
-import { pino, type Logger } from "pino";
+import type { Logger } from "pino";
+import { isLoopbackHost } from "../../common/loopback.js";
 import { createAgentService } from "./api/agent-service.js";
 import { createEmissionService } from "./api/emission-service.js";
 import { createIngressService } from "./api/ingress-service.js";
@@ -8,6 +9,8 @@ import { createRunService } from "./api/run-service.js";
 import { createSandboxService } from "./api/sandbox-service.js";
 import { createKeelServer, type KeelServer } from "./api/server.js";
 import type { KeelConfig } from "./config.js";
+import { LOOPBACK_ENDPOINTS } from "./domain/agent.js";
+import { createKeelLogger, secretValuesOf } from "./logger.js";
 import { createAgentRepository, type AgentRepository } from "./ledger/agent.repository.js";
 import { createApiTokenRepository, type ApiTokenRepository } from "./ledger/api-token.repository.js";
 import { createScopeLookups } from "./ledger/token-scope.repository.js";
@@ -99,7 +102,7 @@ export async function buildApp(
   env: Readonly<Record<string, string | undefined>>,
   options: BuildOptions = {},
 ): Promise<KeelApp> {
-  const logger = options.log ?? pino({ level: config.logLevel, base: { service: "keel" } });
+  const logger = options.log ?? createKeelLogger({ level: config.logLevel, secretValues: secretValuesOf(env, config.secretEnvPrefixes) });
   const ledger = await openKeelLedger(config, logger);
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
   const agents = createAgentRepository(ledger.sql);
@@ -173,7 +176,15 @@ export async function buildApp(
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
       runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
-      agents: createAgentService({ agents }),
+      agents: createAgentService({
+        agents,
+        bounds: {
+          secretEnvPrefixes: config.secretEnvPrefixes,
+          // A server on loopback is a local install: models on this machine need no listing there.
+          modelEndpoints: [...config.modelEndpoints, ...(isLoopbackHost(config.host) ? [LOOPBACK_ENDPOINTS] : [])],
+          isLoopbackHost,
+        },
+      }),
       sandbox: createSandboxService({ hub: sandboxHub, maxMessageBytes: config.maxMessageBytes }),
       health: { databaseAnswers: () => databaseAnswers(ledger.sql, 1_000) },
     },
@@ -225,6 +236,7 @@ export async function buildApp(
         maxInvalidTurns: 3,
         readFlushMs: config.readFlushMs,
         controlChanges: (listener) => hub.subscribe("keel_run_control", listener),
+        secretEnv: env,
       };
       const pool = startWorkerPool(
         options.wrapRunnerDeps?.(deps) ?? deps,

@@ -3,17 +3,26 @@ import { AgentService } from "../../../gen/keel/v1/agent_service_pb.js";
 import { NotFoundError } from "../domain/errors.js";
 import { requireSlug } from "../domain/ids.js";
 import type { AgentRepository } from "../ledger/agent.repository.js";
-import { agentSpecFromProto, agentSpecToProto } from "./agent-spec-convert.js";
+import { agentSpecFromProto, agentSpecToProto, type AgentSpecBounds } from "./agent-spec-convert.js";
 import { pageSizeOf } from "./validate.js";
 
 export interface AgentServiceDeps {
   readonly agents: AgentRepository;
+  /** Where specs may read secrets from and which model endpoints they may name. */
+  readonly bounds: Omit<AgentSpecBounds, "allowUnlistedEndpoints">;
 }
+
+/**
+ * Sent with PutAgent to accept a model endpoint off KEEL_MODEL_ENDPOINTS. Only admins reach this
+ * service; the header makes the choice explicit per call rather than a standing setting.
+ */
+export const ALLOW_UNLISTED_ENDPOINT_HEADER = "keel-allow-unlisted-model-endpoint";
 
 export function createAgentService(deps: AgentServiceDeps): ServiceImpl<typeof AgentService> {
   return {
-    async putAgent(request) {
-      const stored = await deps.agents.put(agentSpecFromProto(request.agent));
+    async putAgent(request, context) {
+      const allowUnlistedEndpoints = context.requestHeader.get(ALLOW_UNLISTED_ENDPOINT_HEADER) === "true";
+      const stored = await deps.agents.put(agentSpecFromProto(request.agent, { ...deps.bounds, allowUnlistedEndpoints }));
       return { agent: agentSpecToProto(stored) };
     },
     async getAgent(request) {

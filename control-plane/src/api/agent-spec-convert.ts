@@ -8,11 +8,14 @@ import {
 } from "../../../gen/keel/v1/agent_pb.js";
 import { ToolEffectSchema } from "../../../gen/keel/v1/run_pb.js";
 import {
+  AGENT_SPEC_LIMITS,
   DEFAULT_GRAPH_CEILINGS,
   DEFAULT_INTERRUPT_SETTINGS,
   DEFAULT_MAX_CONCURRENT_ROOT_RUNS,
   DEFAULT_MODEL_TIMEOUT_MS,
   DEFAULT_SANDBOX_IMAGE,
+  modelEndpointAllowed,
+  secretEnvAllowed,
   withBudgetDefaults,
   type AgentSpec,
   type InterruptScope,
@@ -26,6 +29,32 @@ import { fromEnum, toEnum } from "./convert.js";
 
 const TOOL_NAME = /^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*\.v[1-9][0-9]*$/;
 const ENV_VAR = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const LIMITS = AGENT_SPEC_LIMITS;
+
+/** What a submitted spec may name beyond its own numbers: where secrets and model endpoints may come from. */
+export interface AgentSpecBounds {
+  /** Prefixes of the control plane's variables a secret or API key may be read from. */
+  readonly secretEnvPrefixes: readonly string[];
+  /** Allowed model base URLs (`loopback` for any on this machine); see modelEndpointAllowed. */
+  readonly modelEndpoints: readonly string[];
+  /** An admin asked for an endpoint off the list explicitly. */
+  readonly allowUnlistedEndpoints: boolean;
+  readonly isLoopbackHost: (host: string) => boolean;
+}
+
+/** A number within [0, max] (zero keeps meaning "the default"), or InvalidArgument naming the field. */
+function upTo(field: string, value: number | bigint, max: number): number {
+  if (value < 0 || value > max) throw new InvalidArgumentError(field, `must be between 0 and ${max}, not ${value}`);
+  return Number(value);
+}
+
+function secretEnv(field: string, name: string, bounds: AgentSpecBounds): string {
+  if (!ENV_VAR.test(name)) throw new InvalidArgumentError(field, "must be an environment variable name");
+  if (!secretEnvAllowed(name, bounds.secretEnvPrefixes)) {
+    throw new InvalidArgumentError(field, `must start with ${bounds.secretEnvPrefixes.join(" or ")} (secrets are read only from such variables)`);
+  }
+  return name;
+}
 
 /** An agent that names no model gets the offline, deterministic one. */
 const SCRIPTED_MODEL: ModelSpec = {
@@ -38,7 +67,7 @@ const SCRIPTED_MODEL: ModelSpec = {
   timeoutMs: DEFAULT_MODEL_TIMEOUT_MS,
 };
 
-function modelFromProto(field: string, model: ModelSpecProto | undefined, fallback: ModelSpec | undefined): ModelSpec {
+function modelFromProto(field: string, model: ModelSpecProto | undefined, fallback: ModelSpec | undefined, bounds: AgentSpecBounds): ModelSpec {
   if (model === undefined) return fallback ?? SCRIPTED_MODEL;
   const provider = model.provider === "" ? "scripted" : model.provider;
   if (provider !== "scripted" && provider !== "openai") {
@@ -49,18 +78,22 @@ function modelFromProto(field: string, model: ModelSpecProto | undefined, fallba
     if (!/^https?:\/\//.test(model.endpoint)) {
       throw new InvalidArgumentError(`${field}.endpoint`, "must be an http(s) base URL for provider openai");
     }
+    // The API key goes to this URL: only listed endpoints, unless an admin says otherwise explicitly.
+    if (!bounds.allowUnlistedEndpoints && !modelEndpointAllowed(model.endpoint, bounds.modelEndpoints, bounds.isLoopbackHost)) {
+      const listed = bounds.modelEndpoints.length === 0 ? "none are listed" : `allowed: ${bounds.modelEndpoints.join(", ")}`;
+      throw new InvalidArgumentError(`${field}.endpoint`, `is not on the model endpoint allow-list (KEEL_MODEL_ENDPOINTS; ${listed})`);
+    }
   }
-  if (model.apiKeyEnv !== "" && !ENV_VAR.test(model.apiKeyEnv)) {
-    throw new InvalidArgumentError(`${field}.api_key_env`, "must be an environment variable name");
-  }
+  if (model.apiKeyEnv !== "") secretEnv(`${field}.api_key_env`, model.apiKeyEnv, bounds);
+  const price = (name: string, value: bigint | undefined) => upTo(`${field}.prices.${name}`, value ?? 0n, LIMITS.model.microUsdPerMtok);
   return {
     provider,
     model: model.model,
     endpoint: model.endpoint,
     apiKeyEnv: model.apiKeyEnv,
     prices: {
-      inputMicroUsdPerMtok: Number(model.prices?.inputMicroUsdPerMtok ?? 0n),
-      outputMicroUsdPerMtok: Number(model.prices?.outputMicroUsdPerMtok ?? 0n),
+      inputMicroUsdPerMtok: price("input_micro_usd_per_mtok", model.prices?.inputMicroUsdPerMtok),
+      outputMicroUsdPerMtok: price("output_micro_usd_per_mtok", model.prices?.outputMicroUsdPerMtok),
     },
     scriptedTurns: model.scriptedTurns.map((turn, i) => ({
       replyText: turn.replyText,
@@ -70,11 +103,11 @@ function modelFromProto(field: string, model: ModelSpecProto | undefined, fallba
         }
         return { toolName: call.toolName, argumentsJson: call.argumentsJson === "" ? "{}" : call.argumentsJson };
       }),
-      delayMs: turn.delayMs,
-      inputTokens: turn.inputTokens,
-      outputTokens: turn.outputTokens,
+      delayMs: upTo(`${field}.scripted_turns[${i}].delay_ms`, turn.delayMs, LIMITS.scriptedTurn.delayMs),
+      inputTokens: upTo(`${field}.scripted_turns[${i}].input_tokens`, turn.inputTokens, LIMITS.scriptedTurn.tokens),
+      outputTokens: upTo(`${field}.scripted_turns[${i}].output_tokens`, turn.outputTokens, LIMITS.scriptedTurn.tokens),
     })),
-    timeoutMs: model.timeoutMs > 0 ? model.timeoutMs : DEFAULT_MODEL_TIMEOUT_MS,
+    timeoutMs: model.timeoutMs > 0 ? upTo(`${field}.timeout_ms`, model.timeoutMs, LIMITS.model.timeoutMs) : DEFAULT_MODEL_TIMEOUT_MS,
   };
 }
 
@@ -99,19 +132,22 @@ function policyFromProto(spec: AgentSpecProto): Policy {
   };
 }
 
-export function agentSpecFromProto(spec: AgentSpecProto | undefined): AgentSpec {
+export function agentSpecFromProto(spec: AgentSpecProto | undefined, bounds: AgentSpecBounds): AgentSpec {
   if (spec === undefined) throw new InvalidArgumentError("agent", "is required");
   const id = requireSlug("agent.id", spec.id);
-  const primary = modelFromProto("agent.models.primary", spec.models?.primary, undefined);
+  const primary = modelFromProto("agent.models.primary", spec.models?.primary, undefined, bounds);
   const interrupt = spec.interrupt;
+  const budget = (name: string, key: keyof typeof LIMITS.budget, value: number | bigint | undefined) =>
+    upTo(`agent.budget.${name}`, value ?? 0, LIMITS.budget[key]);
+  const graph = (name: string, key: keyof typeof LIMITS.graph, value: number | undefined) => upTo(`agent.graph.${name}`, value ?? 0, LIMITS.graph[key]);
   return {
     id,
     displayName: spec.displayName === "" ? id : spec.displayName,
     systemPrompt: spec.systemPrompt,
     models: {
       primary,
-      fast: modelFromProto("agent.models.fast", spec.models?.fast, primary),
-      decision: modelFromProto("agent.models.decision", spec.models?.decision, primary),
+      fast: modelFromProto("agent.models.fast", spec.models?.fast, primary, bounds),
+      decision: modelFromProto("agent.models.decision", spec.models?.decision, primary, bounds),
     },
     tools: spec.tools.map((grant, i) => {
       if (!TOOL_NAME.test(grant.toolName)) throw new InvalidArgumentError(`agent.tools[${i}].tool_name`, "must look like ns.name.vN");
@@ -119,42 +155,43 @@ export function agentSpecFromProto(spec: AgentSpecProto | undefined): AgentSpec 
     }),
     policy: policyFromProto(spec),
     budget: withBudgetDefaults({
-      maxWallClockMs: spec.budget?.maxWallClockMs ?? 0,
-      maxIterations: spec.budget?.maxIterations ?? 0,
-      maxModelCalls: spec.budget?.maxModelCalls ?? 0,
-      maxToolCalls: spec.budget?.maxToolCalls ?? 0,
-      maxInputTokens: Number(spec.budget?.maxInputTokens ?? 0n),
-      maxOutputTokens: Number(spec.budget?.maxOutputTokens ?? 0n),
-      maxOutputBytes: Number(spec.budget?.maxOutputBytes ?? 0n),
-      maxCostMicroUsd: Number(spec.budget?.maxCostMicroUsd ?? 0n),
+      maxWallClockMs: budget("max_wall_clock_ms", "maxWallClockMs", spec.budget?.maxWallClockMs),
+      maxIterations: budget("max_iterations", "maxIterations", spec.budget?.maxIterations),
+      maxModelCalls: budget("max_model_calls", "maxModelCalls", spec.budget?.maxModelCalls),
+      maxToolCalls: budget("max_tool_calls", "maxToolCalls", spec.budget?.maxToolCalls),
+      maxInputTokens: budget("max_input_tokens", "maxInputTokens", spec.budget?.maxInputTokens),
+      maxOutputTokens: budget("max_output_tokens", "maxOutputTokens", spec.budget?.maxOutputTokens),
+      maxOutputBytes: budget("max_output_bytes", "maxOutputBytes", spec.budget?.maxOutputBytes),
+      maxCostMicroUsd: budget("max_cost_micro_usd", "maxCostMicroUsd", spec.budget?.maxCostMicroUsd),
     }),
     interrupt: {
-      coalesceWindowMs: interrupt?.coalesceWindowMs ?? DEFAULT_INTERRUPT_SETTINGS.coalesceWindowMs,
+      coalesceWindowMs: upTo("agent.interrupt.coalesce_window_ms", interrupt?.coalesceWindowMs ?? DEFAULT_INTERRUPT_SETTINGS.coalesceWindowMs, LIMITS.interrupt.coalesceWindowMs),
       scope: fromEnum<InterruptScope>(InterruptScopeSchema, interrupt?.scope ?? 0) ?? DEFAULT_INTERRUPT_SETTINGS.scope,
-      maxSupersessions: interrupt?.maxSupersessions || DEFAULT_INTERRUPT_SETTINGS.maxSupersessions,
-      supersessionCeilingMs: interrupt?.supersessionCeilingMs || DEFAULT_INTERRUPT_SETTINGS.supersessionCeilingMs,
+      maxSupersessions: upTo("agent.interrupt.max_supersessions", interrupt?.maxSupersessions ?? 0, LIMITS.interrupt.maxSupersessions) || DEFAULT_INTERRUPT_SETTINGS.maxSupersessions,
+      supersessionCeilingMs:
+        upTo("agent.interrupt.supersession_ceiling_ms", interrupt?.supersessionCeilingMs ?? 0, LIMITS.interrupt.supersessionCeilingMs) ||
+        DEFAULT_INTERRUPT_SETTINGS.supersessionCeilingMs,
     },
     graph: {
-      maxNodes: spec.graph?.maxNodes || DEFAULT_GRAPH_CEILINGS.maxNodes,
-      maxDepth: spec.graph?.maxDepth || DEFAULT_GRAPH_CEILINGS.maxDepth,
-      maxParallelism: spec.graph?.maxParallelism || DEFAULT_GRAPH_CEILINGS.maxParallelism,
-      maxRevisions: spec.graph?.maxRevisions || DEFAULT_GRAPH_CEILINGS.maxRevisions,
-      maxReplans: spec.graph?.maxReplans || DEFAULT_GRAPH_CEILINGS.maxReplans,
+      maxNodes: graph("max_nodes", "maxNodes", spec.graph?.maxNodes) || DEFAULT_GRAPH_CEILINGS.maxNodes,
+      maxDepth: graph("max_depth", "maxDepth", spec.graph?.maxDepth) || DEFAULT_GRAPH_CEILINGS.maxDepth,
+      maxParallelism: graph("max_parallelism", "maxParallelism", spec.graph?.maxParallelism) || DEFAULT_GRAPH_CEILINGS.maxParallelism,
+      maxRevisions: graph("max_revisions", "maxRevisions", spec.graph?.maxRevisions) || DEFAULT_GRAPH_CEILINGS.maxRevisions,
+      maxReplans: graph("max_replans", "maxReplans", spec.graph?.maxReplans) || DEFAULT_GRAPH_CEILINGS.maxReplans,
     },
     profile: {
       name: spec.profile?.name || "solution_delivered",
-      version: spec.profile?.version || 1,
+      version: upTo("agent.profile.version", spec.profile?.version ?? 0, LIMITS.profileVersion) || 1,
     },
     sandbox: {
       image: spec.sandbox?.image || DEFAULT_SANDBOX_IMAGE,
       labels: spec.sandbox?.labels ?? [],
       secrets: (spec.sandbox?.secrets ?? []).map((secret, i) => {
         if (!ENV_VAR.test(secret.envVar)) throw new InvalidArgumentError(`agent.sandbox.secrets[${i}].env_var`, "must be an environment variable name");
-        if (!ENV_VAR.test(secret.sourceEnv)) throw new InvalidArgumentError(`agent.sandbox.secrets[${i}].source_env`, "must be an environment variable name");
-        return { envVar: secret.envVar, sourceEnv: secret.sourceEnv };
+        return { envVar: secret.envVar, sourceEnv: secretEnv(`agent.sandbox.secrets[${i}].source_env`, secret.sourceEnv, bounds) };
       }),
     },
-    maxConcurrentRootRuns: spec.maxConcurrentRootRuns || DEFAULT_MAX_CONCURRENT_ROOT_RUNS,
+    maxConcurrentRootRuns: upTo("agent.max_concurrent_root_runs", spec.maxConcurrentRootRuns, LIMITS.maxConcurrentRootRuns) || DEFAULT_MAX_CONCURRENT_ROOT_RUNS,
     revision: 0,
   };
 }

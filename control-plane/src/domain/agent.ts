@@ -170,3 +170,63 @@ export function withBudgetDefaults(budget: Partial<RunBudget>): RunBudget {
     maxCostMicroUsd: pick("maxCostMicroUsd"),
   };
 }
+
+/**
+ * The largest value each number of a submitted agent spec may take (zero still means "the
+ * default"): within the SQL type it ends up in (an int column, a jsonb number the SQL casts)
+ * and far beyond what a sane agent needs, so a typo is refused at PutAgent, not failed later.
+ */
+export const AGENT_SPEC_LIMITS = {
+  maxConcurrentRootRuns: 10_000,
+  budget: {
+    maxWallClockMs: 7 * 24 * 3_600_000,
+    maxIterations: 10_000,
+    maxModelCalls: 10_000,
+    maxToolCalls: 100_000,
+    maxInputTokens: 1_000_000_000,
+    maxOutputTokens: 1_000_000_000,
+    maxOutputBytes: 1024 ** 4,
+    maxCostMicroUsd: 1_000_000_000_000,
+  } satisfies RunBudget,
+  interrupt: { coalesceWindowMs: 3_600_000, maxSupersessions: 1_000, supersessionCeilingMs: 24 * 3_600_000 },
+  graph: { maxNodes: 1_000, maxDepth: 100, maxParallelism: 1_000, maxRevisions: 100, maxReplans: 100 } satisfies GraphCeilings,
+  profileVersion: 1_000,
+  model: { timeoutMs: 3_600_000, microUsdPerMtok: 1_000_000_000 },
+  scriptedTurn: { delayMs: 3_600_000, tokens: 100_000_000 },
+} as const;
+
+/** Secret variables are read only from names with an allowed prefix (never DATABASE_URL and the like). */
+export const DEFAULT_SECRET_ENV_PREFIXES: readonly string[] = ["KEEL_SECRET_"];
+
+/** Whether a secret may be read from the control plane's variable `name`. */
+export function secretEnvAllowed(name: string, prefixes: readonly string[]): boolean {
+  return prefixes.some((prefix) => prefix !== "" && name.startsWith(prefix) && name.length > prefix.length);
+}
+
+/** The allow-list entry that admits every model endpoint on this machine's loopback. */
+export const LOOPBACK_ENDPOINTS = "loopback";
+
+/**
+ * Whether a model endpoint is on the allow-list: an entry admits URLs with its scheme, host and
+ * port whose path is its path or below it; `loopback` admits any loopback http(s) URL.
+ */
+export function modelEndpointAllowed(endpoint: string, allowList: readonly string[], isLoopbackHost: (host: string) => boolean): boolean {
+  const url = parseUrl(endpoint);
+  if (url === undefined || url.username !== "" || url.password !== "") return false;
+  return allowList.some((entry) => {
+    if (entry === LOOPBACK_ENDPOINTS) return isLoopbackHost(url.hostname);
+    const allowed = parseUrl(entry);
+    if (allowed === undefined || allowed.origin !== url.origin) return false;
+    const base = allowed.pathname.endsWith("/") ? allowed.pathname : `${allowed.pathname}/`;
+    return url.pathname === allowed.pathname || `${url.pathname}/` === base || url.pathname.startsWith(base);
+  });
+}
+
+function parseUrl(text: string): URL | undefined {
+  try {
+    const url = new URL(text);
+    return url.protocol === "http:" || url.protocol === "https:" ? url : undefined;
+  } catch {
+    return undefined;
+  }
+}

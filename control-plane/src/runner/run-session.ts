@@ -7,6 +7,7 @@ import type { BudgetCheck } from "../domain/budget.js";
 import type { CompactionOptions } from "../domain/compaction.js";
 import type { PreviousModelRequest } from "../domain/model-request.js";
 import type { CommitBoundary, RunStatus, RunUsage } from "../domain/run.js";
+import { createRunRedactor, runSecrets, type RunRedactor } from "../domain/redaction.js";
 import type { ObservationText } from "../domain/sandbox.js";
 import type { SettlementAudience } from "../domain/settlement.js";
 import type { ModelProvider } from "../models/model-provider.js";
@@ -45,6 +46,8 @@ export interface RunnerDeps {
    * Without it, a held read's control state is read after every read.
    */
   readonly controlChanges?: (listener: (runId: string) => void) => () => void;
+  /** Where the run's granted secret values are read from (the control plane's environment), to redact them. */
+  readonly secretEnv?: Readonly<Record<string, string | undefined>>;
 }
 
 export interface StepContext {
@@ -103,6 +106,8 @@ export class RunSession {
   previousRequest: PreviousModelRequest | undefined;
   readonly fence: Fence;
   readonly log: Logger;
+  /** This claim's secrets, kept out of every text the phases commit (model turns, results, replies). */
+  readonly redactor: RunRedactor;
 
   constructor(
     readonly deps: RunnerDeps,
@@ -123,6 +128,7 @@ export class RunSession {
     this.triggerCount = claimed.triggerCount;
     this.commitBoundary = claimed.commitBoundary;
     this.log = deps.log.child({ runId: claimed.runId, workerId: context.workerId, epoch: claimed.epoch });
+    this.redactor = createRunRedactor(runSecrets(claimed.agent, deps.secretEnv ?? {}));
   }
 
   get store(): RunStore {
@@ -158,7 +164,9 @@ export class RunSession {
     this.history = { ...this.history, steps: [...this.history.steps, committed] };
   }
 
-  async commitToolOutcome(commit: ToolOutcomeCommit): Promise<void> {
+  /** Commits a call's outcome, redacted: every tool result (run, recovered, refused) passes here. */
+  async commitToolOutcome(unredacted: ToolOutcomeCommit): Promise<void> {
+    const commit = this.redactor.active ? redactedOutcome(unredacted, this.redactor) : unredacted;
     this.control = await this.store.commitToolOutcome(commit);
     const settle = (invocation: InvocationState): InvocationState =>
       invocation.id !== commit.invocationId ? invocation : settledInvocation(invocation, commit);
@@ -252,4 +260,18 @@ export class RunSession {
     const log = this.store.observationLog(this.claimed.runId, invocationId);
     return (stream, text) => log.append(stream, text);
   }
+}
+
+function redactedOutcome(commit: ToolOutcomeCommit, redactor: RunRedactor): ToolOutcomeCommit {
+  return {
+    ...commit,
+    resultText: redactor.text(commit.resultText),
+    summary: redactor.text(commit.summary),
+    ...(commit.refusalReason === undefined ? {} : { refusalReason: redactor.text(commit.refusalReason) }),
+    artifacts: commit.artifacts.map((artifact) => ({
+      ...artifact,
+      ...(artifact.inlineData === undefined ? {} : { inlineData: redactor.text(artifact.inlineData) }),
+      ...(artifact.reference === undefined ? {} : { reference: redactor.text(artifact.reference) }),
+    })),
+  };
 }

@@ -8,8 +8,10 @@ import type { InvocationState, Settlement } from "./run-store.js";
 import { PARK, type Next, type RunSession, type SettleOutcome, type StepDraft } from "./run-session.js";
 
 /** The run's terminal status with its reply and the ack that replaces the hourglass. */
-export function settlementFor(session: RunSession, status: RunStatus, outcome: SettleOutcome): Settlement {
+export function settlementFor(session: RunSession, status: RunStatus, unredacted: SettleOutcome): Settlement {
   session.usage = { ...session.usage, wallClockMs: session.elapsed() };
+  // Every reply, error and ack of a run's end is built here: the one place they are redacted.
+  const outcome = redactedOutcome(session, unredacted);
   return {
     status,
     usage: session.usage,
@@ -17,6 +19,17 @@ export function settlementFor(session: RunSession, status: RunStatus, outcome: S
     summary: outcome.summary,
     ...(outcome.finalReply === undefined ? {} : { finalReply: outcome.finalReply }),
     ...(outcome.error === undefined ? {} : { error: outcome.error }),
+  };
+}
+
+function redactedOutcome(session: RunSession, outcome: SettleOutcome): SettleOutcome {
+  const { redactor } = session;
+  if (!redactor.active) return outcome;
+  return {
+    summary: redactor.text(outcome.summary),
+    ...(outcome.replyText === undefined ? {} : { replyText: redactor.text(outcome.replyText) }),
+    ...(outcome.finalReply === undefined ? {} : { finalReply: redactor.text(outcome.finalReply) }),
+    ...(outcome.error === undefined ? {} : { error: redactor.text(outcome.error) }),
   };
 }
 
@@ -76,7 +89,7 @@ export async function parkForInput(session: RunSession, invocation: Pick<Invocat
     step: undefined,
     status: "awaiting_input",
     usage: session.usage,
-    emissions: [questionDraft(session.audience(), invocation.id, question)],
+    emissions: [questionDraft(session.audience(), invocation.id, session.redactor.text(question))],
     summary: "asked the conversation a question",
   });
   return PARK;

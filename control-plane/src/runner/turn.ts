@@ -44,7 +44,9 @@ export async function takeTurn(session: RunSession): Promise<Next> {
   const startedAt = deps.now();
   const called = await callModel(session, spec, messages, tools);
   if (called.kind !== "turn") return called;
-  const turn = called.turn;
+  // Redacted before anything uses it: the step, the reply and the calls' arguments (so what runs
+  // is what the ledger holds, and a replay after a crash runs the same) never carry a secret.
+  const turn = session.redactor.turn(called.turn);
   const latencyMs = deps.now().getTime() - startedAt.getTime();
   const cost = costMicroUsd(turn.usage, spec.prices);
   session.usage = {
