@@ -251,23 +251,23 @@ describe("OpenAI model provider over HTTP", () => {
   it("names a missing API key variable without calling the server", async () => {
     const server = await serve(() => ({ kind: "reply", text: "unreachable" }));
     const provider = createOpenAiModelProvider({ env: { OTHER: "x" } });
-    const error = await expectProviderError(complete(provider, spec(server, { apiKeyEnv: "KEEL_TEST_MISSING_KEY" })));
-    expect(error.message).toContain("KEEL_TEST_MISSING_KEY");
+    const error = await expectProviderError(complete(provider, spec(server, { apiKeyEnv: "KEEL_SECRET_TEST_MISSING_KEY" })));
+    expect(error.message).toContain("KEEL_SECRET_TEST_MISSING_KEY");
     expect(server.requests).toHaveLength(0);
   });
 
   it("sends the key from apiKeyEnv as a bearer token, and never leaks it in errors", async () => {
     const key = "sk-test-secret-123";
     const server = await serve(() => ({ kind: "reply", text: "authorized" }), { apiKey: key });
-    const good = createOpenAiModelProvider({ env: { KEEL_TEST_KEY: key } });
+    const good = createOpenAiModelProvider({ env: { KEEL_SECRET_TEST_KEY: key } });
 
-    const turn = await complete(good, spec(server, { apiKeyEnv: "KEEL_TEST_KEY" }));
+    const turn = await complete(good, spec(server, { apiKeyEnv: "KEEL_SECRET_TEST_KEY" }));
     expect(turn.text).toBe("authorized");
     expect(server.headers[0]?.authorization).toBe(`Bearer ${key}`);
 
     const wrongKey = "sk-wrong-456";
-    const bad = createOpenAiModelProvider({ env: { KEEL_TEST_KEY: wrongKey } });
-    const error = await expectProviderError(complete(bad, spec(server, { apiKeyEnv: "KEEL_TEST_KEY" })));
+    const bad = createOpenAiModelProvider({ env: { KEEL_SECRET_TEST_KEY: wrongKey } });
+    const error = await expectProviderError(complete(bad, spec(server, { apiKeyEnv: "KEEL_SECRET_TEST_KEY" })));
     expect(error.message).toContain("401");
     expect(error.message).not.toContain(wrongKey);
     expect(server.headers[1]?.authorization).toBe(`Bearer ${wrongKey}`);

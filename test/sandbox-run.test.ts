@@ -66,7 +66,7 @@ const ALPHA = sandboxAgent(
     ),
     turn([], { reply: "alpha done" }),
   ],
-  { secrets: [{ envVar: "DEPLOY_TOKEN", sourceEnv: "KEEL_TEST_CANARY" }] },
+  { secrets: [{ envVar: "DEPLOY_TOKEN", sourceEnv: "KEEL_SECRET_TEST_CANARY" }] },
 );
 
 const BETA = sandboxAgent("beta", [
@@ -93,7 +93,7 @@ describe.skipIf(skip)("runs in sandbox workspaces", () => {
       agents: [BUILDER, ALPHA, BETA],
       log: keelLog.logger("debug"),
       env: {
-        KEEL_TEST_CANARY: CANARY,
+        KEEL_SECRET_TEST_CANARY: CANARY,
         KEEL_SANDBOX_KEEP_MS: "0",
         KEEL_SANDBOX_SWEEP_MS: "200",
         KEEL_SANDBOX_HEARTBEAT_MS: "1000",

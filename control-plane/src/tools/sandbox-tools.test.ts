@@ -8,7 +8,7 @@ const unused = new Proxy({}, { get: () => () => Promise.reject(new Error("not ca
 const registry = createToolRegistry(
   createSandboxTools({ dispatcher: unused, env: {}, defaultExecTimeoutMs: 1000, maxExecTimeoutMs: 5000, maxOutputBytes: 1024 }),
 );
-const agent = { ...DEMO_AGENT, sandbox: { ...DEMO_AGENT.sandbox, secrets: [{ envVar: "API_TOKEN", sourceEnv: "SOURCE_TOKEN" }] } };
+const agent = { ...DEMO_AGENT, sandbox: { ...DEMO_AGENT.sandbox, secrets: [{ envVar: "API_TOKEN", sourceEnv: "KEEL_SECRET_SOURCE_TOKEN" }] } };
 
 describe("sandbox tools", () => {
   it("validates paths when the call is checked, and stores them resolved", () => {
@@ -28,8 +28,8 @@ describe("sandbox tools", () => {
   });
 
   it("grants the run the secrets its agent names, from the control plane's environment", () => {
-    expect(grantFor({ runId: "r", agent }, { SOURCE_TOKEN: "v" }).secrets).toEqual({ API_TOKEN: "v" });
-    expect(() => grantFor({ runId: "r", agent }, {})).toThrow(/API_TOKEN from SOURCE_TOKEN, which is not set/);
+    expect(grantFor({ runId: "r", agent }, { KEEL_SECRET_SOURCE_TOKEN: "v" }).secrets).toEqual({ API_TOKEN: "v" });
+    expect(() => grantFor({ runId: "r", agent }, {})).toThrow(/API_TOKEN from KEEL_SECRET_SOURCE_TOKEN, which is not set/);
   });
 
   it("shows the model how the command ended and the end of its output", () => {
