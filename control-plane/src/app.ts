@@ -189,7 +189,7 @@ export async function buildApp(
       health: { databaseAnswers: () => databaseAnswers(ledger.sql, 1_000) },
     },
     tokens,
-    { maxMessageBytes: config.maxMessageBytes, defaultDeadlineMs: config.defaultDeadlineMs, maxDeadlineMs: config.maxDeadlineMs },
+    { maxMessageBytes: config.maxMessageBytes, defaultDeadlineMs: config.defaultDeadlineMs, maxDeadlineMs: config.maxDeadlineMs, http2: config.http2 },
     logger,
     (request, response) => {
       if (request.url === "/healthz") {

@@ -1,0 +1,215 @@
+// What a client without a token can make the server do (issue #12, item 5): a call is refused
+// from its headers alone, before its body is read; /metrics needs a token; HTTP/2 connections
+// are bounded in streams, header bytes, count per address and idle time. A real server, raw
+// node:http2 sessions where the wire matters, and real grpc-js / Connect / gRPC-Web clients.
+import http2 from "node:http2";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EmissionService } from "../gen/keel/v1/emission_service_pb.js";
+import { RunService } from "../gen/keel/v1/run_service_pb.js";
+import { startListeningKeel, type ListeningKeel } from "./support/tls-keel.js";
+
+const FOUR_MIB = 4 * 1024 * 1024;
+const MAX_SESSIONS = 6;
+
+/** A gRPC frame header announcing a message of `length` bytes (uncompressed). */
+function grpcPrefix(length: number): Buffer {
+  const prefix = Buffer.alloc(5);
+  prefix.writeUInt32BE(length, 1);
+  return prefix;
+}
+
+function connectSession(url: string): Promise<http2.ClientHttp2Session> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(url);
+    session.once("error", reject);
+    session.once("remoteSettings", () => resolve(session));
+  });
+}
+
+interface Answer {
+  readonly headers: http2.IncomingHttpHeaders & http2.IncomingHttpStatusHeader;
+  readonly endStream: boolean;
+  readonly body: string;
+  readonly rstCode: number | undefined;
+}
+
+/**
+ * Sends the headers and the first 64 KiB of a body announced as 4 MiB, and never the rest: only
+ * a server that decides from the headers can answer. Resolves with the answer, or undefined if
+ * none came within `waitMs`.
+ */
+function unfinishedUpload(session: http2.ClientHttp2Session, path: string, headers: Record<string, string>, waitMs: number): Promise<Answer | undefined> {
+  return new Promise((resolve) => {
+    const stream = session.request({ ":method": "POST", ":path": path, te: "trailers", ...headers });
+    const isGrpc = headers["content-type"]?.startsWith("application/grpc") === true;
+    stream.write(Buffer.concat([isGrpc ? grpcPrefix(FOUR_MIB) : Buffer.alloc(0), Buffer.alloc(64 * 1024, 7)]));
+    let answer: Omit<Answer, "rstCode"> | undefined;
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      stream.close(http2.constants.NGHTTP2_CANCEL);
+      resolve(undefined);
+    }, waitMs);
+    stream.on("response", (responseHeaders, flags) => {
+      answer = { headers: responseHeaders, endStream: (flags & http2.constants.NGHTTP2_FLAG_END_STREAM) !== 0, body: "" };
+    });
+    stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+    stream.on("error", () => {});
+    stream.on("close", () => {
+      clearTimeout(timer);
+      resolve(answer === undefined ? undefined : { ...answer, body: Buffer.concat(chunks).toString("latin1"), rstCode: stream.rstCode });
+    });
+  });
+}
+
+describe("limits a client without a token meets", () => {
+  let keel: ListeningKeel;
+
+  beforeAll(async () => {
+    keel = await startListeningKeel({ env: { KEEL_MAX_SESSIONS_PER_ADDRESS: String(MAX_SESSIONS), KEEL_HTTP2_IDLE_TIMEOUT_MS: "1000" } });
+  });
+
+  afterAll(async () => {
+    await keel?.stop();
+  });
+
+  it("refuses an unauthenticated 4 MiB gRPC upload as Unauthenticated before reading its body", async () => {
+    const session = await connectSession(keel.url);
+    try {
+      const path = "/keel.v1.IngressService/SubmitMessage";
+      const refused = await unfinishedUpload(session, path, { "content-type": "application/grpc" }, 5_000);
+      // Trailers-only: one header block with the status, ending the stream; then a reset
+      // (NO_ERROR) that tells the client to stop sending the rest.
+      expect(refused?.headers["grpc-status"]).toBe(String(Code.Unauthenticated));
+      expect(decodeURIComponent(String(refused?.headers["grpc-message"]))).toMatch(/missing bearer token/);
+      expect(refused?.endStream).toBe(true);
+      expect(refused?.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+
+      const unknown = await unfinishedUpload(session, path, { "content-type": "application/grpc", authorization: "Bearer keel_made_up" }, 5_000);
+      expect(unknown?.headers["grpc-status"]).toBe(String(Code.Unauthenticated));
+
+      // The control: with a real token the same unfinished upload gets no answer, because the
+      // server (rightly) waits for the whole message. The refusals above came from headers alone.
+      const authorized = await unfinishedUpload(session, path, { "content-type": "application/grpc", authorization: `Bearer ${keel.tokens.connector}` }, 1_000);
+      expect(authorized).toBeUndefined();
+    } finally {
+      session.close();
+    }
+  });
+
+  it("refuses an unauthenticated Connect upload with the Connect JSON error, also before the body", async () => {
+    const session = await connectSession(keel.url);
+    try {
+      const refused = await unfinishedUpload(session, "/keel.v1.IngressService/SubmitMessage", { "content-type": "application/proto" }, 5_000);
+      expect(refused?.headers[":status"]).toBe(401);
+      expect(JSON.parse(refused?.body ?? "{}")).toEqual({ code: "unauthenticated", message: "missing bearer token (authorization: Bearer <token>)" });
+    } finally {
+      session.close();
+    }
+  });
+
+  it("answers every client protocol's unauthenticated call with its own Unauthenticated", async () => {
+    const calls = [
+      () => createClient(RunService, createConnectTransport({ baseUrl: keel.url, httpVersion: "2" })).listRuns({}),
+      () => createClient(RunService, createConnectTransport({ baseUrl: keel.http1Url, httpVersion: "1.1" })).listRuns({}),
+      () => createClient(RunService, createGrpcTransport({ baseUrl: keel.url })).listRuns({}),
+      () => createClient(RunService, createGrpcWebTransport({ baseUrl: keel.url, httpVersion: "2" })).listRuns({}),
+      async () => {
+        // A Connect server stream: the error arrives in the end-of-stream message.
+        const client = createClient(EmissionService, createConnectTransport({ baseUrl: keel.url, httpVersion: "2" }));
+        for await (const _ of client.subscribe({ connector: "c" })) break;
+      },
+    ];
+    for (const call of calls) {
+      const error = await call().then(() => undefined, (e: unknown) => ConnectError.from(e));
+      expect(error?.code).toBe(Code.Unauthenticated);
+    }
+    const grpcJs = new grpc.Client(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+    try {
+      const status = await new Promise<grpc.ServiceError>((resolve) => {
+        grpcJs.makeUnaryRequest("/keel.v1.RunService/ListRuns", () => Buffer.alloc(0), (b: Buffer) => b, {}, (error) => resolve(error!));
+      });
+      expect(status.code).toBe(grpc.status.UNAUTHENTICATED);
+    } finally {
+      grpcJs.close();
+    }
+  });
+
+  it("keeps reflection public", async () => {
+    const session = await connectSession(keel.url);
+    try {
+      const stream = session.request({ ":method": "POST", ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" });
+      const status = await new Promise<string | undefined>((resolve) => {
+        stream.on("response", (headers) => resolve(headers["grpc-status"] as string | undefined));
+        stream.end();
+      });
+      expect(status).not.toBe(String(Code.Unauthenticated));
+      stream.close();
+    } finally {
+      session.close();
+    }
+  });
+
+  it("serves /metrics only to an operator or admin token", async () => {
+    const scrape = (token?: string) => fetch(`${keel.http1Url}/metrics`, { headers: token === undefined ? {} : { authorization: `Bearer ${token}` } });
+    expect((await scrape()).status).toBe(401);
+    expect((await scrape("keel_made_up")).status).toBe(401);
+    expect((await scrape(keel.tokens.connector)).status).toBe(403);
+    const operator = await scrape(keel.tokens.operator);
+    expect(operator.status).toBe(200);
+    expect(await operator.text()).toMatch(/^# (HELP|TYPE) /m);
+    expect((await scrape(keel.tokens.admin)).status).toBe(200);
+    expect((await fetch(`${keel.http1Url}/healthz`)).status).toBe(200);
+  });
+
+  it("advertises its HTTP/2 limits and closes connections past the per-address cap", async () => {
+    const first = await connectSession(keel.url);
+    expect(first.remoteSettings.maxConcurrentStreams).toBe(100);
+    expect(first.remoteSettings.maxHeaderListSize).toBe(16 * 1024);
+    const sessions = [first];
+    const closed = new Set<http2.ClientHttp2Session>();
+    try {
+      for (let i = 0; i < MAX_SESSIONS + 2; i++) {
+        const session = http2.connect(keel.url);
+        session.on("error", () => {});
+        session.on("close", () => closed.add(session));
+        sessions.push(session);
+        await new Promise((resolve) => {
+          session.once("remoteSettings", resolve);
+          session.once("close", resolve);
+        });
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const open = sessions.filter((session) => !closed.has(session) && !session.closed && !session.destroyed);
+      expect(open.length).toBeLessThanOrEqual(MAX_SESSIONS);
+      expect(closed.size).toBeGreaterThanOrEqual(2);
+    } finally {
+      for (const session of sessions) session.destroy();
+    }
+  });
+
+  it("closes an idle connection, and keeps one with an open stream", async () => {
+    // Let the server count the connections the last test dropped, so these two are admitted.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const started = Date.now();
+    const idle = http2.connect(keel.url);
+    const idleClosed = new Promise<number>((resolve) => idle.once("close", () => resolve(Date.now() - started)));
+    idle.on("error", () => {});
+    const busy = await connectSession(keel.url);
+    try {
+      // An authorized upload that never finishes keeps a stream open on `busy`.
+      const pending = unfinishedUpload(busy, "/keel.v1.IngressService/SubmitMessage", { "content-type": "application/grpc", authorization: `Bearer ${keel.tokens.connector}` }, 3_000);
+      const idleFor = await idleClosed;
+      expect(idleFor).toBeGreaterThanOrEqual(900); // closed for idling (1 s here), not refused
+      expect(idleFor).toBeLessThan(3_000);
+      expect(busy.closed || busy.destroyed).toBe(false);
+      expect(await pending).toBeUndefined();
+    } finally {
+      idle.destroy();
+      busy.destroy();
+    }
+  });
+});
+
