@@ -63,9 +63,19 @@ export function authInterceptor(verifier: TokenVerifier): Interceptor {
 
     // A stream outlives the check above: it ends with Unauthenticated when its token is revoked or expires.
     const revoked = new AbortController();
-    const stopWatching = watchToken(verifier, secret, principal, (why) => revoked.abort(new UnauthenticatedError(why)));
+    // The handler's signal: the call's, or the revocation. Linked by hand, as a composite from
+    // AbortSignal.any() may be collected (its listeners with it) while the handler waits on it.
+    const signal = new AbortController();
+    const cancelled = () => signal.abort(request.signal.reason);
+    if (request.signal.aborted) cancelled();
+    else request.signal.addEventListener("abort", cancelled, { once: true });
+    const stopWatching = watchToken(verifier, secret, principal, (why) => {
+      const error = new UnauthenticatedError(why);
+      signal.abort(error);
+      revoked.abort(error);
+    });
     try {
-      const response = await next({ ...request, signal: AbortSignal.any([request.signal, revoked.signal]) });
+      const response = await next({ ...request, signal: signal.signal });
       if (!response.stream) {
         stopWatching();
         return response;
