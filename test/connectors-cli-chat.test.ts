@@ -42,7 +42,6 @@ function openChat(agent: string): Terminal {
   child.stdout.on("data", (chunk: Buffer) => (raw += chunk.toString("utf8")));
   child.stderr.on("data", (chunk: Buffer) => (raw += chunk.toString("utf8")));
   return {
-    // eslint-disable-next-line no-control-regex
     screen: () => raw.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, "").replace(/\r/g, ""),
     type: (line) => child.stdin.write(`${line}\r`),
     exited: new Promise((resolve) => child.once("exit", (code) => resolve(code))),
