@@ -14,6 +14,7 @@ import type { Logger } from "pino";
 import { FailedPreconditionError } from "../domain/errors.js";
 import type { CommandOutcome, HostCommand, HostMessage, HostRegistered, HostRegistration, OutputStreamName } from "./host-protocol.js";
 import { HostSession } from "./host-session.js";
+import { UnclaimedResults } from "./unclaimed-results.js";
 import type { HostCapacity, WorkspaceLeaseStore } from "./workspace-lease-store.js";
 
 /** The host running a command went away (or never answered): whether the command took effect is unknown. */
@@ -35,6 +36,8 @@ export interface SandboxHubOptions {
   readonly unclaimedTtlMs: number;
   /** Bound on what is kept per unclaimed command. */
   readonly maxUnclaimedBytes: number;
+  /** Bound on everything kept unclaimed, output and results together (default 16 × maxUnclaimedBytes). */
+  readonly maxUnclaimedTotalBytes?: number;
 }
 
 export interface HostView {
@@ -86,26 +89,22 @@ interface Pending {
   readonly hostId: string;
   readonly watch: CommandWatch;
   readonly workspaceId: string;
+  /** Output of this command was dropped while nobody waited for it: its outcome says truncated. */
+  outputLost?: boolean;
   resolve(outcome: CommandOutcome): void;
   reject(error: Error): void;
 }
 
-interface Unclaimed {
-  readonly hostId: string;
-  readonly outputs: { stream: OutputStreamName; chunk: Uint8Array }[];
-  bytes: number;
-  result: CommandOutcome | undefined;
-  readonly at: number;
-}
-
-const MAX_UNCLAIMED_COMMANDS = 256;
 export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHubOptions, log: Logger): SandboxHub {
   const sessions = new Map<string, HostSession>();
   /** The agent process (and its token) each host last registered with, while this control plane has known it. */
   const instances = new Map<string, { instanceId: string; tokenId: string }>();
   const departed = new Map<string, NodeJS.Timeout>();
   const pending = new Map<string, Pending>();
-  const unclaimed = new Map<string, Unclaimed>();
+  const unclaimed = new UnclaimedResults(
+    { ttlMs: options.unclaimedTtlMs, maxCommandBytes: options.maxUnclaimedBytes, maxTotalBytes: options.maxUnclaimedTotalBytes ?? options.maxUnclaimedBytes * 16 },
+    log,
+  );
   const registering = new Map<string, Promise<void>>();
   const listeners = new Set<() => void>();
   let closing = false;
@@ -156,18 +155,6 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
     );
   };
 
-  const keepUnclaimed = (hostId: string, commandId: string): Unclaimed => {
-    const now = Date.now();
-    for (const [id, entry] of unclaimed) if (now - entry.at > options.unclaimedTtlMs) unclaimed.delete(id);
-    let entry = unclaimed.get(commandId);
-    if (entry === undefined) {
-      if (unclaimed.size >= MAX_UNCLAIMED_COMMANDS) unclaimed.delete(unclaimed.keys().next().value!);
-      entry = { hostId, outputs: [], bytes: 0, result: undefined, at: now };
-      unclaimed.set(commandId, entry);
-    }
-    return entry;
-  };
-
   const receive = (session: HostSession, message: HostMessage): void => {
     const hostId = session.registration.hostId;
     session.lastSeenAt = Date.now();
@@ -183,21 +170,17 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
           session.backlog = entry.watch.backlog?.();
           return;
         }
-        const kept = keepUnclaimed(hostId, message.commandId);
-        if (kept.bytes + message.chunk.byteLength <= options.maxUnclaimedBytes) {
-          kept.outputs.push({ stream: message.stream, chunk: message.chunk });
-          kept.bytes += message.chunk.byteLength;
-        }
+        unclaimed.addOutput(hostId, message.commandId, message.stream, message.chunk);
         return;
       }
       case "result": {
         const entry = pending.get(message.outcome.commandId);
         if (entry !== undefined && entry.hostId === hostId) {
           pending.delete(entry.commandId);
-          entry.resolve(message.outcome);
+          entry.resolve(entry.outputLost === true ? { ...message.outcome, outputTruncated: true } : message.outcome);
           return;
         }
-        keepUnclaimed(hostId, message.outcome.commandId).result = message.outcome;
+        unclaimed.setResult(hostId, message.outcome);
         return;
       }
     }
@@ -358,13 +341,14 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
       if (session === undefined) return Promise.reject(new HostUnavailableError(`sandbox host ${hostId} is not attached`));
       return wait(hostId, workspaceId, commandId, watch, signal, timeoutMs, (entry) => {
         // What arrived while nobody waited (output flushed by a host that reconnected) comes first.
-        const kept = unclaimed.get(commandId);
-        if (kept !== undefined && kept.hostId === hostId) {
-          unclaimed.delete(commandId);
+        const kept = unclaimed.claim(hostId, commandId);
+        // Output dropped while nobody waited for it makes the outcome truncated.
+        if (kept?.truncated === true) entry.outputLost = true;
+        if (kept !== undefined) {
           for (const output of kept.outputs) watch.onOutput?.(output.stream, output.chunk);
           if (kept.result !== undefined) {
             pending.delete(commandId);
-            entry.resolve(kept.result);
+            entry.resolve(entry.outputLost === true ? { ...kept.result, outputTruncated: true } : kept.result);
             return;
           }
         }
