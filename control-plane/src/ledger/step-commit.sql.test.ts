@@ -1,0 +1,30 @@
+// Which fenced commits wait for their WAL flush in each durability mode (README, "Durability").
+import { describe, expect, it } from "vitest";
+import { ZERO_USAGE } from "../domain/run.js";
+import type { Settlement } from "../runner/run-store.js";
+import { fencedCommitParams, type Durability, type FencedChange } from "./step-commit.sql.js";
+
+const FENCE = { runId: "00000000-0000-4000-8000-000000000001", workerId: "w", epoch: 1 };
+const NOTHING: FencedChange = { step: undefined, outcomes: [], crossesCommitBoundary: false, writes: false, events: [], unlessChangedSince: undefined };
+
+function settlement(extra: Partial<Settlement> = {}): Settlement {
+  return { status: "running", usage: ZERO_USAGE, emissions: [], summary: "s", ...extra };
+}
+
+const waits = (durability: Durability, s: Settlement, change: FencedChange = NOTHING) => fencedCommitParams(FENCE, s, change, durability).synchronousCommit;
+
+describe("fenced commit durability", () => {
+  it("strict: every commit waits for its flush, replayable ones too", () => {
+    expect(waits("strict", settlement())).toBe("on");
+    expect(waits("strict", settlement({ status: "awaiting_tool" }))).toBe("on");
+  });
+
+  it("relaxed: only replayable work skips the wait", () => {
+    expect(waits("relaxed", settlement())).toBe("off");
+    expect(waits("relaxed", settlement({ status: "awaiting_tool" }))).toBe("off");
+    expect(waits("relaxed", settlement(), { ...NOTHING, writes: true })).toBe("on");
+    expect(waits("relaxed", settlement({ emissions: [{ idempotencyKey: "k", kind: "reply", text: "t", addressedActorIds: [] }] }))).toBe("on");
+    expect(waits("relaxed", settlement({ status: "succeeded" }))).toBe("on");
+    expect(waits("relaxed", settlement({ status: "awaiting_input" }))).toBe("on");
+  });
+});
