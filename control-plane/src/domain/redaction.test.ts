@@ -110,6 +110,8 @@ describe("run redaction", () => {
     });
     expect(turn.text).toBe("the key is [redacted:KEY]");
     expect(turn.toolCalls[0]!.argumentsJson).toBe('{"v":"[redacted:KEY]"}');
+    expect(redactor.message({ role: "user", content: `x ${secrets[0]!.value}` })).toEqual({ role: "user", content: "x [redacted:KEY]" });
+    expect(redactor.message({ role: "assistant", content: "", toolCalls: turn.toolCalls })).toMatchObject({ toolCalls: [{ argumentsJson: '{"v":"[redacted:KEY]"}' }] });
     expect(createRunRedactor([]).active).toBe(false);
   });
 

@@ -3,7 +3,7 @@
 // Pure: the runner builds one RunRedactor per claim and applies it before each commit.
 
 import type { AgentSpec } from "./agent.js";
-import type { ModelTurn } from "./transcript.js";
+import type { ModelMessage, ModelTurn, ToolCallRequest } from "./transcript.js";
 
 export interface GrantedSecret {
   /** The variable name inside the workspace; the redaction marker names it. */
@@ -236,23 +236,27 @@ export interface RunRedactor {
   json(text: string): string;
   /** A model's answer: its text and every tool call (name, id and arguments). */
   turn(turn: ModelTurn): ModelTurn;
+  /** A message of a model request as stored (the user's text and the system prompt may hold a secret too). */
+  message(message: ModelMessage): ModelMessage;
 }
 
 export function createRunRedactor(secrets: readonly GrantedSecret[]): RunRedactor {
   const active = usable(secrets);
   const text = (value: string) => (active.length === 0 ? value : redactSecrets(value, active));
   const json = (value: string) => (active.length === 0 ? value : redactJsonText(value, active));
+  const call = (c: ToolCallRequest): ToolCallRequest => ({ ...c, id: text(c.id), name: text(c.name), argumentsJson: json(c.argumentsJson) });
   return {
     active: active.length > 0,
     text,
     json,
     turn(turn) {
       if (active.length === 0) return turn;
-      return {
-        ...turn,
-        text: text(turn.text),
-        toolCalls: turn.toolCalls.map((call) => ({ ...call, id: text(call.id), name: text(call.name), argumentsJson: json(call.argumentsJson) })),
-      };
+      return { ...turn, text: text(turn.text), toolCalls: turn.toolCalls.map(call) };
+    },
+    message(message) {
+      if (active.length === 0) return message;
+      if (message.role === "assistant") return { ...message, content: text(message.content), toolCalls: message.toolCalls.map(call) };
+      return { ...message, content: text(message.content) };
     },
   };
 }

@@ -12,7 +12,7 @@ import { evaluatorFor, profileFor } from "../domain/profile.js";
 import { costMicroUsd } from "../domain/run.js";
 import { refusedReply } from "../domain/settlement.js";
 import { buildTranscript } from "../domain/transcript-builder.js";
-import type { ModelTurn, ToolCallRequest } from "../domain/transcript.js";
+import type { ModelMessage, ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import type { ModelRequest } from "../models/model-provider.js";
 import type { RegisteredTool } from "../tools/tool-registry.js";
 import type { InvocationIntent, StepCommit } from "./run-store.js";
@@ -63,6 +63,8 @@ export async function takeTurn(session: RunSession): Promise<Next> {
   const previousRequest = session.previousRequest;
   const request = requestForStorage(callId, { messages, tools }, previousRequest);
   session.previousRequest = request.remembered;
+  // Stored requests are deltas on the one before: only the new messages need redacting.
+  const storedRequest = session.redactor.active ? { ...request.stored, messages: request.stored.messages.map((m) => session.redactor.message(m as ModelMessage)) } : request.stored;
   const step: TurnStep = {
     id: randomUUID(),
     index: session.stepIndex,
@@ -73,7 +75,7 @@ export async function takeTurn(session: RunSession): Promise<Next> {
       role: "primary",
       provider: spec.provider,
       model: spec.model === "" ? spec.provider : spec.model,
-      request: request.stored,
+      request: storedRequest,
       responseText: turn.text,
       toolCalls: turn.toolCalls,
       inputTokens: turn.usage.inputTokens,
