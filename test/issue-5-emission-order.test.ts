@@ -4,7 +4,8 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { EmissionDraft } from "../control-plane/src/domain/records.js";
-import { createEmissionRepository } from "../control-plane/src/ledger/emission.repository.js";
+import { createEmissionFeed } from "../control-plane/src/ledger/emission-feed.js";
+import { startNotificationHub } from "../control-plane/src/ledger/notification-hub.js";
 import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
 import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
@@ -40,7 +41,9 @@ const draft = (key: string): EmissionDraft => ({ kind: "progress", idempotencyKe
 describe("issue #5: emission order without a writers' convoy", () => {
   it("lets a second writer commit while the first is open, and shows neither to a reader until both seqs are settled", async () => {
     const sql = keel.app.ledger.sql;
-    const emissions = createEmissionRepository(sql);
+    const hub = await startNotificationHub(keel.databaseUrl, () => {});
+    const feed = createEmissionFeed(sql, hub, { pollMs: 60_000 });
+    const following = new AbortController();
 
     let finishFirst!: () => void;
     const firstMayCommit = new Promise<void>((resolve) => (finishFirst = resolve));
@@ -58,13 +61,23 @@ describe("issue #5: emission order without a writers' convoy", () => {
 
     // A reader now must not hand out "second" (a cursor past it would skip "first").
     let read: string[] | undefined;
-    const reading = emissions.listAfter(connector, 0, 10).then((rows) => (read = rows.map((row) => row.text)));
+    const reading = (async () => {
+      const texts: string[] = [];
+      for await (const row of feed.follow(connector, 0, following.signal)) {
+        texts.push(row.text);
+        if (texts.length === 2) break;
+      }
+      read = texts;
+    })();
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(read).toBeUndefined();
 
     finishFirst();
     await first;
     await reading;
+    feed.close();
+    following.abort();
+    await hub.close();
     expect(read).toEqual(["first", "second"]);
   });
 });

@@ -15,6 +15,7 @@ import { createAgentRepository, type AgentRepository } from "./ledger/agent.repo
 import { createApiTokenRepository, type ApiTokenRepository } from "./ledger/api-token.repository.js";
 import { createScopeLookups } from "./ledger/token-scope.repository.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./ledger/embedded-postgres.js";
+import { createEmissionFeed } from "./ledger/emission-feed.js";
 import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createAdmissionLedger } from "./ledger/conversation.repository.js";
 import { createAdmissions } from "./conversation/admission.js";
@@ -105,6 +106,7 @@ export async function buildApp(
   const logger = options.log ?? createKeelLogger({ level: config.logLevel, secretValues: secretValuesOf(env, config.secretEnvPrefixes) });
   const ledger = await openKeelLedger(config, logger);
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
+  const emissionFeed = createEmissionFeed(ledger.sql, hub, { pollMs: config.idlePollMs });
   const agents = createAgentRepository(ledger.sql);
   const tokens = createApiTokenRepository(ledger.sql);
   // A token revoked by any process stops working here too, and ends the streams it opened.
@@ -174,7 +176,7 @@ export async function buildApp(
         scopes: createScopeLookups(ledger.sql),
         maxMessageTextBytes: config.maxTextBytes,
       }),
-      emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), hub, pollMs: config.idlePollMs }),
+      emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), feed: emissionFeed, maxStreamsPerToken: config.maxStreamsPerToken }),
       runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({
         agents,
@@ -257,6 +259,7 @@ export async function buildApp(
       await server.close();
       await Promise.all(pools.map((pool) => pool.stop()));
       await sweeping;
+      emissionFeed.close();
       await hub.close();
       await ledger.close();
     },

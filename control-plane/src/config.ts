@@ -26,6 +26,7 @@ const ConfigSchema = z.object({
   KEEL_WORKERS: int(0, 256).default(8),
   KEEL_LEASE_MS: int(200, 3_600_000).default(15_000),
   KEEL_IDLE_POLL_MS: int(50, 60_000).default(2_000),
+  KEEL_MAX_STREAMS_PER_TOKEN: int(1, 100_000).default(256),
   KEEL_READ_FLUSH_MS: int(0, 10_000).default(100),
   KEEL_DURABILITY: z.enum(["strict", "relaxed"]).default("strict"),
   KEEL_MAX_MESSAGE_BYTES: int(1024, 64 * 1024 * 1024).default(4 * 1024 * 1024),
@@ -72,6 +73,8 @@ export type KeelConfig = Readonly<{
    */
   durability: "strict" | "relaxed";
   idlePollMs: number;
+  /** Open Subscribe streams one token may hold. */
+  maxStreamsPerToken: number;
   maxMessageBytes: number;
   maxTextBytes: number;
   defaultDeadlineMs: number;
@@ -174,6 +177,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     workers: c.KEEL_WORKERS,
     leaseMs: c.KEEL_LEASE_MS,
     idlePollMs: c.KEEL_IDLE_POLL_MS,
+    maxStreamsPerToken: c.KEEL_MAX_STREAMS_PER_TOKEN,
     readFlushMs: c.KEEL_READ_FLUSH_MS,
     durability: c.KEEL_DURABILITY,
     maxMessageBytes: c.KEEL_MAX_MESSAGE_BYTES,

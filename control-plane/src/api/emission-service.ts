@@ -1,21 +1,21 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { DeliveryStatus, EmissionService } from "../../../gen/keel/v1/emission_service_pb.js";
-import { InvalidArgumentError, NotFoundError, PermissionDeniedError } from "../domain/errors.js";
+import { InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError } from "../domain/errors.js";
 import { agentViolation, connectorViolation, type ScopeViolation } from "../domain/token-scope.js";
 import { requireSlug, requireUuid } from "../domain/ids.js";
+import type { EmissionFeed } from "../ledger/emission-feed.js";
 import type { EmissionQueries } from "../ledger/emission.repository.js";
-import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
 import { principalOf } from "./auth.js";
 import { emissionToProto } from "./convert.js";
 
 export interface EmissionServiceDeps {
   readonly emissions: EmissionQueries;
-  readonly hub: NotificationHub;
-  /** Safety-net re-read interval for a quiet stream; NOTIFY normally wakes it first. */
-  readonly pollMs: number;
+  /** The process's one reader, fanning new emissions out to every stream. */
+  readonly feed: EmissionFeed;
+  /** Open Subscribe streams one token may hold; more is ResourceExhausted. */
+  readonly maxStreamsPerToken: number;
 }
 
-const BATCH = 200;
 const OUTCOMES: Partial<Record<DeliveryStatus, "delivered" | "failed" | "ambiguous">> = {
   [DeliveryStatus.DELIVERED]: "delivered",
   [DeliveryStatus.FAILED]: "failed",
@@ -27,6 +27,7 @@ const deny = (violation: ScopeViolation | undefined): void => {
 };
 
 export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<typeof EmissionService> {
+  const streamsOfToken = new Map<string, number>();
   return {
     async *subscribe(request, context) {
       const connector = requireSlug("connector", request.connector);
@@ -34,16 +35,20 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
       deny(connectorViolation(scope, { connector }));
       // A token limited to some agents sees only their emissions; the cursor still moves past the rest.
       const visible = (agentId: string) => agentViolation(scope, agentId, "agent_id") === undefined;
-      let cursor = Number(request.afterSeq);
-      while (!context.signal.aborted) {
-        const wake = armNotification(deps.hub, "keel_emissions", (payload) => payload === connector);
-        const batch = await deps.emissions.listAfter(connector, cursor, BATCH);
-        for (const emission of batch) {
+      const { tokenId, label } = principalOf(context);
+      const open = streamsOfToken.get(tokenId) ?? 0;
+      if (open >= deps.maxStreamsPerToken) {
+        throw new ResourceExhaustedError(`token ${label || tokenId} already holds ${open} Subscribe streams, the most one token may hold`);
+      }
+      streamsOfToken.set(tokenId, open + 1);
+      try {
+        for await (const emission of deps.feed.follow(connector, Number(request.afterSeq), context.signal)) {
           if (visible(emission.agentId)) yield { emission: emissionToProto(emission) };
-          cursor = emission.seq;
         }
-        if (batch.length === BATCH) wake.cancel();
-        else await wake.wait(deps.pollMs, context.signal);
+      } finally {
+        const left = (streamsOfToken.get(tokenId) ?? 1) - 1;
+        if (left === 0) streamsOfToken.delete(tokenId);
+        else streamsOfToken.set(tokenId, left);
       }
     },
     async acknowledgeEmission(request, context) {

@@ -48,7 +48,7 @@ export async function appendRunEvents(trx: SqlTransaction, runId: string, events
  * instant and reads the sequence's last value: every seq up to that value was drawn by a writer
  * that has since committed or rolled back, so a snapshot taken afterwards holds every row it
  * will ever hold up to there, and a Subscribe cursor (`seq > n`) that reads no further never
- * skips a row committed late (see emission.repository.ts listAfter).
+ * skips a row committed late (see emission-feed.ts).
  */
 export const EMISSION_SEQUENCE_LOCK = 7234001;
 

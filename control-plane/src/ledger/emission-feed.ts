@@ -1,0 +1,190 @@
+// One emission reader per process, fanning out to every Subscribe stream. Before it, each
+// stream took the emission-order lock exclusively on every wake and re-read its connector's
+// rows: a commit that wrote an emission queued behind hundreds of such instants. Now the
+// settled horizon is read once per wake for the whole process (one exclusive instant), a
+// connector's new rows once for all its streams at the tail, and a stream that is behind
+// catches up on its own with reads bounded by that horizon, which need no lock at all.
+import type { EmissionRecord } from "../domain/records.js";
+import type { NotificationHub } from "./notification-hub.js";
+import { toEmissionRecord } from "./row-mapping.js";
+import { EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
+import { EMISSION_COLUMNS, type EmissionRow } from "./rows/ledger-rows.js";
+import { raw, statement, type Sql } from "./sql.js";
+
+/**
+ * The settled horizon: with the emission-order lock held exclusively (for this statement only),
+ * no writer is between drawing a seq and finishing its commit, so every seq up to the sequence's
+ * last value is committed or gone for good (see EMISSION_SEQUENCE_LOCK). New writers wait only
+ * while this read waits for the writers in flight to commit; they never wait for each other.
+ * A CTE calling a volatile function is evaluated, once, before the row that reads from it.
+ */
+const settledHorizon = statement<Record<string, never>, { horizon: string }>("emission_settled_horizon")`
+  WITH barrier AS (SELECT pg_advisory_xact_lock(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held)
+  SELECT coalesce(pg_sequence_last_value('emissions_seq_seq'::regclass), 0) AS horizon FROM barrier`;
+
+/** A connector's rows in (afterSeq, horizon]: below a settled horizon a snapshot is final. */
+const emissionsUpTo = statement<{ connector: string; afterSeq: number; horizon: number; limit: number }, EmissionRow>("emission_list_after")`
+  SELECT ${raw(EMISSION_COLUMNS("e"))} FROM emissions e
+  WHERE e.connector = ${(p) => p.connector} AND e.seq > ${(p) => p.afterSeq} AND e.seq <= ${(p) => p.horizon}::bigint
+  ORDER BY e.seq LIMIT ${(p) => p.limit}`;
+
+export interface EmissionFeed {
+  /** A connector's emissions after `afterSeq`, oldest first, each once, until `signal` aborts. */
+  follow(connector: string, afterSeq: number, signal: AbortSignal): AsyncGenerator<EmissionRecord>;
+  close(): void;
+}
+
+export interface EmissionFeedOptions {
+  /** Safety net for a lost notification: every tail is re-read this often. */
+  readonly pollMs: number;
+  /** Rows one query reads at most. */
+  readonly batch?: number;
+  /** A stream at the tail that falls this far behind its deliveries reads for itself again. */
+  readonly maxQueued?: number;
+}
+
+/** A stream at its connector's tail: rows are pushed to it as the horizon moves. */
+interface TailMember {
+  readonly queue: EmissionRecord[];
+  dropped: boolean;
+  wake: (() => void) | undefined;
+}
+
+/** The streams of one connector at the tail, and how far that connector has been read for them. */
+interface Tail {
+  horizon: number;
+  dirty: boolean;
+  readonly members: Set<TailMember>;
+}
+
+export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: EmissionFeedOptions): EmissionFeed {
+  const batch = options.batch ?? 200;
+  const maxQueued = options.maxQueued ?? 2_000;
+  const tails = new Map<string, Tail>();
+  let horizon = 0;
+  let reading: Promise<number> | undefined;
+  let pumping = false;
+
+  /** One horizon read at a time for the whole process; callers arriving meanwhile share it. */
+  const readHorizon = (): Promise<number> =>
+    (reading ??= sql
+      .run(settledHorizon, {})
+      .then(([row]) => (horizon = Math.max(horizon, Number(row?.horizon ?? 0))))
+      .finally(() => (reading = undefined)));
+
+  const rowsUpTo = async (connector: string, afterSeq: number, upTo: number): Promise<EmissionRecord[]> =>
+    (await sql.run(emissionsUpTo, { connector, afterSeq, horizon: upTo, limit: batch })).map(toEmissionRecord);
+
+  const deliver = (tail: Tail, rows: readonly EmissionRecord[]): void => {
+    for (const member of tail.members) {
+      member.queue.push(...rows);
+      if (member.queue.length > maxQueued) {
+        // Too slow to keep up: it leaves the tail and reads for itself, so memory stays bounded.
+        member.dropped = true;
+        member.queue.length = 0;
+        tail.members.delete(member);
+      }
+      member.wake?.();
+    }
+  };
+
+  /** Reads the horizon, then each dirty connector's new rows once, until nothing is dirty. */
+  const pump = async (): Promise<void> => {
+    if (pumping) return;
+    pumping = true;
+    try {
+      while ([...tails.values()].some((tail) => tail.dirty && tail.members.size > 0)) {
+        const upTo = await readHorizon();
+        for (const [connector, tail] of tails) {
+          if (!tail.dirty) continue;
+          tail.dirty = false;
+          while (tail.horizon < upTo && tail.members.size > 0) {
+            const rows = await rowsUpTo(connector, tail.horizon, upTo);
+            deliver(tail, rows);
+            tail.horizon = rows.length === batch ? (rows.at(-1)?.seq ?? upTo) : upTo;
+          }
+        }
+      }
+    } finally {
+      pumping = false;
+    }
+  };
+  const pumpSoon = (): void => {
+    void pump().catch(() => {
+      // A failed read leaves the tails dirty; the next notification or poll tries again.
+      for (const tail of tails.values()) tail.dirty = true;
+    });
+  };
+
+  const unsubscribe = hub.subscribe("keel_emissions", (connector) => {
+    if (connector === "") for (const tail of tails.values()) tail.dirty = true;
+    else {
+      const tail = tails.get(connector);
+      if (tail === undefined) return;
+      tail.dirty = true;
+    }
+    pumpSoon();
+  });
+  const poll = setInterval(() => {
+    if (tails.size === 0) return;
+    for (const tail of tails.values()) tail.dirty = true;
+    pumpSoon();
+  }, options.pollMs);
+  poll.unref();
+
+  const nextDelivery = (member: TailMember, signal: AbortSignal): Promise<void> =>
+    new Promise((resolve) => {
+      const done = (): void => {
+        member.wake = undefined;
+        signal.removeEventListener("abort", done);
+        resolve();
+      };
+      member.wake = done;
+      signal.addEventListener("abort", done, { once: true });
+    });
+
+  return {
+    async *follow(connector, afterSeq, signal) {
+      let cursor = afterSeq;
+      while (!signal.aborted) {
+        // Catch up alone, below a settled horizon: no lock, nothing committed late is skipped.
+        const upTo = horizon > cursor ? horizon : await readHorizon();
+        const rows = await rowsUpTo(connector, cursor, upTo);
+        for (const row of rows) {
+          yield row;
+          cursor = row.seq;
+        }
+        if (rows.length === batch) continue;
+        let tail = tails.get(connector);
+        if (tail === undefined) {
+          tail = { horizon: upTo, dirty: true, members: new Set() };
+          tails.set(connector, tail);
+        }
+        // The tail was read past what this stream read: read up to there first.
+        if (tail.horizon > upTo) continue;
+        const member: TailMember = { queue: [], dropped: false, wake: undefined };
+        tail.members.add(member);
+        pumpSoon();
+        try {
+          while (!signal.aborted && !member.dropped) {
+            if (member.queue.length === 0) await nextDelivery(member, signal);
+            while (member.queue.length > 0 && !signal.aborted) {
+              const row = member.queue.shift() as EmissionRecord;
+              if (row.seq <= cursor) continue;
+              yield row;
+              cursor = row.seq;
+            }
+          }
+        } finally {
+          tail.members.delete(member);
+          if (tail.members.size === 0 && tails.get(connector) === tail) tails.delete(connector);
+        }
+      }
+    },
+    close() {
+      clearInterval(poll);
+      unsubscribe();
+      for (const tail of tails.values()) for (const member of tail.members) member.wake?.();
+    },
+  };
+}
