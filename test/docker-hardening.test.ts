@@ -87,6 +87,29 @@ describe.skipIf(skip)("docker hardening: disk quota", () => {
   });
 });
 
+describe.skipIf(skip)("docker hardening: quota mounts and a deleted data dir", () => {
+  it("rm -rf of a data dir with unreleased workspaces succeeds, and the next agent start unmounts what it orphaned", async () => {
+    const dataDir = await mkdtemp(path.join(tmpdir(), "keel-docker-orphan-"));
+    const orphanHost = `test-orphan-${randomUUID().slice(0, 8)}`;
+    const first = createDockerWorkspaceBackend({ docker, hostId: orphanHost, workspaceRoot: path.join(dataDir, "workspaces"), diskQuotaBytes: QUOTA });
+    await first.acquire(spec("orphan"), never);
+    const [container] = await docker.listContainers({ all: true, filters: { label: [`${LABELS.hostId}=${orphanHost}`] } });
+    const mountPoint = (await docker.getContainer(container!.Id).inspect()).Mounts.find((m) => m.Destination === "/workspace")!.Source;
+    const mounted = (): boolean => execFileSync("findmnt", ["-l", "-n", "-o", "TARGET"], { encoding: "utf8" }).split("\n").includes(mountPoint);
+    expect(mounted()).toBe(true);
+    // What a test's cleanup or an operator does: the container goes, then the data dir.
+    await docker.getContainer(container!.Id).remove({ force: true });
+    await rm(dataDir, { recursive: true, force: true });
+    expect(mounted()).toBe(true);
+    // Any later agent start on this host sweeps the mount whose image is gone.
+    const next = createDockerWorkspaceBackend({ docker, hostId: orphanHost, workspaceRoot: path.join(root, "next"), diskQuotaBytes: QUOTA });
+    await next.acquire(spec("next"), never);
+    expect(mounted()).toBe(false);
+    await next.reap(() => false);
+    await next.close();
+  });
+});
+
 describe.skipIf(skip)("docker hardening: limits and settings", () => {
   it("ulimits nofile, nproc and fsize are visible inside", async () => {
     await backend.acquire(spec("limits"), never);

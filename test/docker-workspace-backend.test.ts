@@ -9,6 +9,7 @@ import path from "node:path";
 import Dockerode from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LABELS } from "../sandbox-agent/src/docker/container-config.js";
+import { DEFAULT_MOUNT_BASE } from "../sandbox-agent/src/docker/workspace-disks.js";
 import { createDockerWorkspaceBackend, type DockerWorkspaceBackend, type DockerWorkspaceBackendOptions } from "../sandbox-agent/src/docker/docker-workspace-backend.js";
 import { describeWorkspaceBackendContract, runCommand } from "../sandbox-agent/src/workspace-backend.contract.js";
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceLimits, type WorkspaceSpec } from "../sandbox-agent/src/workspace-backend.js";
@@ -97,7 +98,7 @@ describe.skipIf(skip)("docker workspace backend: hardening of every container", 
   });
 
   it("sets user, capabilities, no-new-privileges, read-only root, tmpfs, limits, network, labels and the bind mount", async () => {
-    const { backend, hostId, root } = made;
+    const { backend, hostId } = made;
     await backend.acquire(spec("hard-warm", { limits: poolLimits }), never);
     const canary = `canary-${randomUUID()}`;
     await backend.acquire(spec("hard-cold", { limits: coldLimits, env: { KEEL_CANARY_SECRET: canary } }), never);
@@ -139,7 +140,9 @@ describe.skipIf(skip)("docker workspace backend: hardening of every container", 
       expect(mounts, what).toHaveLength(1);
       expect(mounts[0]!.Type, what).toBe("bind");
       expect(mounts[0]!.RW, what).toBe(true);
-      expect(path.dirname(mounts[0]!.Source), what).toBe(root);
+      // The folder is the workspace's own quota'd file system, mounted outside the root (workspace-disks.ts).
+      expect(path.dirname(path.dirname(mounts[0]!.Source)), what).toBe(DEFAULT_MOUNT_BASE);
+      expect(execFileSync("findmnt", ["-n", "-o", "FSTYPE", mounts[0]!.Source], { encoding: "utf8" }).trim(), what).toBe("ext4");
       expect((await stat(mounts[0]!.Source)).uid, what).toBe(10001);
     }
 

@@ -3,7 +3,6 @@
 // when granted, on the isolated workspace network (workspace-network.ts); removing one with its
 // folder, and starting one that stopped.
 import { mkdir } from "node:fs/promises";
-import path from "node:path";
 import type Dockerode from "dockerode";
 import type { WorkspaceLimits } from "../workspace-backend.js";
 import { hardenedContainerConfig, SANDBOX_USER } from "./container-config.js";
@@ -11,9 +10,6 @@ import { statusCode } from "./engine-errors.js";
 import { createImagePins } from "./image-pins.js";
 import { createWorkspaceDisks } from "./workspace-disks.js";
 import { createWorkspaceNetwork } from "./workspace-network.js";
-
-/** The folder under the workspace root holding the per-workspace disk images. */
-export const DISKS = ".keel-disks";
 
 export interface NewContainer {
   readonly image: string;
@@ -50,14 +46,16 @@ export interface ContainerSettings {
   readonly recordsDir: string;
   /** Disk quota per workspace in bytes; 0 for none. */
   readonly diskQuotaBytes: number;
+  /** Where the quota'd folders are mounted (workspace-disks.ts); default DEFAULT_MOUNT_BASE. */
+  readonly mountBase?: string;
   readonly log: (msg: string) => void;
 }
 
 export function createContainers(docker: Dockerode, settings: ContainerSettings): Containers {
   const { hostId, root, recordsDir } = settings;
   let rootReady: Promise<void> | undefined;
-  const folderPath = (folder: string): string => path.join(root, folder);
-  const disks = createWorkspaceDisks(path.join(root, DISKS), settings.diskQuotaBytes);
+  const disks = createWorkspaceDisks(root, settings.diskQuotaBytes, settings.mountBase);
+  const folderPath = (folder: string): string => disks.folderPath(folder);
   const pins = createImagePins(docker, settings.log);
   const network = createWorkspaceNetwork(docker, settings.log);
 
@@ -79,6 +77,7 @@ export function createContainers(docker: Dockerode, settings: ContainerSettings)
       await mkdir(root, { recursive: true, mode: 0o700 });
       await mkdir(recordsDir, { recursive: true, mode: 0o700 });
       await checkUserNamespaces();
+      await disks.sweep();
     })().catch((error: unknown) => {
       rootReady = undefined;
       throw error;
