@@ -187,7 +187,7 @@ export async function buildApp(
           isLoopbackHost,
         },
       }),
-      sandbox: createSandboxService({ hub: sandboxHub, maxMessageBytes: config.maxMessageBytes }),
+      sandbox: createSandboxService({ hub: sandboxHub, maxMessageBytes: config.maxMessageBytes, registrationWaitMs: config.sandbox.registrationWaitMs }),
       health: { databaseAnswers: () => databaseAnswers(ledger.sql, 1_000) },
     },
     tokens,

@@ -43,6 +43,7 @@ const ConfigSchema = z.object({
   KEEL_SANDBOX_RECONNECT_GRACE_MS: int(0, 600_000).default(5_000),
   KEEL_SANDBOX_PLACEMENT_WAIT_MS: int(0, 600_000).default(30_000),
   KEEL_SANDBOX_REATTACH_WAIT_MS: int(0, 600_000).default(20_000),
+  KEEL_SANDBOX_REGISTRATION_WAIT_MS: int(100, 600_000).default(10_000),
   KEEL_SANDBOX_KEEP_MS: int(0, 7 * 24 * 3_600_000).default(600_000),
   KEEL_SANDBOX_SWEEP_MS: int(50, 3_600_000).default(5_000),
   KEEL_SANDBOX_MAX_OUTPUT_BYTES: int(1024, 256 * 1024 * 1024).default(1024 * 1024),
@@ -118,6 +119,8 @@ export type SandboxConfig = Readonly<{
   placementWaitMs: number;
   /** How long recovery waits for the host of an interrupted exec to come back and report it. */
   reattachWaitMs: number;
+  /** How long a new Attach stream may take to send its registration before it is ended. */
+  registrationWaitMs: number;
   /** How long a finished run's workspace is kept for inspection before it is released. */
   keepMs: number;
   sweepMs: number;
@@ -194,6 +197,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
       reconnectGraceMs: c.KEEL_SANDBOX_RECONNECT_GRACE_MS,
       placementWaitMs: c.KEEL_SANDBOX_PLACEMENT_WAIT_MS,
       reattachWaitMs: c.KEEL_SANDBOX_REATTACH_WAIT_MS,
+      registrationWaitMs: c.KEEL_SANDBOX_REGISTRATION_WAIT_MS,
       keepMs: c.KEEL_SANDBOX_KEEP_MS,
       sweepMs: c.KEEL_SANDBOX_SWEEP_MS,
       maxOutputBytes: c.KEEL_SANDBOX_MAX_OUTPUT_BYTES,

@@ -21,6 +21,10 @@ const MAX_LABELS = 64;
 const MAX_LABEL_CHARS = 256;
 const MAX_RUNNING_WORKSPACES = 10_000;
 const MAX_ID_CHARS = 200;
+const MAX_LIST_ITEMS = 64;
+const MAX_RUNNING_COMMANDS = 1_000;
+/** A stream that sends no registration this long after opening is ended: it would hold a stream slot forever. */
+const REGISTRATION_WAIT_MS = 10_000;
 /**
  * Output chunks hosts may send: big enough that a fast stream costs few messages (per-message
  * work dominates below a few hundred KiB), small enough to keep one message's latency and
@@ -35,6 +39,8 @@ export interface SandboxServiceDeps {
   readonly hub: SandboxHub;
   /** The server's limit on one message (KEEL_MAX_MESSAGE_BYTES); output chunks are sized below it. */
   readonly maxMessageBytes?: number;
+  /** How long Attach waits for the registration (default REGISTRATION_WAIT_MS). */
+  readonly registrationWaitMs?: number;
 }
 
 /**
@@ -47,7 +53,7 @@ export function createSandboxService(deps: SandboxServiceDeps): ServiceImpl<type
   return {
     async *attach(requests, context) {
       const inbound = requests[Symbol.asyncIterator]();
-      const first = await inbound.next();
+      const first = await firstWithin(inbound, deps.registrationWaitMs ?? REGISTRATION_WAIT_MS);
       if (first.done === true) throw new InvalidArgumentError("register", "the stream ended before a host registration");
       if (first.value.message.case !== "register") {
         throw new InvalidArgumentError("register", "the first message on Attach must be a host registration");
@@ -107,6 +113,19 @@ export function createSandboxService(deps: SandboxServiceDeps): ServiceImpl<type
   };
 }
 
+/** The stream's first message, or InvalidArgument on register when none comes within waitMs. */
+async function firstWithin<T>(inbound: AsyncIterator<T>, waitMs: number): Promise<IteratorResult<T>> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new InvalidArgumentError("register", `no host registration within ${waitMs} ms of opening the stream`)), waitMs);
+  });
+  try {
+    return await Promise.race([inbound.next(), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function registrationFromProto(register: HostRegistrationProto): HostRegistration {
   requireSlug("register.host_id", register.hostId);
   const workspaces = register.capacity?.workspaces ?? 0;
@@ -118,11 +137,22 @@ function registrationFromProto(register: HostRegistrationProto): HostRegistratio
       throw new InvalidArgumentError("register.labels", `label keys must be 1-${MAX_LABEL_CHARS} characters and values at most ${MAX_LABEL_CHARS}`);
     }
   }
+  // Every string a host sends is kept in memory and logs while it is attached: each is bounded.
+  const bounded: [string, string, number][] = [["register.instance_id", register.instanceId, MAX_ID_CHARS], ["register.agent_version", register.agentVersion, MAX_ID_CHARS]];
+  for (const [field, list, max] of [["register.images", register.images, 512], ["register.backends", register.backends, MAX_ID_CHARS]] as const) {
+    if (list.length > MAX_LIST_ITEMS) throw new InvalidArgumentError(field, `at most ${MAX_LIST_ITEMS} entries`);
+    list.forEach((value, i) => bounded.push([`${field}[${i}]`, value, max]));
+  }
+  for (const [field, value, max] of bounded) if (value.length > max) throw new InvalidArgumentError(field, `must be at most ${max} characters`);
   if (register.running.length > MAX_RUNNING_WORKSPACES) throw new InvalidArgumentError("register.running", `at most ${MAX_RUNNING_WORKSPACES} workspaces`);
   // An id this control plane never issued is not refused: it ends up in the reap list.
   register.running.forEach((workspace, i) => {
     if (workspace.workspaceId === "" || workspace.workspaceId.length > MAX_ID_CHARS) {
       throw new InvalidArgumentError(`register.running[${i}].workspace_id`, `must be 1-${MAX_ID_CHARS} characters`);
+    }
+    if (workspace.runId.length > MAX_ID_CHARS) throw new InvalidArgumentError(`register.running[${i}].run_id`, `must be at most ${MAX_ID_CHARS} characters`);
+    if (workspace.runningCommandIds.length > MAX_RUNNING_COMMANDS || workspace.runningCommandIds.some((id) => id.length > MAX_ID_CHARS)) {
+      throw new InvalidArgumentError(`register.running[${i}].running_command_ids`, `at most ${MAX_RUNNING_COMMANDS} ids of at most ${MAX_ID_CHARS} characters`);
     }
   });
   return {
