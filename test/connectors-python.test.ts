@@ -62,6 +62,10 @@ describe.skipIf(python === undefined && !REQUIRED)("the Python connector", () =>
   }
 
   const emitted = (lines: Line[]) => lines.flatMap((line) => (line.emission === undefined ? [] : [line.emission]));
+  const text = (emission: Record<string, unknown>, field: string) => {
+    const value = emission[field];
+    return typeof value === "string" ? value : "";
+  };
   const cursor = async () => (JSON.parse(await readFile(stateFile(), "utf8")) as { after_seq: number }).after_seq;
 
   async function held(count: number): Promise<Emission[]> {
@@ -82,7 +86,7 @@ describe.skipIf(python === undefined && !REQUIRED)("the Python connector", () =>
     const lines = await connector(["--agent", "asker", "--answer", "blue", "paint the fence"]);
     const runId = lines[0]?.submitted;
     expect(runId).toMatch(/^[0-9a-f-]{36}$/);
-    const kinds = emitted(lines).map((emission) => [emission["kind"], emission["ack_state"]].filter((part) => part !== undefined).join(" "));
+    const kinds = emitted(lines).map((emission) => `${text(emission, "kind")} ${text(emission, "ack_state")}`.trim());
     expect(kinds).toEqual(["EMISSION_KIND_ACK ACK_STATE_WORKING", "EMISSION_KIND_QUESTION", "EMISSION_KIND_REPLY", "EMISSION_KIND_ACK ACK_STATE_SUCCEEDED"]);
     expect(lines.some((line) => line.answered === runId)).toBe(true);
     expect(emitted(lines)[2]?.["text"]).toBe("Painted it.");
