@@ -56,6 +56,7 @@ export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<L
     embedded = await startEmbeddedPostgres({
       dataDir: path.join(config.dataDir, "postgres"),
       port: config.embeddedPgPort,
+      listenAddresses: config.embeddedPgListen,
       log: (line) => log.debug({ component: "postgres" }, line),
     });
     url = embedded.url;

@@ -22,6 +22,7 @@ const ConfigSchema = z.object({
   KEEL_DATA_DIR: z.string().min(1).default(".keel"),
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\//, "must be a postgres:// URL").optional(),
   KEEL_EMBEDDED_PG_PORT: int(1024, 65535).default(54320),
+  KEEL_EMBEDDED_PG_LISTEN: z.string().max(1024).regex(/^[^\s'"]*$/, "must be a comma-separated address list").default(""),
   KEEL_DB_POOL_MAX: int(2, 200).default(20),
   KEEL_WORKERS: int(0, 256).default(8),
   KEEL_LEASE_MS: int(200, 3_600_000).default(15_000),
@@ -63,6 +64,8 @@ export type KeelConfig = Readonly<{
   dataDir: string;
   databaseUrl: string | undefined;
   embeddedPgPort: number;
+  /** The embedded PostgreSQL's listen_addresses: "" (its Unix socket only) unless set. */
+  embeddedPgListen: string;
   dbPoolMax: number;
   workers: number;
   leaseMs: number;
@@ -176,6 +179,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     dataDir: path.resolve(c.KEEL_DATA_DIR),
     databaseUrl: c.DATABASE_URL,
     embeddedPgPort: c.KEEL_EMBEDDED_PG_PORT,
+    embeddedPgListen: c.KEEL_EMBEDDED_PG_LISTEN,
     dbPoolMax: c.KEEL_DB_POOL_MAX,
     workers: c.KEEL_WORKERS,
     leaseMs: c.KEEL_LEASE_MS,
