@@ -27,4 +27,5 @@ printf 'root:x:0:\nsandbox:x:10001:\n' > "$root/etc/group"
 chmod 1777 "$root/tmp"
 chown 10001:10001 "$root/workspace" "$root/home/sandbox"
 tar -C "$root" -c . | docker import -c 'ENV PATH=/bin' -c 'USER 10001:10001' -c 'WORKDIR /workspace' - "$image" >/dev/null
-echo "build-sandbox-image: built $image"
+# The id is what the docker backend pins workspaces to when it first uses the tag.
+echo "build-sandbox-image: built $image ($(docker image inspect -f '{{.Id}}' "$image"))"
