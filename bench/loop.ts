@@ -207,9 +207,8 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
   });
 }
 
-export async function submit(db: pg.ClientBase, key: string, status: "queued" | "running" = "queued"): Promise<string> {
+export async function submit(db: pg.ClientBase, key: string, status: "queued" | "running" = "queued", runId: string = randomUUID()): Promise<string> {
   // Submitting through SQL keeps the gRPC path out of this benchmark; first-slice covers it.
-  const runId = randomUUID();
   const conversationId = randomUUID();
   const messageId = randomUUID();
   await db.query("BEGIN");

@@ -1,12 +1,14 @@
 // Keel as a peer: the loop bench's agent and read tool on a Keel built in the mode asked, runs
-// submitted through SQL (the gRPC path is first-slice's), an iteration starting at each step commit.
-import { performance } from "node:perf_hooks";
+// submitted through SQL (the gRPC path is first-slice's), an iteration starting at each step
+// commit, a loop ending when its run's settling commit returns (no polling).
+import { randomUUID } from "node:crypto";
 import pg from "pg";
 import { pino } from "pino";
 import { buildApp } from "../../control-plane/src/app.js";
 import { loadConfig } from "../../control-plane/src/config.js";
+import { isTerminal, type RunStatus } from "../../control-plane/src/domain/run.js";
 import type { RunnerDeps } from "../../control-plane/src/runner/runner.js";
-import { benchAgent, readTool, submit, waitForAll } from "../loop.js";
+import { benchAgent, readTool, submit } from "../loop.js";
 import { pick, type Durability } from "../support.js";
 import type { Peer, PeerKind } from "./peer.js";
 
@@ -22,8 +24,8 @@ export function keelPeer(url: string, concurrent: number): PeerKind {
         ...pick(process.env, ["KEEL_DB_POOL_MAX", "KEEL_READ_FLUSH_MS"]),
         KEEL_DURABILITY: durability,
       };
-      // A run's listener is called at each of its step commits: one per iteration.
-      const listeners = new Map<string, () => void>();
+      // A run's listener hears each of its step commits (one per iteration) and its settling one.
+      const listeners = new Map<string, { readonly step: () => void; readonly settled: (status: RunStatus) => void }>();
       const app = await buildApp(loadConfig(env), env, {
         log: pino({ level: "warn" }, pino.destination(2)),
         tools: [readTool],
@@ -31,9 +33,12 @@ export function keelPeer(url: string, concurrent: number): PeerKind {
           ...deps,
           store: {
             ...deps.store,
-            commitStep: (commit) => {
-              if (commit.step !== undefined) listeners.get(commit.runId)?.();
-              return deps.store.commitStep(commit);
+            commitStep: async (commit) => {
+              const listener = listeners.get(commit.runId);
+              if (commit.step !== undefined) listener?.step();
+              const control = await deps.store.commitStep(commit);
+              if (isTerminal(commit.status)) listener?.settled(commit.status);
+              return control;
             },
           },
         }),
@@ -50,17 +55,19 @@ export function keelPeer(url: string, concurrent: number): PeerKind {
       let loops = 0;
       return {
         async runLoop(iterationStarted) {
-          const db = await pool.connect();
+          const runId = randomUUID();
+          const settled = new Promise<RunStatus>((resolve) => listeners.set(runId, { step: iterationStarted, settled: resolve }));
           try {
-            const runId = await submit(db, `${durability}-${loops++}-${performance.now()}`);
-            listeners.set(runId, iterationStarted);
+            const db = await pool.connect();
             try {
-              await waitForAll(db, [runId]);
+              await submit(db, `${durability}-${loops++}-${runId}`, "queued", runId);
             } finally {
-              listeners.delete(runId);
+              db.release();
             }
+            const status = await settled;
+            if (status !== "succeeded") throw new Error(`keel run ${runId} ended ${status}`);
           } finally {
-            db.release();
+            listeners.delete(runId);
           }
         },
         async stop() {
