@@ -110,6 +110,26 @@ describe.skipIf(skip)("docker hardening: quota mounts and a deleted data dir", (
   });
 });
 
+describe.skipIf(skip)("docker hardening: quota after a host reboot", () => {
+  it("a stopped workspace whose mount is gone gets its quota'd file system back before it starts", async () => {
+    await backend.acquire(spec("reboot"), never);
+    await backend.writeFile("reboot", "kept.txt", new TextEncoder().encode("kept"));
+    const info = await containerOf("reboot");
+    const mountPoint = info.Mounts.find((m) => m.Destination === "/workspace")!.Source;
+    // What a reboot leaves: the container stopped, the mount (on /run) gone, the image kept.
+    await docker.getContainer(info.Id).stop({ t: 0 });
+    execFileSync("umount", [mountPoint]);
+    await rm(mountPoint, { recursive: true, force: true });
+    const restarted = createDockerWorkspaceBackend({ docker, hostId, workspaceRoot: path.join(root, "workspaces"), diskQuotaBytes: QUOTA });
+    await restarted.acquire(spec("reboot"), never);
+    const out = await runCommand(restarted, "reboot", ["sh", "-c", "cat kept.txt; echo; df -k /workspace | tail -n 1"]);
+    expect(out.stdout.split("\n")[0]).toBe("kept");
+    expect(Number(/^\S+\s+(\d+)/m.exec(out.stdout.split("\n")[1] ?? "")?.[1]) * 1024).toBeLessThanOrEqual(QUOTA);
+    await restarted.release("reboot");
+    await restarted.close();
+  });
+});
+
 describe.skipIf(skip)("docker hardening: limits and settings", () => {
   it("ulimits nofile, nproc and fsize are visible inside", async () => {
     await backend.acquire(spec("limits"), never);
