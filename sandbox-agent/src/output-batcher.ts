@@ -19,8 +19,8 @@ export const BURST_BYTES = 32 * 1024;
 export const LINGER_MS = 4;
 
 export interface OutputOutlet {
-  /** Sends one message of output. */
-  send(stream: OutputStreamName, chunk: Uint8Array): void;
+  /** Sends one message of output; false when it was dropped instead (no connection, buffer full). */
+  send(stream: OutputStreamName, chunk: Uint8Array): boolean | void;
   /** The largest chunk one message may carry. */
   readonly maxChunkBytes: number;
   /** Whether the transport is waiting for a message right now. */
@@ -39,6 +39,8 @@ export class OutputBatcher {
   private tail: Buffer = Buffer.alloc(0);
   /** All output pushed so far. */
   bytes = 0;
+  /** Some output never left this host (dropped while disconnected): the exec's result must say truncated. */
+  lost = false;
 
   constructor(private readonly outlet: OutputOutlet) {}
 
@@ -90,7 +92,7 @@ export class OutputBatcher {
     const chunk = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.size);
     this.parts = [];
     this.size = 0;
-    this.outlet.send(this.stream, chunk);
+    if (this.outlet.send(this.stream, chunk) === false) this.lost = true;
   }
 
   tailBytes(): Uint8Array {

@@ -97,19 +97,21 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
 
   const sizeOf = (request: AttachRequest) => (request.message.case === "output" ? request.message.value.chunk.byteLength : 64);
 
-  const send = (init: RequestInit) => {
+  /** Queues a request for the control plane; false when it was output dropped past the buffer bound. */
+  const send = (init: RequestInit): boolean => {
     const request = create(AttachRequestSchema, init);
     if (live !== undefined) {
       live.push(request);
-      return;
+      return true;
     }
     const size = sizeOf(request);
     if (request.message.case === "output" && bufferedBytes + size > MAX_BUFFERED_BYTES) {
       droppedBytes += size;
-      return;
+      return false;
     }
     buffered.push(request);
     bufferedBytes += size;
+    return true;
   };
 
   const commands = createWorkspaceCommands({

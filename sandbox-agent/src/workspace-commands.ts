@@ -28,7 +28,7 @@ export interface WorkspaceCommandsOptions {
   readonly stopping: AbortSignal;
   /** Workspaces this host holds and the run each belongs to; acquire and release keep it current. */
   readonly workspaces: Map<string, string>;
-  send(init: RequestInit): void;
+  send(init: RequestInit): boolean | void;
   /** Where an exec's output goes. */
   outlet(commandId: string): OutputOutlet;
   /** Called when an exec ends, so its batcher is no longer waiting for the transport. */
@@ -55,7 +55,9 @@ export function createWorkspaceCommands(options: WorkspaceCommandsOptions): Work
   const running = new Map<string, { readonly workspaceId: string; readonly abort: AbortController }>();
   const recent = new Map<string, { result: ResultInit; at: number }>();
 
-  const sendResult = (result: ResultInit) => options.send({ message: { case: "result", value: result } });
+  const sendResult = (result: ResultInit): void => {
+    options.send({ message: { case: "result", value: result } });
+  };
 
   const forgetOldResults = () => {
     const now = Date.now();
@@ -90,7 +92,8 @@ export function createWorkspaceCommands(options: WorkspaceCommandsOptions): Work
         exitCode: outcome.exitCode,
         durationMs: Math.round(outcome.durationMs),
         timedOut: outcome.timedOut,
-        outputTruncated: outcome.outputTruncated,
+        // Output dropped while disconnected is output the control plane never gets: truncated too.
+        outputTruncated: outcome.outputTruncated || batcher.lost,
         outputTail: batcher.tailBytes(),
         outputBytes: BigInt(batcher.bytes),
       };
