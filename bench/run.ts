@@ -20,6 +20,10 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     describe: "the loop workload through Keel, Restate and DBOS Transact beside a raw 2-row transaction, in strict and relaxed durability",
     load: () => import("./peers.js"),
   },
+  subscribe: {
+    describe: "emission commit latency with 1 and with 2,000 open Subscribe streams (every stream must receive every emission of its connector)",
+    load: () => import("./subscribe.js"),
+  },
   sandbox: {
     describe: "warm-pool acquisition, exec round trip and observation streaming on a real Docker engine and sandbox agent, against raw dockerode",
     load: () => import("./sandbox.js"),

@@ -44,6 +44,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { buildApp, type KeelApp } from "../control-plane/src/app.js";
 import { loadConfig } from "../control-plane/src/config.js";
+import { DEFAULT_HOST_CAPACITY } from "../control-plane/src/domain/token-scope.js";
 import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import { createRunRepository } from "../control-plane/src/ledger/run.repository.js";
@@ -108,7 +109,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     };
     const config = loadConfig(env);
     app = await buildApp(config, env, { log: pino({ level: "warn" }, pino.destination(2)) });
-    const { secret: token } = await app.tokens.create("sandbox-host", "bench");
+    const { secret: token } = await app.tokens.create("sandbox-host", "bench", { scope: { kind: "sandbox-host", hostId: hosts.agent, maxCapacity: DEFAULT_HOST_CAPACITY, labels: {} } });
     const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
     const agentDir = path.join(dir, "agent");
     agent = startAgent({ url, token, hostId: hosts.agent, dataDir: agentDir, image: options.image });

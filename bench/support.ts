@@ -198,7 +198,7 @@ export async function startBenchKeel(
   const app = await buildApp(config, env, { log: pino({ level: "warn" }, pino.destination(2)), ...options });
   try {
     await app.agents.put(agent);
-    const { secret: token } = await app.tokens.create("connector", "bench");
+    const { secret: token } = await app.tokens.create("connector", "bench", { scope: { kind: "connector", connectors: "any", agents: "any" } });
     const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
     app.startWorkers();
     return { app, config, url, token };

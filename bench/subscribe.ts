@@ -1,0 +1,213 @@
+// Subscribe benchmark: does the number of open Subscribe streams slow the commits that write
+// emissions? The same emission commits (one emission per transaction, through the ledger's
+// reserveEmissions as step commits do) are timed with 1 stream open and with N streams open over
+// real HTTP/2 (Connect clients in a process of their own, several sessions and tokens), spread over several connectors,
+// each emission going to one connector in turn (with 1 stream, all to its connector). Every stream must receive every emission of its
+// connector, once and in order. Target: p50 with N streams ≤ 1.5× p50 with 1.
+//
+//   npm run bench -- subscribe [--streams 2000] [--connectors 20] [--emissions 400] [--durability strict|relaxed]
+import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import { fork, type ChildProcess } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
+import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
+import type { CheckRequest, ChildReply, OpenRequest } from "./subscribe/streams-child.js";
+import {
+  benchDurability,
+  DURABILITY_OPTION,
+  durabilityLabel,
+  durabilitySettings,
+  ms,
+  startBenchKeel,
+  summarize,
+  table,
+  withBenchPostgres,
+  type BenchKeel,
+  type Stats,
+} from "./support.js";
+
+const STREAMS_PER_SESSION = 80;
+const STREAMS_PER_TOKEN = 250;
+
+interface Options {
+  readonly streams: number;
+  readonly connectors: number;
+  readonly emissions: number;
+  readonly durability: ReturnType<typeof benchDurability>;
+}
+
+function parseOptions(args: readonly string[]): Options {
+  const { values } = parseArgs({
+    args: [...args],
+    options: {
+      streams: { type: "string", default: "2000" },
+      connectors: { type: "string", default: "20" },
+      emissions: { type: "string", default: "400" },
+      ...DURABILITY_OPTION,
+    },
+  });
+  const whole = (name: string, value: string, min: number): number => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
+    return n;
+  };
+  return {
+    streams: whole("streams", values.streams, 1),
+    connectors: whole("connectors", values.connectors, 1),
+    emissions: whole("emissions", values.emissions, 1),
+    durability: benchDurability(values.durability),
+  };
+}
+
+/** The stream clients' process (bench/subscribe/streams-child.ts), driven over IPC. */
+class StreamClients {
+  private readonly child: ChildProcess;
+  private readonly replies: ChildReply[] = [];
+  private waiting: (() => void) | undefined;
+
+  constructor() {
+    this.child = fork(path.join(path.dirname(fileURLToPath(import.meta.url)), "subscribe", "streams-child.ts"), [], {
+      execArgv: ["--import", "tsx"],
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+    });
+    this.child.on("message", (message: ChildReply) => {
+      this.replies.push(message);
+      this.waiting?.();
+    });
+  }
+
+  private async ask(request: OpenRequest | CheckRequest | { kind: "close" }): Promise<ChildReply> {
+    this.child.send(request);
+    while (this.replies.length === 0) await new Promise<void>((resolve) => (this.waiting = resolve));
+    return this.replies.shift() as ChildReply;
+  }
+
+  async open(request: Omit<OpenRequest, "kind">): Promise<void> {
+    await this.ask({ kind: "open", ...request });
+  }
+
+  /** Throws unless every stream received exactly what was sent to its connector. */
+  async check(expected: (connector: string) => readonly string[], connectors: readonly string[], timeoutMs: number): Promise<void> {
+    const answer = await this.ask({ kind: "check", expected: Object.fromEntries(connectors.map((c) => [c, expected(c)])), timeoutMs });
+    if (answer.kind === "checked" && answer.error !== undefined) throw new Error(answer.error);
+  }
+
+  async close(): Promise<void> {
+    await this.ask({ kind: "close" });
+  }
+}
+
+export default async function subscribeBench(args: readonly string[]): Promise<void> {
+  const options = parseOptions(args);
+  const progress = (line: string) => process.stderr.write(`[subscribe] ${line}\n`);
+  await withBenchPostgres("subscribe", progress, async (postgres) => {
+    const keel = await startBenchKeel(postgres, DEMO_AGENT, options.durability);
+    try {
+      const db = new pg.Client({ connectionString: postgres.url });
+      await db.connect();
+      const settings = await durabilitySettings(db).finally(() => db.end());
+      progress(`keel on ${keel.url}; ${durabilityLabel(options.durability)}; postgres ${settings}`);
+      const connectors = Array.from({ length: options.connectors }, (_, i) => `bench-${i}`);
+      const targets = await seedRuns(keel, connectors);
+      const sent = new Map<string, string[]>(connectors.map((c) => [c, []]));
+      let n = 0;
+      /** Commits `count` emissions, one per transaction, to `to` in turn; returns each commit's latency. */
+      const emitRound = async (count: number, to: readonly EmissionTarget[]): Promise<number[]> => {
+        const latencies: number[] = [];
+        for (let i = 0; i < count; i++) {
+          const target = to[n % to.length] as EmissionTarget;
+          const text = `emission ${n++}`;
+          const started = performance.now();
+          await keel.app.ledger.sql.transaction((trx) =>
+            reserveEmissions(trx, target, [{ kind: "progress", idempotencyKey: `${target.connector}:${text}`, text, addressedActorIds: [] }]),
+          );
+          latencies.push(performance.now() - started);
+          sent.get(target.connector)?.push(text);
+        }
+        return latencies;
+      };
+
+      const tokens = await Promise.all(
+        Array.from({ length: Math.ceil(options.streams / STREAMS_PER_TOKEN) }, async (_, i) => (await keel.app.tokens.create("connector", `bench-subscribe-${i}`, { scope: { kind: "connector", connectors: connectors, agents: "any" } })).secret),
+      );
+      await emitRound(50, targets); // warm-up, before any stream
+      /** What each connector was sent after this point. */
+      const sentSince = () => {
+        const from = new Map([...sent].map(([c, texts]) => [c, texts.length]));
+        return (connector: string) => (sent.get(connector) ?? []).slice(from.get(connector) ?? 0);
+      };
+
+      const one = new StreamClients();
+      const first = connectors.slice(0, 1);
+      await one.open({ url: keel.url, tokens, connectors: first, streams: 1, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION });
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const sentToOne = sentSince();
+      // Every emission goes to the one stream's connector, so each is read and delivered, as in the crowd.
+      const single = summarize(await emitRound(options.emissions, targets.slice(0, 1)));
+      await one.check(sentToOne, first, 30_000);
+      await one.close();
+      progress(`1 stream: ${single.n} emission commits, all delivered`);
+
+      const many = new StreamClients();
+      const sentToMany = sentSince();
+      await many.open({ url: keel.url, tokens, connectors, streams: options.streams, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION });
+      await new Promise((resolve) => setTimeout(resolve, 3_000)); // every stream open and idle at the tail
+      const crowded = summarize(await emitRound(options.emissions, targets));
+      await many.check(sentToMany, connectors, 60_000);
+      progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector`);
+      await many.close();
+
+      printResult(options, single, crowded);
+    } finally {
+      await keel.app.stop();
+    }
+  });
+}
+
+function printResult(options: Options, single: Stats, crowded: Stats): void {
+  const ratio = crowded.p50 / single.p50;
+  const lines = [
+    "",
+    `subscribe: emission commit latency (one emission per transaction, reserveEmissions as step commits write them) with 1 open Subscribe stream ` +
+      `and with ${options.streams} over ${options.connectors} connectors; ${durabilityLabel(options.durability)}`,
+    "",
+    ...table(
+      ["metric", "p50_ms", "p99_ms", "n"],
+      [
+        ["emission commit, 1 stream open", ms(single.p50), ms(single.p99), String(single.n)],
+        [`emission commit, ${options.streams} streams open`, ms(crowded.p50), ms(crowded.p99), String(crowded.n)],
+      ],
+    ),
+    "",
+    `target: p50 with ${options.streams} streams <= 1.5x p50 with 1 (is ${ratio.toFixed(2)}x) ${ratio <= 1.5 ? "met" : "NOT met"}`,
+    `RESULT streams=${options.streams} p50_1_ms=${ms(single.p50)} p50_many_ms=${ms(crowded.p50)} p99_1_ms=${ms(single.p99)} p99_many_ms=${ms(crowded.p99)} ratio=${ratio.toFixed(2)}`,
+  ];
+  process.stdout.write(`${lines.join("\n")}\n`);
+}
+
+/** A finished run per connector for the emissions to belong to (the ledger's foreign keys). */
+async function seedRuns(keel: BenchKeel, connectors: readonly string[]): Promise<EmissionTarget[]> {
+  await keel.app.ledger.sql.query(sqlText`INSERT INTO actors (id) VALUES ('bench-subscribe') ON CONFLICT DO NOTHING`);
+  const targets: EmissionTarget[] = [];
+  for (const connector of connectors) {
+    const target: EmissionTarget = { runId: randomUUID(), agentId: DEMO_AGENT.id, conversationId: randomUUID(), externalConversationId: connector, connector };
+    await keel.app.ledger.sql.query(sqlText`
+      WITH conversation AS (
+        INSERT INTO conversations (id, agent_id, external_id, connector)
+        VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
+      INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
+      VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, 'succeeded', 'bench-subscribe', '{}', '{}')`);
+    targets.push(target);
+  }
+  return targets;
+}
+
+async function lastSeq(keel: BenchKeel): Promise<number> {
+  const [row] = await keel.app.ledger.sql.query<{ seq: string }>(sqlText`SELECT coalesce(max(seq), 0)::text AS seq FROM emissions`);
+  return Number(row?.seq ?? 0);
+}
