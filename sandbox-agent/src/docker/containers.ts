@@ -94,11 +94,10 @@ export function createContainers(docker: Dockerode, settings: ContainerSettings)
     async create(args) {
       await ensureRoot();
       const hostFolder = folderPath(args.folder);
-      const [image, networkName] = await Promise.all([
-        pins.resolve(args.image),
-        args.networkAccess ? network.ensure() : undefined,
-        disks.prepare(hostFolder, SANDBOX_USER),
-      ]);
+      // Both are memoized (free after the first time); the mount comes after them so that a
+      // failure leaves no mount behind half-made while the caller cleans up.
+      const [image, networkName] = await Promise.all([pins.resolve(args.image), args.networkAccess ? network.ensure() : undefined]);
+      await disks.prepare(hostFolder, SANDBOX_USER);
       let container: Dockerode.Container;
       try {
         container = await docker.createContainer({
