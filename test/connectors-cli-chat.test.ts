@@ -35,7 +35,7 @@ interface Terminal {
 function openChat(agent: string): Terminal {
   const child = spawn("python3", ["-c", PTY_RELAY, process.execPath, "--import", "tsx", CHAT, "--url", keel.url, "--agent", agent, "--actor", "alice"], {
     cwd: ROOT,
-    env: { ...process.env, KEEL_TOKEN: keel.tokens.admin, TERM: "xterm" }, // TEMP-CONNECTOR-TOKEN
+    env: { ...process.env, KEEL_TOKEN: keel.tokens.connector, TERM: "xterm" },
     stdio: ["pipe", "pipe", "pipe"],
   });
   let raw = "";

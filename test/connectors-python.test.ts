@@ -35,6 +35,8 @@ describe.skipIf(python === undefined && !REQUIRED)("the Python connector", () =>
   let keel: TestKeel;
   let dir: string;
   let stubs: string;
+  /** A connector token bound to this connector's name and these agents only, as a deployment would make. */
+  let pythonToken: string;
   const stateFile = () => path.join(dir, "state.json");
 
   beforeAll(async () => {
@@ -45,6 +47,8 @@ describe.skipIf(python === undefined && !REQUIRED)("the Python connector", () =>
     keel = await startTestKeel({
       agents: [DEMO_AGENT, scriptedAgent("asker", [scriptedTurn("", [toolCall("keel.ask_user.v1", { question: "Which colour?" })]), scriptedTurn("Painted it.")])],
     });
+    const scope = { kind: "connector", connectors: ["py-conn"], agents: ["demo", "asker"] } as const;
+    pythonToken = (await keel.app.tokens.create("connector", "python", { scope })).secret;
   });
   afterAll(async () => {
     await keel.stop();
@@ -56,7 +60,7 @@ describe.skipIf(python === undefined && !REQUIRED)("the Python connector", () =>
     const { stdout } = await run(
       python ?? "python3",
       [CONNECTOR, "--target", new URL(keel.url).host, "--stubs", stubs, "--connector", "py-conn", "--state-file", stateFile(), "--actor", "alice", ...args],
-      { env: { ...process.env, KEEL_TOKEN: keel.tokens.admin }, timeout: 30_000 }, // TEMP-CONNECTOR-TOKEN
+      { env: { ...process.env, KEEL_TOKEN: pythonToken }, timeout: 30_000 },
     );
     return stdout.trim().split("\n").map((line) => JSON.parse(line) as Line);
   }
@@ -117,5 +121,10 @@ describe.skipIf(python === undefined && !REQUIRED)("the Python connector", () =>
     expect(emitted(lines)).toEqual([]);
     expect(lines.filter((line) => line.skipped !== undefined)).toHaveLength(7);
     expect((await held(7)).map((emission) => emission.deliveryStatus)).toEqual(Array(7).fill(DeliveryStatus.DELIVERED));
+  });
+
+  it("is refused outside its token's scope: another connector name", async () => {
+    const refused = connector(["--connector", "someone-else", "--agent", "demo", "hi"]);
+    await expect(refused).rejects.toMatchObject({ stderr: expect.stringContaining("PERMISSION_DENIED") as unknown });
   });
 });

@@ -25,7 +25,7 @@ let dir: string;
 
 beforeAll(async () => {
   keel = await startTestKeel();
-  clients = keelClients(keel.url, keel.tokens.admin); // TEMP-CONNECTOR-TOKEN
+  clients = keelClients(keel.url, keel.tokens.connector);
   dir = await mkdtemp(path.join(tmpdir(), "keel-webhook-"));
 });
 afterAll(async () => {
