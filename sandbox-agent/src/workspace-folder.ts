@@ -3,10 +3,11 @@
 // lexically or through a symlink a command planted, is refused.
 import { randomUUID } from "node:crypto";
 import { constants as fsConstants, type Stats } from "node:fs";
-import { lstat, mkdir, open, readdir, readlink, realpath, rename, unlink, type FileHandle } from "node:fs/promises";
+import { lstat, mkdir, open, opendir, readlink, realpath, rename, unlink, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { errorCode } from "./host-files.js";
 import { WorkspaceError, type FileEntry } from "./workspace-backend.js";
+import { resolveWorkspaceLinks } from "./workspace-links.js";
 
 /** Where commands see the workspace (Docker, bubblewrap); the logical root of every path. */
 export const WORKSPACE_MOUNT = "/workspace";
@@ -62,7 +63,17 @@ async function assertInside(handle: FileHandle, rootReal: string, shown: string)
 }
 
 async function openDirectory(parent: FileHandle, name: string): Promise<FileHandle> {
-  return open(viaFd(parent.fd, name), fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
+  // Segments arrive with their links resolved (resolved() below): one that is a link now was swapped in.
+  return open(viaFd(parent.fd, name), fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW);
+}
+
+/** The real segments a workspace path leads to, links resolved by reading them (workspace-links.ts). */
+async function resolved(folder: string, segments: readonly string[], shown: string, followLast = true): Promise<string[]> {
+  const rootReal = await realpath(folder).catch((error: unknown) => {
+    if (errorCode(error) === "ENOENT") throw new WorkspaceError("not_found", "workspace folder is gone");
+    throw error;
+  });
+  return resolveWorkspaceLinks(rootReal, segments, { mount: WORKSPACE_MOUNT, followLast, shown });
 }
 
 /** Opens the folder at `segments` below `folder`, checking each step stays inside it. */
@@ -117,7 +128,7 @@ function wrapFsError(error: unknown, shown: string): never {
 export async function resolveWorkspaceDirectory(folder: string, p: string): Promise<string[]> {
   const segments = workspaceSegments(p);
   try {
-    const handle = await walk(folder, segments, p);
+    const handle = await walk(folder, await resolved(folder, segments, p), p);
     await handle.close();
   } catch (error) {
     wrapFsError(error, p);
@@ -126,15 +137,18 @@ export async function resolveWorkspaceDirectory(folder: string, p: string): Prom
 }
 
 export async function readWorkspaceFile(folder: string, p: string, maxBytes: number): Promise<Uint8Array> {
-  const segments = workspaceSegments(p);
-  const name = segments.pop();
-  if (name === undefined) throw new WorkspaceError("not_found", `not a file: ${p}`);
+  if (workspaceSegments(p).length === 0) throw new WorkspaceError("not_found", `not a file: ${p}`);
   try {
+    const segments = await resolved(folder, workspaceSegments(p), p);
+    const name = segments.pop();
+    if (name === undefined) throw new WorkspaceError("not_found", `not a file: ${p}`);
     const dir = await walk(folder, segments, p);
     let file: FileHandle;
     try {
-      // O_NONBLOCK: a FIFO planted by a command must not hang the host.
-      file = await open(viaFd(dir.fd, name), fsConstants.O_RDONLY | fsConstants.O_NONBLOCK | fsConstants.O_NOCTTY);
+      // Checked before it is opened: a device or FIFO a command planted is never opened at all.
+      if (!(await lstat(viaFd(dir.fd, name))).isFile()) throw new WorkspaceError("not_found", `not a regular file: ${p}`);
+      // O_NONBLOCK: a FIFO swapped in meanwhile must not hang the host; O_NOFOLLOW: nor a link.
+      file = await open(viaFd(dir.fd, name), fsConstants.O_RDONLY | fsConstants.O_NONBLOCK | fsConstants.O_NOCTTY | fsConstants.O_NOFOLLOW);
     } finally {
       await dir.close();
     }
@@ -174,7 +188,8 @@ export async function writeWorkspaceFile(folder: string, p: string, content: Uin
   const name = segments.pop();
   if (name === undefined) throw new WorkspaceError("path_outside_workspace", `not a file path: ${p}`);
   try {
-    const dir = await walk(folder, segments, p, { owner });
+    // The folder's links are resolved; the name's own link is replaced, never written through.
+    const dir = await walk(folder, await resolved(folder, segments, p), p, { owner });
     try {
       let mode = 0o644;
       const existing = await lstat(viaFd(dir.fd, name)).catch((e: unknown) => {
@@ -209,12 +224,17 @@ export async function writeWorkspaceFile(folder: string, p: string, content: Uin
 
 /** One level of a folder, sorted by name; symlinks are reported as "other" and not followed. */
 export async function listWorkspaceFiles(folder: string, p: string): Promise<FileEntry[]> {
-  const segments = workspaceSegments(p);
   try {
+    const segments = await resolved(folder, workspaceSegments(p), p);
     const dir = await walk(folder, segments, p);
     try {
-      const names = (await readdir(viaFd(dir.fd))).sort();
-      if (names.length > MAX_LIST_ENTRIES) throw new WorkspaceError("too_large", `${p} has ${names.length} entries; the limit is ${MAX_LIST_ENTRIES}`);
+      // Streamed with a cap: a folder of millions of names is refused without loading them all.
+      const names: string[] = [];
+      for await (const entry of await opendir(viaFd(dir.fd))) {
+        names.push(entry.name);
+        if (names.length > MAX_LIST_ENTRIES) throw new WorkspaceError("too_large", `${p} has more than ${MAX_LIST_ENTRIES} entries`);
+      }
+      names.sort();
       const entries: FileEntry[] = [];
       for (const name of names) {
         let stats: Stats;
