@@ -80,6 +80,9 @@ export default defineConfig(
   layerRule(["sandbox-agent/**/*.ts"], [
     { regex: "(^|/)control-plane/", message: "the sandbox agent is a separate program: it shares only common/ and packages." },
   ]),
+  layerRule(["connectors/**/*.ts"], [
+    { regex: "(^|/)(control-plane|sandbox-agent)/", message: "connectors use only the public API: gen/, common/ and packages." },
+  ]),
   layerRule(["control-plane/src/ledger/**/*.ts"], [
     {
       regex: layer("runner", "conversation"),
