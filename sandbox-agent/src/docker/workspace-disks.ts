@@ -58,7 +58,15 @@ export function createWorkspaceDisks(root: string, quotaBytes: number, mountBase
 
   async function mount(folder: string): Promise<void> {
     // nosuid/nodev: nothing a command writes there may gain privileges on the host either.
-    await run("mount", ["-o", "loop,nosuid,nodev,noatime", imageOf(folder), folder]);
+    try {
+      await run("mount", ["-o", "loop,nosuid,nodev,noatime", imageOf(folder), folder]);
+    } catch (error) {
+      // Fail closed, but say what would help: the folder must not be used without its quota.
+      const detail = error instanceof Error ? error.message : String(error);
+      throw new Error(`workspace disk quota: mounting ${imageOf(folder)} failed (needs root and loop devices; diskQuotaBytes 0 turns quotas off): ${detail}`, {
+        cause: error,
+      });
+    }
   }
 
   return {
