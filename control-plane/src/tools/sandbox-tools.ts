@@ -86,6 +86,33 @@ async function noteTruncation(result: SandboxExecResult, context: Pick<ToolExecu
   if (result.outputTruncated) await context.observe("keel", `[output truncated: only the first ${maxOutputBytes} bytes were kept]`);
 }
 
+/**
+ * Path-prefix rules match the path as written, but a folder on it that is a symbolic link can
+ * lead anywhere in the workspace (/workspace/public/link/secret). Under a rule for `path`, every
+ * folder on the path (and, when `includeLast`, the name itself) is checked with the host not to
+ * be a link before the call goes out; the host's listing reports links as "other".
+ */
+async function refuseLinksUnderPathRules(
+  dispatcher: SandboxDispatcher,
+  context: ToolExecutionContext,
+  workspaceId: string,
+  path: string,
+  includeLast: boolean,
+): Promise<void> {
+  const policy = context.agent.policy;
+  if (policy.kind === "allow_all" || !policy.pathRules.some((rule) => rule.field === "path")) return;
+  const segments = path.slice(WORKSPACE_ROOT.length).split("/").filter((s) => s !== "");
+  const checked = includeLast ? segments.length : segments.length - 1;
+  for (let i = 0; i < checked; i++) {
+    const folder = [WORKSPACE_ROOT, ...segments.slice(0, i)].join("/");
+    const entry = (await dispatcher.listFiles(workspaceId, folder, context.signal)).find((e) => e.path === `${folder}/${segments[i]}`);
+    if (entry === undefined) return; // nothing there yet: the call reports it, or a write makes real folders
+    if (entry.type === "other") {
+      throw new Error(`path ${path} goes through ${entry.path}, which is a link or special file; this agent's path rules allow only real paths`);
+    }
+  }
+}
+
 export function createSandboxTools(options: SandboxToolOptions): ToolDefinition[] {
   const { dispatcher, env } = options;
 
@@ -152,6 +179,7 @@ export function createSandboxTools(options: SandboxToolOptions): ToolDefinition[
     async execute(args, context) {
       return inWorkspace(context, async (workspaceId, grant) => {
         const maxBytes = args.max_bytes ?? DEFAULT_READ_BYTES;
+        await refuseLinksUnderPathRules(dispatcher, context, workspaceId, resolved(args.path), true);
         // A file larger than max_bytes is refused by the host (too_large), never silently cut.
         const data = await dispatcher.readFile(workspaceId, resolved(args.path), maxBytes, context.signal);
         return { ok: true, text: storableText(redactSecrets(new TextDecoder().decode(data), grantedSecrets(grant.secrets))) };
@@ -172,6 +200,8 @@ export function createSandboxTools(options: SandboxToolOptions): ToolDefinition[
       return inWorkspace(context, async (workspaceId) => {
         const path = resolved(args.path);
         const content = new TextEncoder().encode(args.content);
+        // The name itself may be a link: a write replaces it, never writes through it.
+        await refuseLinksUnderPathRules(dispatcher, context, workspaceId, path, false);
         await dispatcher.writeFile(workspaceId, path, content, context.signal);
         return { ok: true, text: `wrote ${content.byteLength} bytes to ${path}` };
       });
@@ -187,6 +217,7 @@ export function createSandboxTools(options: SandboxToolOptions): ToolDefinition[
     async execute(args, context) {
       return inWorkspace(context, async (workspaceId, grant) => {
         const path = resolved(args.path);
+        await refuseLinksUnderPathRules(dispatcher, context, workspaceId, path, true);
         const entries = await dispatcher.listFiles(workspaceId, path, context.signal);
         if (entries.length === 0) return { ok: true, text: `${path} is empty` };
         const shown = entries.slice(0, MAX_LISTED_ENTRIES).map((e) => `${e.type === "directory" ? "d" : e.type === "file" ? "-" : "?"} ${e.sizeBytes} ${e.path}`);
