@@ -34,6 +34,12 @@ export async function serveCommand(config: KeelConfig, env: Readonly<Record<stri
     });
   } catch (error) {
     await app.stop();
+    const { code, address, port } = error as { code?: string; address?: string; port?: number };
+    if (code === "EADDRINUSE") {
+      throw new Error(
+        `${address ?? config.host}:${port ?? "?"} is already in use (another keel serve?): choose other ports with --port and --http1-port (KEEL_PORT, KEEL_HTTP1_PORT)`,
+      );
+    }
     throw error;
   }
   const { url, http1Url } = listening;

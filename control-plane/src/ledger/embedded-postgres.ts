@@ -243,8 +243,10 @@ async function assertReachableByPostgres(dataDir: string): Promise<void> {
     (found: { initdb?: unknown }) => (typeof found.initdb === "string" ? path.dirname(found.initdb) : undefined),
     () => undefined,
   );
-  const parent = path.dirname(dataDir);
-  const blocked = [...(binaries === undefined ? [] : [binaries]), existsSync(dataDir) ? dataDir : parent].find((folder) => {
+  // The data folder, or the nearest folder above it that exists (Keel makes the rest, open to postgres).
+  let existing = dataDir;
+  while (!existsSync(existing) && path.dirname(existing) !== existing) existing = path.dirname(existing);
+  const blocked = [...(binaries === undefined ? [] : [binaries]), existing].find((folder) => {
     const probe = spawnSync("runuser", ["-u", "postgres", "--", "test", "-x", folder], { stdio: "ignore" });
     // Without runuser (or the user) there is nothing to check here; starting will tell.
     return probe.error === undefined && probe.status === 1;
