@@ -1,7 +1,9 @@
 // Retention (issue #12, item 11): finished runs past the configured age are deleted with every
 // row recorded about them, by the server's sweeper and by `keel gc`; live runs, and finished runs
 // a live run still inherits from, stay. Runs are real (a served demo agent); ages are set in SQL.
+import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
@@ -12,7 +14,7 @@ import { loadConfig } from "../control-plane/src/config.js";
 import { createRetentionRepository } from "../control-plane/src/ledger/retention.repository.js";
 import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js";
 import { connectClient } from "./support/clients.js";
-import { waitFor } from "./support/child-processes.js";
+import { KEEL_BIN, waitFor } from "./support/child-processes.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { seedToolCall } from "./support/run-seed.js";
 
@@ -123,6 +125,17 @@ describe("retention of finished runs", () => {
     expect((await retention.sweep({ finishedBefore: cutoff, batchSize: 1 })).runs).toBe(1);
     expect((await rowsOf(inherited))["runs"]).toBe(0);
     expect((await rowsOf(stuck))["runs"]).toBe(1);
+  });
+
+  it("keel gc runs as a command on the ledger and prints what it would remove", async () => {
+    const old = await finishedRun("ret-cli");
+    await age(old, 10);
+    const { stdout } = await promisify(execFile)(process.execPath, [KEEL_BIN, "gc", "--older-than", "1w", "--dry-run"], {
+      env: { ...process.env, DATABASE_URL: keel.databaseUrl, KEEL_LOG_LEVEL: "silent" },
+      timeout: 60_000,
+    });
+    expect(stdout).toMatch(/^would delete runs finished before \S+:\n {2}runs: 1\n/);
+    expect((await rowsOf(old))["runs"]).toBe(1);
   });
 
   it("gc refuses an age it cannot read, and KEEL_RETENTION_DAYS=0 keeps everything", async () => {
