@@ -23,42 +23,34 @@ let registered: ((loopId: string, iterations: number) => Promise<number>) | unde
 let pool: pg.Pool | undefined;
 
 /**
- * DBOS launches once per process, on a pool of ours: each connection is set to the mode's
- * synchronous_commit when it is handed out (the SET is queued on the connection before DBOS's
- * own statements), so relaxed turns DBOS's flushes off as PostgreSQL's setting, nothing else.
+ * DBOS is launched per mode on a pool of ours whose connections start with the mode's
+ * synchronous_commit, so relaxed turns DBOS's flushes off as PostgreSQL's setting, nothing else.
  */
 export function dbosPeer(url: string, concurrent: number): PeerKind {
-  let mode: Durability = "strict";
   return {
     name: "dbos",
     describe: (durability) => `dbos-sdk 5.3.0, system database on this PostgreSQL, synchronous_commit=${durability === "strict" ? "on" : "off"}`,
     async start(durability: Durability, iterations: number): Promise<Peer> {
-      mode = durability;
-      if (pool === undefined) {
-        const admin = new pg.Client({ connectionString: url });
-        await admin.connect();
-        try {
-          const exists = await admin.query("SELECT 1 FROM pg_database WHERE datname = $1", [DATABASE]);
-          if (exists.rowCount === 0) await admin.query(`CREATE DATABASE ${DATABASE}`);
-        } finally {
-          await admin.end();
-        }
-        const systemDatabaseUrl = withDatabase(url, DATABASE);
-        const created = new pg.Pool({ connectionString: systemDatabaseUrl, max: concurrent + 4 });
-        const modeOf = new WeakMap<pg.PoolClient, Durability>();
-        created.on("acquire", (client) => {
-          if (modeOf.get(client) === mode) return;
-          modeOf.set(client, mode);
-          client.query(`SET synchronous_commit = ${mode === "strict" ? "on" : "off"}`).catch(() => {});
-        });
-        created.on("error", () => {});
-        registered = DBOS.registerWorkflow(loopWorkflow, { name: "keelPeersLoop" });
-        DBOS.setConfig({ name: "keel-peers-bench", systemDatabaseUrl, systemDatabasePool: created, logLevel: "error" });
-        await DBOS.launch();
-        pool = created;
+      await shutDownDbos();
+      const admin = new pg.Client({ connectionString: url });
+      await admin.connect();
+      try {
+        const exists = await admin.query("SELECT 1 FROM pg_database WHERE datname = $1", [DATABASE]);
+        if (exists.rowCount === 0) await admin.query(`CREATE DATABASE ${DATABASE}`);
+      } finally {
+        await admin.end();
       }
+      const systemDatabaseUrl = withDatabase(url, DATABASE);
+      pool = new pg.Pool({
+        connectionString: systemDatabaseUrl,
+        max: concurrent + 4,
+        options: `-c synchronous_commit=${durability === "strict" ? "on" : "off"}`,
+      });
+      pool.on("error", () => {});
+      registered ??= DBOS.registerWorkflow(loopWorkflow, { name: "keelPeersLoop" });
+      DBOS.setConfig({ name: "keel-peers-bench", systemDatabaseUrl, systemDatabasePool: pool, logLevel: "error" });
+      await DBOS.launch();
       const workflow = registered;
-      if (workflow === undefined) throw new Error("DBOS workflow not registered");
       let loops = 0;
       return {
         async runLoop(iterationStarted) {
@@ -71,8 +63,7 @@ export function dbosPeer(url: string, concurrent: number): PeerKind {
             listeners.delete(loopId);
           }
         },
-        // DBOS stays launched for the other mode; shutDown below ends it.
-        stop: () => Promise.resolve(),
+        stop: shutDownDbos,
       };
     },
   };
