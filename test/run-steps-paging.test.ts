@@ -100,3 +100,37 @@ describe("ListRunSteps paging", () => {
     }
   });
 });
+
+describe("GetRunStep of a step larger than a reply", () => {
+  it("is refused as ResourceExhausted before its records are loaded, pointing at ListRunSteps", async () => {
+    const keel = await startTestKeel({ workers: 0, env: { KEEL_MAX_MESSAGE_BYTES: String(256 * 1024) } });
+    const db = new pg.Client({ connectionString: keel.databaseUrl });
+    await db.connect();
+    try {
+      const conversationId = randomUUID();
+      const runId = randomUUID();
+      const stepId = randomUUID();
+      await db.query("INSERT INTO actors (id) VALUES ('someone') ON CONFLICT DO NOTHING");
+      await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, 'big-step', 'test')", [conversationId, DEMO_AGENT.id]);
+      await db.query(
+        "INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage) VALUES ($1, $2, $3, 'test', 'succeeded', 'someone', '{}', '{}')",
+        [runId, DEMO_AGENT.id, conversationId],
+      );
+      await db.query(
+        "INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, lease_epoch, started_at) VALUES ($1, $2, 0, 'replayable', 'running', 1, now())",
+        [stepId, runId],
+      );
+      await seedToolCall(db, { runId, stepId, observations: ["x".repeat(200 * 1024), "y".repeat(200 * 1024)] });
+      const runs = grpcClient(RunService, keel.url, keel.tokens.operator);
+      const refused = await runs.getRunStep({ runId, stepId }).then(
+        () => undefined,
+        (error: unknown) => ConnectError.from(error),
+      );
+      expect(refused?.code).toBe(Code.ResourceExhausted);
+      expect(refused?.rawMessage).toMatch(/ListRunSteps pages it/);
+    } finally {
+      await db.end();
+      await keel.stop();
+    }
+  });
+});

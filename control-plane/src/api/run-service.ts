@@ -37,6 +37,8 @@ function requireStepsPageToken(token: string): string {
 }
 
 export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunService> {
+  // Records a reply may carry: half the message limit leaves room for encoding and the rest.
+  const replyBudget = deps.maxReplyBytes === undefined ? DEFAULT_STEPS_PAGE_BYTES : Math.floor(deps.maxReplyBytes / 2);
   const mustGetRun = async (runId: string): Promise<RunRecord> => {
     const run = await deps.runs.getRun(runId);
     if (run === undefined) throw new NotFoundError("run", runId);
@@ -74,14 +76,14 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
       const runId = requireUuid("run_id", request.runId);
       const pageToken = requireStepsPageToken(request.pageToken);
       await mustGetRun(runId);
-      const budget = deps.maxReplyBytes === undefined ? DEFAULT_STEPS_PAGE_BYTES : Math.floor(deps.maxReplyBytes / 2);
-      const page = await deps.runs.listSteps(runId, pageSizeOf(request.pageSize), pageToken, budget);
+      const page = await deps.runs.listSteps(runId, pageSizeOf(request.pageSize), pageToken, replyBudget);
       return { steps: page.items.map(runStepToProto), nextPageToken: page.nextPageToken };
     },
     async getRunStep(request) {
       const runId = requireUuid("run_id", request.runId);
       const stepId = requireUuid("step_id", request.stepId);
-      const step = await deps.runs.getStep(runId, stepId);
+      // Refused before loading only when its records alone exceed the message limit (the reply would fail anyway).
+      const step = await deps.runs.getStep(runId, stepId, deps.maxReplyBytes ?? DEFAULT_STEPS_PAGE_BYTES * 4);
       if (step === undefined) throw new NotFoundError("step", stepId);
       return { step: runStepToProto(step) };
     },

@@ -8,6 +8,7 @@ import type {
   TriggerRecord,
 } from "../domain/records.js";
 import type { RunStatus } from "../domain/run.js";
+import { ResourceExhaustedError } from "../domain/errors.js";
 import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import { expandModelRequests, type StoredModelRequest } from "../domain/model-request.js";
 import { systemClock, type Clock } from "../domain/clock.js";
@@ -58,7 +59,8 @@ export interface RunQueries {
   listRuns(filter: RunFilter, pageSize: number, pageToken: string): Promise<Page<RunRecord>>;
   /** At most pageSize steps and about budgetBytes of their records; a token it did not issue throws. */
   listSteps(runId: string, pageSize: number, pageToken: string, budgetBytes?: number): Promise<Page<RunStepRecord>>;
-  getStep(runId: string, stepId: string): Promise<RunStepRecord | undefined>;
+  /** One step whole; ResourceExhaustedError, before anything is loaded, when its records exceed budgetBytes. */
+  getStep(runId: string, stepId: string, budgetBytes?: number): Promise<RunStepRecord | undefined>;
   listArtifacts(runId: string): Promise<readonly ArtifactRecord[]>;
   eventsAfter(runId: string, afterSeq: number, limit: number): Promise<readonly RunEventRecord[]>;
   getToolInvocation(runId: string, invocationId: string): Promise<ToolInvocationRecord | undefined>;
@@ -81,6 +83,13 @@ const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number },
     )::float8 AS detail_bytes
   FROM run_steps s
   WHERE s.run_id = ${runId}::uuid AND s.index >= ${(p) => p.fromIndex} ORDER BY s.index LIMIT ${limit}`;
+
+/** A step's records' size: observations' text, stored model call and invocations. */
+const stepBytes = statement<{ runId: string; stepId: string }, { bytes: number }>("run_query_step_bytes")`
+  SELECT (coalesce((SELECT sum(octet_length(o.text)) FROM observations o JOIN tool_invocations i ON i.id = o.tool_invocation_id
+                    WHERE i.step_id = ${(p) => p.stepId}::uuid AND i.run_id = ${runId}::uuid), 0)
+    + coalesce((SELECT sum(pg_column_size(m.request) + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = ${(p) => p.stepId}::uuid), 0)
+  )::float8 AS bytes`;
 
 const selectStep = statement<{ runId: string; stepId: string }, RunStepRow>("run_query_step")`
   SELECT ${raw(RUN_STEP_COLUMNS("s"))} FROM run_steps s WHERE s.run_id = ${runId}::uuid AND s.id = ${(p) => p.stepId}::uuid`;
@@ -253,7 +262,13 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       return { items, nextPageToken: found.length > kept && last !== undefined ? encodeStepsPageToken({ kind: "after", index: Number(last.index) }) : "" };
     },
 
-    async getStep(id, stepId) {
+    async getStep(id, stepId, budgetBytes) {
+      if (budgetBytes !== undefined) {
+        const [size] = await sql.run(stepBytes, { runId: id, stepId });
+        if (size !== undefined && Number(size.bytes) > budgetBytes) {
+          throw new ResourceExhaustedError(`step ${stepId} holds about ${Math.round(Number(size.bytes))} bytes, more than one reply carries; ListRunSteps pages it`);
+        }
+      }
       const [step] = await stepsWithDetail(await sql.run(selectStep, { runId: id, stepId }));
       return step;
     },
