@@ -20,6 +20,10 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     describe: "the loop workload through Keel, Restate and DBOS Transact beside a raw 2-row transaction, in strict and relaxed durability",
     load: () => import("./peers.js"),
   },
+  abuse: {
+    describe: "an authorized SubmitMessage's p50/p99 idle and under unauthenticated 4 MiB uploads and random-token calls, with server RSS",
+    load: () => import("./abuse.js"),
+  },
   subscribe: {
     describe: "emission commit latency with 1 and with 2,000 open Subscribe streams (every stream must receive every emission of its connector)",
     load: () => import("./subscribe.js"),

@@ -13,6 +13,8 @@ import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { TokenRole } from "../ledger/api-token.repository.js";
 import { rolesFor, type TokenVerifier } from "./auth.js";
 
+const RESET_DELAY_MS = 50;
+
 type Request = http.IncomingMessage | http2.Http2ServerRequest;
 type Response = http.ServerResponse | http2.Http2ServerResponse;
 export type RequestHandler = (request: Request, response: Response) => void;
@@ -96,7 +98,7 @@ function refuse(request: Request, response: Response, message: string): void {
     headers.forEach((value, key) => (flat[key] = value));
     if (request instanceof http2.Http2ServerRequest) {
       request.stream.respond({ ":status": 200, ...flat }, { endStream: true });
-      request.stream.close(http2.constants.NGHTTP2_NO_ERROR);
+      resetSoon(request.stream);
       return;
     }
     writeHead(request, response, 200, flat);
@@ -124,15 +126,20 @@ function writeHead(request: Request, response: Response, status: number, headers
 
 /**
  * On HTTP/2, ends the stream once the response is out so the client stops sending a body no one
- * will read (RST_STREAM NO_ERROR, as RFC 9113 §8.1 allows). The short wait lets the response's
- * DATA frames leave first: a reset queued behind them would discard them.
+ * will read (RST_STREAM NO_ERROR, as RFC 9113 §8.1 allows).
  */
 function resetAfterResponse(request: Request, response: Response): void {
   if (!(request instanceof http2.Http2ServerRequest)) return;
   const stream = request.stream;
-  response.once("finish", () => {
-    setTimeout(() => {
-      if (!stream.destroyed && !stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
-    }, 50).unref();
-  });
+  response.once("finish", () => resetSoon(stream));
+}
+
+/**
+ * The reset waits a moment: queued at once it can overtake the response's frames, and a client
+ * that sees the reset first has no status to report (and Node's client then never closes it).
+ */
+function resetSoon(stream: http2.ServerHttp2Stream): void {
+  setTimeout(() => {
+    if (!stream.destroyed && !stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+  }, RESET_DELAY_MS).unref();
 }
