@@ -220,7 +220,10 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       valid: { run_id: seed.liveRunId },
       expect: "ok",
       check: expectArray("steps"),
-      invalid: [{ request: { run_id: "" }, field: "run_id" }],
+      invalid: [
+        { request: { run_id: "" }, field: "run_id" },
+        { request: { run_id: seed.liveRunId, page_token: Buffer.from("not-a-token").toString("base64url") }, field: "page_token" },
+      ],
       notFound: { run_id: MISSING_UUID },
     },
     "keel.v1.RunService/GetRunStep": {
