@@ -50,12 +50,16 @@ async function waitUntil(what: string, check: () => Promise<boolean>, child: Chi
 }
 
 /** The in-process service endpoint, shared by both modes' servers; closeRestateEndpoint ends it. */
-let endpoint: { server: http2.Http2Server; port: number } | undefined;
+let endpoint: { server: http2.Http2Server; port: number; sessions: Set<http2.ServerHttp2Session> } | undefined;
 
 export async function closeRestateEndpoint(): Promise<void> {
-  const server = endpoint?.server;
+  const closing = endpoint;
   endpoint = undefined;
-  if (server !== undefined) await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (closing === undefined) return;
+  // close() waits for every session to end; the servers that opened them are gone by now.
+  const closed = new Promise<void>((resolve) => closing.server.close(() => resolve()));
+  for (const session of closing.sessions) session.destroy();
+  await closed;
 }
 
 export function restatePeer(): PeerKind {
@@ -82,9 +86,14 @@ export function restatePeer(): PeerKind {
           },
         });
         const server = http2.createServer(restate.createEndpointHandler({ services: [loop] }));
+        const sessions = new Set<http2.ServerHttp2Session>();
+        server.on("session", (session) => {
+          sessions.add(session);
+          session.once("close", () => sessions.delete(session));
+        });
         const port = await freePort();
         await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
-        endpoint = { server, port };
+        endpoint = { server, port, sessions };
       }
       const endpointPort = endpoint.port;
       const dir = await mkdtemp(path.join(tmpdir(), `keel-bench-restate-${durability}-`));
@@ -108,7 +117,9 @@ export function restatePeer(): PeerKind {
         if (child.exitCode === null) {
           const exited = new Promise((resolve) => child.once("exit", resolve));
           child.kill("SIGTERM");
-          await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
+          let timer: NodeJS.Timeout | undefined;
+          await Promise.race([exited, new Promise((resolve) => (timer = setTimeout(resolve, 10_000)))]);
+          clearTimeout(timer);
           if (child.exitCode === null) child.kill("SIGKILL");
         }
         await rm(dir, { recursive: true, force: true });
