@@ -7,6 +7,7 @@ import type { EmissionFeed } from "../ledger/emission-feed.js";
 import type { EmissionQueries } from "../ledger/emission.repository.js";
 import { principalOf } from "./auth.js";
 import { emissionToProto } from "./convert.js";
+import { cursorOf } from "./validate.js";
 
 export interface EmissionServiceDeps {
   readonly emissions: EmissionQueries;
@@ -42,7 +43,7 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
       }
       streamsOfToken.set(tokenId, open + 1);
       try {
-        for await (const emission of deps.feed.follow(connector, Number(request.afterSeq), context.signal)) {
+        for await (const emission of deps.feed.follow(connector, cursorOf("after_seq", request.afterSeq), context.signal)) {
           if (visible(emission.agentId)) yield { emission: emissionToProto(emission) };
         }
       } finally {

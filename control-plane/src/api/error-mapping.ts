@@ -24,7 +24,7 @@ const CODES: Record<DomainError["code"], Code> = {
  */
 export function toConnectError(error: unknown, log: Logger, procedure: string): ConnectError {
   if (error instanceof DomainError) return new ConnectError(error.message, CODES[error.code]);
-  if (error instanceof ConnectError) return error;
+  if (error instanceof ConnectError) return undecodableRequest(error) ?? error;
   if (isDatabaseUnavailable(error)) {
     log.warn({ err: error, procedure }, "the ledger database is unavailable");
     return new ConnectError("the ledger database is unavailable right now; retry shortly", Code.Unavailable);
@@ -32,6 +32,15 @@ export function toConnectError(error: unknown, log: Logger, procedure: string): 
   const id = Math.random().toString(36).slice(2, 10);
   log.error({ err: error, procedure, errorId: id }, "internal error");
   return new ConnectError(`internal error (reference ${id})`, Code.Internal);
+}
+
+/**
+ * connect-es reports request bytes it cannot decode (truncated, a bad varint or tag) as Internal.
+ * They are the caller's bad input; where the failure reaches us (streamed requests) it says so.
+ */
+function undecodableRequest(error: ConnectError): ConnectError | undefined {
+  if (error.code !== Code.Internal || !error.rawMessage.startsWith("parse binary: ")) return undefined;
+  return new ConnectError(`request: not a valid protobuf message (${error.rawMessage.slice("parse binary: ".length)})`, Code.InvalidArgument);
 }
 
 export function errorMappingInterceptor(log: Logger): Interceptor {

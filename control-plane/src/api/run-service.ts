@@ -9,7 +9,7 @@ import { isTerminal, type RunStatus } from "../domain/run.js";
 import { DEFAULT_STEPS_PAGE_BYTES, parseRunsPageToken, parseStepsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
 import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
-import { pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
+import { cursorOf, pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
 
 export interface RunServiceDeps {
   readonly runs: RunQueries;
@@ -95,7 +95,7 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     async *watchRun(request, context) {
       const runId = requireUuid("run_id", request.runId);
       await mustGetRun(runId);
-      let cursor = Number(request.afterSeq);
+      let cursor = cursorOf("after_seq", request.afterSeq);
       while (!context.signal.aborted) {
         const wake = armNotification(deps.hub, "keel_run_events", (payload) => payload === runId);
         const events = await deps.runs.eventsAfter(runId, cursor, 200);

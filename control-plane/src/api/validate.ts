@@ -27,3 +27,12 @@ export function requireReason(field: string, reason: string): string {
   if (reason.length > 4096) throw new InvalidArgumentError(field, "must be at most 4096 characters");
   return reason;
 }
+
+/**
+ * A uint64 stream cursor as a JS number. Sequences come from PostgreSQL bigints and stay far
+ * below 2^53; a larger value would lose precision here or overflow bigint in the query.
+ */
+export function cursorOf(field: string, value: bigint): number {
+  if (value > BigInt(Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError(field, `must be at most ${Number.MAX_SAFE_INTEGER}`);
+  return Number(value);
+}
