@@ -34,11 +34,17 @@ export async function inspectCommand(client: ClientOptions, runId: string, out: 
   );
   if (run.finalReply !== "") out(`reply        ${clip(run.finalReply)}`);
   let pageToken = "";
+  // A step too big for one page comes again on the next with the rest of its output: shown once.
+  const shownSteps = new Set<string>();
+  const shownTools = new Set<string>();
   do {
     const page = await runs.listRunSteps({ runId, pageToken });
     for (const step of page.steps) {
-      out("");
-      out(`step ${step.index}  ${step.id}  → ${fromEnum(RunStatusSchema, step.runStatusAfter) ?? "?"}  (epoch ${step.leaseEpoch})`);
+      if (!shownSteps.has(step.id)) {
+        shownSteps.add(step.id);
+        out("");
+        out(`step ${step.index}  ${step.id}  → ${fromEnum(RunStatusSchema, step.runStatusAfter) ?? "?"}  (epoch ${step.leaseEpoch})`);
+      }
       const call = step.modelCall;
       if (call !== undefined) {
         out(
@@ -48,6 +54,11 @@ export async function inspectCommand(client: ClientOptions, runId: string, out: 
         if (call.responseText !== "") out(`  says  ${clip(call.responseText)}`);
       }
       for (const tool of step.toolInvocations) {
+        if (shownTools.has(tool.id)) {
+          for (const observation of tool.observations) out(`        [${observation.stream}] ${clip(observation.text)}`);
+          continue;
+        }
+        shownTools.add(tool.id);
         out(`  tool  #${tool.ordinal} ${tool.toolName} ${clip(tool.argumentsJson, 120)} → ${fromEnum(ToolInvocationStatusSchema, tool.status) ?? "?"}`);
         if (tool.refusalReason !== "") out(`        refused: ${tool.refusalReason}`);
         if (tool.resolvedOutcome !== ResolvedOutcome.UNSPECIFIED) {

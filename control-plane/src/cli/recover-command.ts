@@ -35,6 +35,8 @@ export async function findUnresolvedWrites(client: ClientOptions): Promise<Unres
         const steps = await runs.listRunSteps({ runId: run.id, pageToken: stepsPage });
         for (const step of steps.steps) {
           for (const invocation of step.toolInvocations) {
+            // A step continued on the next page repeats the invocation that was cut.
+            if (found.some((write) => write.invocation.id === invocation.id)) continue;
             if (invocation.status === ToolInvocationStatus.UNKNOWN_OUTCOME && invocation.resolvedOutcome === ResolvedOutcome.UNSPECIFIED) {
               found.push({ run, invocation });
             }
