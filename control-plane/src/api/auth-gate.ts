@@ -12,6 +12,7 @@ import { codeToHttpStatus, endStreamFlag, endStreamToJson, errorToJsonBytes } fr
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { TokenRole } from "../ledger/api-token.repository.js";
 import { rolesFor, type TokenVerifier } from "./auth.js";
+import { createTokenChecks, type TokenChecks } from "./token-checks.js";
 
 const RESET_DELAY_MS = 50;
 
@@ -24,6 +25,8 @@ export interface AuthGateOptions {
   readonly clientCertServices: ReadonlySet<string>;
   /** Plain paths that need one of these roles (the metrics scrape). */
   readonly rolePaths: Readonly<Record<string, readonly TokenRole[]>>;
+  /** Lookups of never-seen-valid secrets at once (token-checks.ts); default 8. */
+  readonly maxUnprovenChecks?: number;
 }
 
 /** The bearer secret of a request, or undefined. */
@@ -39,11 +42,12 @@ function hasVerifiedClientCert(request: Request): boolean {
 }
 
 export function authGate(verifier: TokenVerifier, next: RequestHandler, options: AuthGateOptions): RequestHandler {
+  const tokens = createTokenChecks(verifier, options.maxUnprovenChecks);
   return (request, response) => {
     const path = (request.url ?? "/").split("?")[0] ?? "/";
     const pathRoles = options.rolePaths[path];
     if (pathRoles !== undefined) {
-      void admitPath(verifier, request, response, pathRoles, next);
+      void admitPath(tokens, request, response, pathRoles, next);
       return;
     }
     // An RPC path is /package.Service/Method; anything else (health, unknown) goes on as is.
@@ -61,19 +65,24 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
       refuse(request, response, "missing bearer token (authorization: Bearer <token>)");
       return;
     }
-    verifier.roleOf(secret).then(
-      (role) => (role === undefined ? refuse(request, response, "unknown, revoked or expired token") : next(request, response)),
+    tokens.check(secret).then(
+      (result) => {
+        if (result.kind === "valid") next(request, response);
+        else if (result.kind === "unknown") refuse(request, response, "unknown, revoked or expired token");
+        else refuse(request, response, "too many unverified tokens are being checked right now; retry shortly", Code.ResourceExhausted);
+      },
       // A failed lookup (database down) is left to the handler, whose interceptor maps it.
       () => next(request, response),
     );
   };
 }
 
-async function admitPath(verifier: TokenVerifier, request: Request, response: Response, roles: readonly TokenRole[], next: RequestHandler) {
+async function admitPath(tokens: TokenChecks, request: Request, response: Response, roles: readonly TokenRole[], next: RequestHandler) {
   const secret = bearerOf(request);
   let role: TokenRole | undefined;
   try {
-    role = secret === undefined ? undefined : await verifier.roleOf(secret);
+    const result = secret === undefined ? undefined : await tokens.check(secret);
+    role = result?.kind === "valid" ? result.role : undefined;
   } catch {
     role = undefined;
   }
@@ -87,9 +96,9 @@ async function admitPath(verifier: TokenVerifier, request: Request, response: Re
   resetAfterResponse(request, response);
 }
 
-/** Answers Unauthenticated in the form the caller's protocol expects, without reading the body. */
-function refuse(request: Request, response: Response, message: string): void {
-  const error = new ConnectError(message, Code.Unauthenticated);
+/** Answers Unauthenticated (or `code`) in the form the caller's protocol expects, without reading the body. */
+function refuse(request: Request, response: Response, message: string, code: Code = Code.Unauthenticated): void {
+  const error = new ConnectError(message, code);
   const contentType = request.headers["content-type"] ?? "";
   if (/^application\/grpc(-web)?(\+|;|$)/i.test(contentType)) {
     // gRPC and gRPC-Web: a trailers-only response, the status in the one header block.
@@ -112,7 +121,7 @@ function refuse(request: Request, response: Response, message: string): void {
     response.end(encodeEnvelope(endStreamFlag, body));
   } else {
     // Connect unary (POST or GET) and anything unrecognised: the HTTP status and a JSON error.
-    writeHead(request, response, codeToHttpStatus(Code.Unauthenticated), { "content-type": "application/json" });
+    writeHead(request, response, codeToHttpStatus(code), { "content-type": "application/json" });
     response.end(errorToJsonBytes(error, undefined));
   }
   resetAfterResponse(request, response);

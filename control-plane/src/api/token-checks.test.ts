@@ -1,0 +1,58 @@
+import { describe, expect, it } from "vitest";
+import type { TokenRole } from "../ledger/api-token.repository.js";
+import { createTokenChecks, MAX_UNPROVEN_CHECKS } from "./token-checks.js";
+
+/** A verifier whose lookups of unknown secrets hang until released, as a slow database would. */
+function slowVerifier(valid: Map<string, TokenRole>) {
+  let inFlight = 0;
+  let peak = 0;
+  const waiting: (() => void)[] = [];
+  return {
+    verifier: {
+      async roleOf(secret: string): Promise<TokenRole | undefined> {
+        const role = valid.get(secret);
+        if (role !== undefined) return role;
+        inFlight++;
+        peak = Math.max(peak, inFlight);
+        await new Promise<void>((resolve) => waiting.push(resolve));
+        inFlight--;
+        return undefined;
+      },
+      principalOf: () => Promise.resolve(undefined),
+    },
+    peak: () => peak,
+    release: () => waiting.splice(0).forEach((resolve) => resolve()),
+  };
+}
+
+describe("token checks", () => {
+  it("runs at most a few lookups of unproven secrets at once and tells the rest to retry", async () => {
+    const fake = slowVerifier(new Map());
+    const checks = createTokenChecks(fake.verifier);
+    const pending = Array.from({ length: 20 }, (_, i) => checks.check(`random-${i}`));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    fake.release();
+    const results = await Promise.all(pending);
+    expect(fake.peak()).toBe(MAX_UNPROVEN_CHECKS);
+    expect(results.filter((r) => r.kind === "busy")).toHaveLength(20 - MAX_UNPROVEN_CHECKS);
+    expect(results.filter((r) => r.kind === "unknown")).toHaveLength(MAX_UNPROVEN_CHECKS);
+  });
+
+  it("lets a secret that passed before through while the bound is saturated, and drops it once revoked", async () => {
+    const valid = new Map<string, TokenRole>([["good", "connector"]]);
+    const fake = slowVerifier(valid);
+    const checks = createTokenChecks(fake.verifier);
+    expect(await checks.check("good")).toEqual({ kind: "valid", role: "connector" });
+    const flood = Array.from({ length: MAX_UNPROVEN_CHECKS }, (_, i) => checks.check(`random-${i}`));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await checks.check("another-unknown")).toEqual({ kind: "busy" });
+    expect(await checks.check("good")).toEqual({ kind: "valid", role: "connector" });
+    valid.delete("good"); // revoked: the next check asks the verifier and fails
+    const revoked = checks.check("good");
+    fake.release();
+    await Promise.all(flood);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    fake.release();
+    expect(await revoked).toEqual({ kind: "unknown" });
+  });
+});

@@ -1,0 +1,50 @@
+// The gate's token lookups, bounded. A secret never seen valid costs the verifier a database
+// query (its cache cannot help a random one), and those queries share the pool with the
+// workers. So only a few such checks run at once; past that a caller with an unproven secret
+// is told to retry (ResourceExhausted). Secrets that have passed before skip the bound: their
+// check is a cache hit, and a flood of random tokens must not lock out known clients.
+import { createHash } from "node:crypto";
+import type { TokenRole } from "../ledger/api-token.repository.js";
+import type { TokenVerifier } from "./auth.js";
+
+/** Checks of never-seen-valid secrets in flight at once, process-wide. */
+export const MAX_UNPROVEN_CHECKS = 8;
+/** Hashes of secrets that passed, least recently used dropped first. */
+const MAX_PROVEN = 10_000;
+
+export type TokenCheck = { readonly kind: "valid"; readonly role: TokenRole } | { readonly kind: "unknown" } | { readonly kind: "busy" };
+
+export interface TokenChecks {
+  /** Rejects (the verifier's error) when the lookup itself fails. */
+  check(secret: string): Promise<TokenCheck>;
+}
+
+export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNPROVEN_CHECKS): TokenChecks {
+  const proven = new Map<string, true>();
+  let unprovenInFlight = 0;
+  const lookup = async (hash: string, secret: string): Promise<TokenCheck> => {
+    const role = await verifier.roleOf(secret);
+    if (role === undefined) {
+      proven.delete(hash);
+      return { kind: "unknown" };
+    }
+    proven.delete(hash);
+    proven.set(hash, true);
+    if (proven.size > MAX_PROVEN) proven.delete(proven.keys().next().value!);
+    return { kind: "valid", role };
+  };
+  return {
+    async check(secret) {
+      const hash = createHash("sha256").update(secret).digest("base64url");
+      // Every check still asks the verifier, so a revoked token fails here at once.
+      if (proven.has(hash)) return lookup(hash, secret);
+      if (unprovenInFlight >= maxUnproven) return { kind: "busy" };
+      unprovenInFlight++;
+      try {
+        return await lookup(hash, secret);
+      } finally {
+        unprovenInFlight--;
+      }
+    },
+  };
+}
