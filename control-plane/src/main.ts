@@ -15,7 +15,7 @@ const USAGE = `keel: a durable control plane for AI agent runs
 
   keel serve [--dev] [--port N] [--http1-port N] [--workers N] [--durability strict|relaxed]
         [--tls-cert F --tls-key F [--tls-client-ca F]] [--insecure]
-  keel cert dev [--out DIR]
+  keel cert dev [--out DIR] [--host NAME]...
   keel health [--url U] [--ca F] [--service NAME]
   keel send --agent A --conversation C [--actor U] [--timeout-ms N] "text"
   keel runs [--agent A] [--conversation C] [--status S] [--limit N]
@@ -233,10 +233,14 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         return await healthCommand(rest, env, out);
       }
       case "cert": {
-        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { out: { type: "string", default: ".keel/tls" } } });
-        if (positionals[0] !== "dev") return usage("usage: keel cert dev [--out DIR]");
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: { out: { type: "string", default: ".keel/tls" }, host: { type: "string", multiple: true, default: [] } },
+        });
+        if (positionals[0] !== "dev") return usage("usage: keel cert dev [--out DIR] [--host NAME]...");
         const { certDevCommand } = await import("./cli/cert-command.js");
-        return await certDevCommand(values.out, out);
+        return await certDevCommand(values.out, values.host, out);
       }
       case undefined:
       case "help":

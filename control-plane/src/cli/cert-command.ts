@@ -37,14 +37,18 @@ async function openssl(args: readonly string[]): Promise<void> {
   }
 }
 
-/** Writes ca.pem, server.pem/server.key (localhost, 127.0.0.1, ::1) and client.pem/client.key into `dir`. */
-export async function writeDevCertificates(dir: string): Promise<DevCertificates> {
+/**
+ * Writes ca.crt (and ca.key), server.crt/server.key (for localhost, 127.0.0.1, ::1 and `hosts`)
+ * and client.crt/client.key into `dir`.
+ */
+export async function writeDevCertificates(dir: string, hosts: readonly string[] = []): Promise<DevCertificates> {
+  const names = ["DNS:localhost", "IP:127.0.0.1", "IP:::1", ...hosts.map(subjectAltName)];
   const files: DevCertificates = {
     dir,
-    ca: path.join(dir, "ca.pem"),
-    serverCert: path.join(dir, "server.pem"),
+    ca: path.join(dir, "ca.crt"),
+    serverCert: path.join(dir, "server.crt"),
     serverKey: path.join(dir, "server.key"),
-    clientCert: path.join(dir, "client.pem"),
+    clientCert: path.join(dir, "client.crt"),
     clientKey: path.join(dir, "client.key"),
   };
   if (existsSync(files.ca)) throw new Error(`${files.ca} already exists; remove ${dir} to make new certificates`);
@@ -68,15 +72,22 @@ export async function writeDevCertificates(dir: string): Promise<DevCertificates
     }
   };
   await leaf("server", files.serverKey, files.serverCert, "/CN=localhost",
-    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n");
+    `basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=${names.join(",")}\n`);
   await leaf("client", files.clientKey, files.clientCert, "/CN=keel-sandbox-host",
     "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n");
   for (const file of [files.ca, files.serverCert, files.clientCert]) await chmod(file, 0o600);
   return files;
 }
 
-export async function certDevCommand(outDir: string, out: (line: string) => void): Promise<number> {
-  const files = await writeDevCertificates(path.resolve(outDir));
+/** A --host value as a subjectAltName entry: an IP address or a DNS name. */
+function subjectAltName(host: string): string {
+  if (/^[0-9.]+$/.test(host) || host.includes(":")) return `IP:${host}`;
+  if (!/^[A-Za-z0-9*]([A-Za-z0-9.-]{0,252})$/.test(host)) throw new Error(`--host ${JSON.stringify(host)} is not a host name or IP address`);
+  return `DNS:${host}`;
+}
+
+export async function certDevCommand(outDir: string, hosts: readonly string[], out: (line: string) => void): Promise<number> {
+  const files = await writeDevCertificates(path.resolve(outDir), hosts);
   out(`wrote a development CA and certificates to ${files.dir} (files 0600; the CA key is ca.key)`);
   out("");
   out(`  keel serve --tls-cert ${files.serverCert} --tls-key ${files.serverKey} [--tls-client-ca ${files.ca}]`);
