@@ -67,7 +67,8 @@ describe("TLS on both listeners", () => {
 
   beforeAll(async () => {
     pem = await readPem(await writeDevCertificates(path.join(await mkdtemp(path.join(tmpdir(), "keel-tls-")), "certs")));
-    keel = await startListeningKeel({ tls: { cert: pem.serverCert, key: pem.serverKey, clientCa: pem.ca } });
+    // A short idle timeout, so the HTTP/1.1-over-TLS connections below also meet it.
+    keel = await startListeningKeel({ tls: { cert: pem.serverCert, key: pem.serverKey, clientCa: pem.ca }, env: { KEEL_HTTP2_IDLE_TIMEOUT_MS: "1000" } });
   });
 
   afterAll(async () => {
@@ -123,6 +124,11 @@ describe("TLS on both listeners", () => {
     for (const transport of transports) {
       const reply = await createClient(RunService, transport).listRuns({ pageSize: 5 });
       expect(reply.runs).toEqual([]);
+    }
+    // Past the idle timeout the server has dropped those connections; new calls still work.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    for (const transport of transports) {
+      expect((await createClient(RunService, transport).listRuns({ pageSize: 5 })).runs).toEqual([]);
     }
     // Without the CA the client refuses the server's certificate.
     const untrusted = createClient(RunService, createConnectTransport({ baseUrl: keel.url, httpVersion: "2", interceptors: bearer }));

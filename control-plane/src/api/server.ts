@@ -3,6 +3,7 @@ import http from "node:http";
 import http2 from "node:http2";
 import https from "node:https";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import { isLoopbackHost } from "../../../common/loopback.js";
 import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
@@ -216,8 +217,10 @@ function createHttp2Server(
   });
   // Inactivity on a connection: close it when nothing is open on it (long streams keep theirs).
   server.setTimeout(limits.idleTimeoutMs);
-  server.on("timeout", (session: http2.ServerHttp2Session) => {
-    if ((openStreams.get(session) ?? 0) === 0) session.close();
+  server.on("timeout", (target: http2.ServerHttp2Session | Duplex) => {
+    // With TLS, HTTP/1.1 connections (ALPN http/1.1) time out here too, as plain sockets.
+    if (!openStreams.has(target as http2.ServerHttp2Session)) (target as Duplex).destroy();
+    else if ((openStreams.get(target as http2.ServerHttp2Session) ?? 0) === 0) (target as http2.ServerHttp2Session).close();
   });
   return server;
 }
