@@ -52,7 +52,8 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
     }
     // An RPC path is /package.Service/Method; anything else (health, unknown) goes on as is.
     const service = /^\/([^/]+)\/[^/]+$/.exec(path)?.[1];
-    if (service === undefined || rolesFor(service) === undefined) {
+    // CORS preflights carry no credentials by design; they reach no handler's code either.
+    if (service === undefined || rolesFor(service) === undefined || request.method === "OPTIONS") {
       next(request, response);
       return;
     }
