@@ -95,7 +95,7 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     async *watchRun(request, context) {
       const runId = requireUuid("run_id", request.runId);
       await mustGetRun(runId);
-      let cursor = cursorOf("after_seq", request.afterSeq);
+      let cursor = cursorOf("after_seq", request.afterSeq, 2 ** 31 - 1); // run_events.seq is an int
       while (!context.signal.aborted) {
         const wake = armNotification(deps.hub, "keel_run_events", (payload) => payload === runId);
         const events = await deps.runs.eventsAfter(runId, cursor, 200);

@@ -29,10 +29,10 @@ export function requireReason(field: string, reason: string): string {
 }
 
 /**
- * A uint64 stream cursor as a JS number. Sequences come from PostgreSQL bigints and stay far
- * below 2^53; a larger value would lose precision here or overflow bigint in the query.
+ * A uint64 stream cursor as a JS number, at most `max`: the column's range (an int sequence
+ * stops at 2^31-1), else 2^53-1. A larger value would lose precision or overflow in the query.
  */
-export function cursorOf(field: string, value: bigint): number {
-  if (value > BigInt(Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError(field, `must be at most ${Number.MAX_SAFE_INTEGER}`);
+export function cursorOf(field: string, value: bigint, max = Number.MAX_SAFE_INTEGER): number {
+  if (value > BigInt(max)) throw new InvalidArgumentError(field, `must be at most ${max}`);
   return Number(value);
 }
