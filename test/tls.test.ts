@@ -3,7 +3,7 @@
 // it; a sandbox host's transport over mTLS, and refused without a client certificate; a
 // sandbox agent process that refuses a plaintext control plane off loopback.
 import { spawn } from "node:child_process";
-import { mkdtemp, readFile } from "node:fs/promises";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -158,6 +158,35 @@ describe("TLS on both listeners", () => {
     } finally {
       await agent.stop();
       await running;
+    }
+  });
+
+  it("runs a real sandbox agent process over mTLS, and one without a client certificate never attaches", async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), "keel-tls-agent-"));
+    const files = { ca: path.join(dir, "ca.crt"), cert: path.join(dir, "client.crt"), key: path.join(dir, "client.key") };
+    await Promise.all([writeFile(files.ca, pem.ca), writeFile(files.cert, pem.clientCert), writeFile(files.key, pem.clientKey)]);
+    const agentProcess = async (hostId: string, withCert: boolean) => {
+      const { secret } = await keel.app.tokens.create("sandbox-host", hostId, { scope: { kind: "sandbox-host", hostId, maxCapacity: 2, labels: {} } });
+      const child = spawn(
+        process.execPath,
+        [path.join(ROOT, "bin", "keel.js"), "sandbox-agent", "--control-plane", keel.url, "--backend", "process", "--host-id", hostId,
+          "--capacity", "1", "--data-dir", path.join(dir, hostId), "--ca", files.ca, ...(withCert ? ["--tls-cert", files.cert, "--tls-key", files.key] : [])],
+        { cwd: ROOT, env: { ...process.env, KEEL_SANDBOX_TOKEN: secret, KEEL_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
+      );
+      let log = "";
+      child.stdout.on("data", (chunk: Buffer) => (log += chunk.toString()));
+      child.stderr.on("data", (chunk: Buffer) => (log += chunk.toString()));
+      return { child, log: () => log };
+    };
+    const good = await agentProcess("tls-proc-good", true);
+    const bad = await agentProcess("tls-proc-bad", false);
+    try {
+      expect(await until(() => keel.app.sandbox.hub.isAttached("tls-proc-good"), 20_000)).toBe(true);
+      expect(await until(() => /client certificate/.test(bad.log()), 20_000)).toBe(true);
+      expect(keel.app.sandbox.hub.isAttached("tls-proc-bad")).toBe(false);
+    } finally {
+      for (const agent of [good, bad]) agent.child.kill("SIGTERM");
+      await Promise.all([good, bad].map(({ child }) => (child.exitCode !== null ? Promise.resolve() : new Promise((resolve) => child.once("exit", resolve)))));
     }
   });
 
