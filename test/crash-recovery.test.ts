@@ -92,7 +92,7 @@ async function subscribeFromStart(url: string, token: string, connector: string,
     for await (const { emission } of client.subscribe({ connector, afterSeq: 0n }, { signal: abort.signal })) {
       if (emission === undefined) continue;
       seen.push(emission);
-      const settled = emission.runId === runId && emission.kind === EmissionKind.ACK && emission.ackState !== AckState.WORKING;
+      const settled = emission.runId === runId && emission.kind === EmissionKind.ACK && (emission.ackState === AckState.SUCCEEDED || emission.ackState === AckState.FAILED);
       if (settled && quiet === undefined) quiet = setTimeout(() => abort.abort(), 750); // would a duplicate follow?
     }
   } catch (error) {

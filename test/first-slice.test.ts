@@ -45,13 +45,15 @@ describe("first slice: one message, one model call, one reply", () => {
     expect(submitted.status).toBe(RunStatus.QUEUED);
     expect(submitted.duplicate).toBe(false);
 
-    const emissions = await collect("slice-test", (seen) => seen.some((e) => e.kind === EmissionKind.ACK && e.ackState !== AckState.WORKING));
+    const emissions = await collect("slice-test", (seen) => seen.some((e) => e.kind === EmissionKind.ACK && e.ackState === AckState.SUCCEEDED));
     expect(emissions.map((e) => [e.kind, e.ackState])).toEqual([
       [EmissionKind.ACK, AckState.WORKING],
+      [EmissionKind.ACK, AckState.STARTED],
+      [EmissionKind.ACK, AckState.THINKING],
       [EmissionKind.REPLY, 0],
       [EmissionKind.ACK, AckState.SUCCEEDED],
     ]);
-    const reply = emissions[1]!;
+    const reply = emissions[3]!;
     expect(reply.text).toBe("Hello from Keel. You said: ping");
     expect(reply.runId).toBe(submitted.runId);
     expect(reply.replyToMessageId).toBe("m-1");

@@ -133,7 +133,7 @@ function harness(keel: () => TestKeel) {
         for await (const { emission } of emissions().subscribe({ connector }, { signal: abort.signal })) {
           if (emission === undefined || emission.runId !== runId) continue;
           seen.push(emission);
-          if (emission.kind === EmissionKind.ACK && emission.ackState !== AckState.WORKING) break;
+          if (emission.kind === EmissionKind.ACK && (emission.ackState === AckState.SUCCEEDED || emission.ackState === AckState.FAILED)) break;
         }
       } catch (error) {
         if (!abort.signal.aborted) throw error;

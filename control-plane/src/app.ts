@@ -20,6 +20,8 @@ import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createAdmissionLedger } from "./ledger/conversation.repository.js";
 import { createAdmissions } from "./conversation/admission.js";
 import { createMailbox } from "./conversation/mailbox.js";
+import { createTriager } from "./conversation/side-calls.js";
+import { createModelCallRepository } from "./ledger/model-call.repository.js";
 import { systemClock, type Clock } from "./domain/clock.js";
 import { startNotificationHub } from "./ledger/notification-hub.js";
 import { migrateLedger } from "./ledger/orm.js";
@@ -118,6 +120,10 @@ export async function buildApp(
   const control = createRunControlRepository(ledger.sql);
   // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).
   const handoff = createWorkerHandoff();
+  // Fast- and decision-model calls beside the loop: recorded, counted, and the ack lifecycle.
+  const modelCalls = createModelCallRepository(ledger.sql);
+  const sideProviders = { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) };
+  const triage = createTriager({ ledger: modelCalls, providers: sideProviders, log: logger.child({ component: "triage" }) });
 
   // Sandbox hosts attach to this process; exec-class tools reach them through the dispatcher.
   const sandboxLog = logger.child({ component: "sandbox" });
@@ -167,10 +173,11 @@ export async function buildApp(
     {
       ingress: createIngressService({
         mailbox: createMailbox({
-          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, maxConcurrentRootRuns: config.maxConcurrentRootRuns }),
-          providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
+          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, maxConcurrentRootRuns: config.maxConcurrentRootRuns, triage }),
+          providers: sideProviders,
           clock,
           log: logger.child({ component: "mailbox" }),
+          sideCalls: modelCalls,
         }),
         control,
         runs: runQueries,
@@ -240,6 +247,7 @@ export async function buildApp(
         readFlushMs: config.readFlushMs,
         controlChanges: (listener) => hub.subscribe("keel_run_control", listener),
         secretEnv: env,
+        lifecycle: modelCalls,
       };
       const pool = startWorkerPool(
         options.wrapRunnerDeps?.(deps) ?? deps,
@@ -259,6 +267,7 @@ export async function buildApp(
       sandboxHub.close();
       await server.close();
       await Promise.all(pools.map((pool) => pool.stop()));
+      await triage.stop();
       await sweeping;
       emissionFeed.close();
       await hub.close();

@@ -37,7 +37,7 @@ export async function sendCommand(client: ClientOptions, options: SendOptions, o
         out(emission.text);
         await emissions.acknowledgeEmission({ emissionId: emission.id, outcome: DeliveryStatus.DELIVERED, remoteRef: "stdout" });
       }
-      if (emission.kind === EmissionKind.ACK && emission.ackState !== AckState.WORKING) {
+      if (emission.kind === EmissionKind.ACK && (emission.ackState === AckState.SUCCEEDED || emission.ackState === AckState.FAILED)) {
         return emission.ackState === AckState.SUCCEEDED ? 0 : 1;
       }
     }

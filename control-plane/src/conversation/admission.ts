@@ -3,6 +3,7 @@
 // (domain/interrupt.ts) decides; a new request that can start at once goes straight to an idle
 // worker of this process (early-start.ts).
 import { randomUUID } from "node:crypto";
+import type { AgentSpec } from "../domain/agent.js";
 import { planAdmission } from "../domain/interrupt.js";
 import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import type { AdmissionLedger, ConversationLedger, IncomingMessage, StartClaim } from "./admission-ledger.js";
@@ -11,7 +12,14 @@ import { conversationState, startsAtOnce } from "./conversation-state.js";
 import { EarlyStart } from "./early-start.js";
 import { admitEdit, admitContinuation } from "./follow-ups.js";
 import { ConcurrentMessageError, type Admission, type AdmissionAnswers, type AdmissionAttempt, type Admissions, type SubmittedMessage } from "./ingress.js";
+import type { Triager } from "./side-calls.js";
 import type { WorkerHandoff } from "./worker-handoff.js";
+
+/** What an admission holds beyond its transaction: the early start, and the request to triage after it commits. */
+interface Holder {
+  start?: EarlyStart;
+  triage?: { readonly agent: AgentSpec; readonly text: string } | undefined;
+}
 
 export interface AdmissionDeps {
   readonly ledger: AdmissionLedger;
@@ -19,6 +27,8 @@ export interface AdmissionDeps {
   readonly handoff?: WorkerHandoff;
   /** The install's ceiling on concurrent root runs, as claims apply it. */
   readonly maxConcurrentRootRuns?: number;
+  /** The fast model's triage of each new request, started once the admission commits. */
+  readonly triage?: Triager;
 }
 
 const done = <T>(result: T): AdmissionAttempt<T> => ({ kind: "done", result });
@@ -51,7 +61,8 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     return { runId, status: "queued", duplicate: false };
   }
 
-  async function attemptAdmit(ledger: ConversationLedger, message: SubmittedMessage, answers: AdmissionAnswers, now: Date, holder: { start?: EarlyStart }) {
+  async function attemptAdmit(ledger: ConversationLedger, message: SubmittedMessage, answers: AdmissionAnswers, now: Date, holder: Holder) {
+    holder.triage = undefined;
     const stored = await ledger.storeMessage(message);
     if (stored.kind === "duplicate") return done<Admission>({ runId: stored.runId, status: stored.status, duplicate: true });
     if (stored.kind === "concurrent") throw new ConcurrentMessageError(message.messageId);
@@ -80,6 +91,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     }
     if (plan.kind === "needs_consent") return { kind: "needs_consent", agent: room.agent, runId: plan.runId } as const;
     const note = answers.relation?.note ?? answers.consent?.note;
+    if (plan.kind === "new_request") holder.triage = { agent: room.agent, text: message.text };
     if (plan.kind === "new_request" && deps.handoff !== undefined && startsAtOnce(room.agent.interrupt, runs, now)) {
       const reserved = deps.handoff.reserve();
       if (reserved !== undefined) {
@@ -92,7 +104,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
 
   return {
     async admit(message, answers, now) {
-      const holder: { start?: EarlyStart } = {};
+      const holder: Holder = {};
       let attempt: AdmissionAttempt<Admission>;
       try {
         attempt = await deps.ledger.attempt((ledger) => attemptAdmit(ledger, message, answers, now, holder), isDone);
@@ -101,6 +113,11 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
         throw error;
       }
       holder.start?.committed();
+      // Started only now: the early start and the commit never wait for it, and a rolled-back
+      // admission never triages a run that does not exist.
+      if (attempt.kind === "done" && !attempt.result.duplicate && holder.triage !== undefined) {
+        deps.triage?.start(attempt.result.runId, holder.triage.agent, holder.triage.text);
+      }
       return attempt;
     },
     edit: (edit, now) => deps.ledger.attempt((ledger) => admitEdit(ledger, edit, now), () => true),

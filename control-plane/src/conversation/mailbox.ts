@@ -15,15 +15,18 @@ import {
   FOLLOW_UP_RELATIONS,
   followUpQuestion,
 } from "../domain/interrupt.js";
-import { decide } from "../models/decision.js";
+import { decide, type DecisionCall } from "../models/decision.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import { ConcurrentMessageError, type AdmissionAnswers, type AdmissionAttempt, type Admissions, type Mailbox } from "./ingress.js";
+import { sideCall, type SideCallLedger } from "./side-calls.js";
 
 export interface MailboxDeps {
   readonly admissions: Admissions;
   readonly providers: Readonly<Record<ModelProviderName, ModelProvider>>;
   readonly clock: Clock;
   readonly log: Logger;
+  /** Where each question's model call is recorded and counted against the run it is about. */
+  readonly sideCalls?: SideCallLedger;
 }
 
 /** Attempts with fresh answers before the safe defaults settle a conversation that keeps changing. */
@@ -34,8 +37,20 @@ const MAX_ATTEMPTS = 8;
 export function createMailbox(deps: MailboxDeps): Mailbox {
   const timeoutOf = (spec: ModelSpec): number => Math.min(spec.timeoutMs > 0 ? spec.timeoutMs : FOLLOW_UP_DECISION_TIMEOUT_MS, FOLLOW_UP_DECISION_TIMEOUT_MS);
 
+  /**
+   * Records a question's call against the run it is about (the run in flight, or the exhausted
+   * one), so it shows in model_calls and counts against that run's budget. A failure to record
+   * is logged: the message is still placed.
+   */
+  const record = (runId: string, spec: ModelSpec, purpose: "follow_up" | "consent", call: DecisionCall): Promise<void> =>
+    deps.sideCalls === undefined
+      ? Promise.resolve()
+      : deps.sideCalls.recordSideCall(sideCall(runId, spec, "decision", purpose, call)).catch((error: unknown) => {
+          deps.log.warn({ err: error, runId }, "a decision call could not be recorded");
+        });
+
   /** The fast model's relation; a slow, failing or off-list answer is the documented fallback. */
-  const classify = async (agent: AgentSpec, request: string, followUp: string, signal: AbortSignal) => {
+  const classify = async (runId: string, agent: AgentSpec, request: string, followUp: string, signal: AbortSignal) => {
     const spec = agent.models.fast;
     const answer = await decide(
       deps.providers[spec.provider],
@@ -43,12 +58,13 @@ export function createMailbox(deps: MailboxDeps): Mailbox {
       { question: followUpQuestion(request, followUp), choices: FOLLOW_UP_RELATIONS, fallback: FOLLOW_UP_FALLBACK, timeoutMs: timeoutOf(spec) },
       signal,
     );
+    await record(runId, spec, "follow_up", answer.call);
     if (answer.fellBack !== undefined) deps.log.info({ agentId: agent.id, reason: answer.fellBack }, "follow-up classification fell back");
     return { relation: answer.choice, note: answer.fellBack === undefined ? `fast model: ${answer.choice}` : `fast model fell back to ${answer.choice}: ${answer.fellBack}` };
   };
 
   /** The decision model on a reply to the continuation question; anything but a clear answer is "unclear". */
-  const askConsent = async (agent: AgentSpec, reply: string, signal: AbortSignal) => {
+  const askConsent = async (runId: string, agent: AgentSpec, reply: string, signal: AbortSignal) => {
     const spec = agent.models.decision;
     const answer = await decide(
       deps.providers[spec.provider],
@@ -56,6 +72,7 @@ export function createMailbox(deps: MailboxDeps): Mailbox {
       { question: consentQuestion(reply), choices: CONSENT_ANSWERS, fallback: CONSENT_FALLBACK, timeoutMs: timeoutOf(spec) },
       signal,
     );
+    await record(runId, spec, "consent", answer.call);
     return { answer: answer.choice, note: answer.fellBack === undefined ? `decision model: ${answer.choice}` : `decision model fell back to ${answer.choice}: ${answer.fellBack}` };
   };
 
@@ -74,10 +91,10 @@ export function createMailbox(deps: MailboxDeps): Mailbox {
         continue;
       }
       if (outcome.kind === "needs_relation") {
-        const { relation, note } = await classify(outcome.agent, outcome.request, text, signal);
+        const { relation, note } = await classify(outcome.runId, outcome.agent, outcome.request, text, signal);
         answers = { ...answers, relation: { runId: outcome.runId, relation, note } };
       } else {
-        const { answer, note } = await askConsent(outcome.agent, text, signal);
+        const { answer, note } = await askConsent(outcome.runId, outcome.agent, text, signal);
         answers = { ...answers, consent: { runId: outcome.runId, answer, note } };
       }
     }

@@ -144,7 +144,7 @@ export interface RunEventRecord {
 }
 
 export type EmissionKind = "ack" | "progress" | "reply" | "question";
-export type AckState = "working" | "succeeded" | "failed";
+export type AckState = "working" | "started" | "thinking" | "succeeded" | "failed";
 export type DeliveryStatus = "pending" | "delivered" | "failed" | "ambiguous";
 
 export interface EmissionRecord {

@@ -14,8 +14,31 @@ export const FAILED_ACK = "❌";
  * Acks are keyed on the logical request (the first run of a supersession chain), so retries,
  * merged messages and supersessions never put a second hourglass or a second mark on it.
  */
-export function ackKey(logicalRequestId: string, state: "working" | "settled"): string {
+export function ackKey(logicalRequestId: string, state: "working" | "started" | "thinking" | "settled"): string {
   return `ack:${logicalRequestId}:${state}`;
+}
+
+/** Shown between the hourglass and the mark: a worker took the request, then a model is thinking. */
+export const STARTED_ACK = "👀";
+export const THINKING_ACK = "🧠";
+
+/**
+ * The started and thinking acks of a request, as drafts. One of each per logical request, not per
+ * run or model call: a retried or superseding run reuses the keys, and the reservation skips them.
+ */
+export function lifecycleAckDrafts(
+  audience: Omit<SettlementAudience, "runId">,
+  states: readonly ("started" | "thinking")[],
+): EmissionDraft[] {
+  const replyTo = audience.replyToMessageId === undefined ? {} : { replyToMessageId: audience.replyToMessageId };
+  return states.map((state) => ({
+    kind: "ack",
+    idempotencyKey: ackKey(audience.logicalRequestId, state),
+    text: state === "started" ? STARTED_ACK : THINKING_ACK,
+    ackState: state,
+    ...replyTo,
+    addressedActorIds: audience.addressedActorIds,
+  }));
 }
 
 /** A run has one reply at most, whoever settles it. */

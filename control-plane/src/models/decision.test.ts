@@ -21,7 +21,7 @@ function providerAnswering(answer: () => Promise<string>): ModelProvider {
 describe("decide", () => {
   it("returns the model's choice when it is one of the choices", async () => {
     const decision = await decide(providerAnswering(() => Promise.resolve("yes")), spec, question, new AbortController().signal);
-    expect(decision).toEqual({ choice: "yes", fellBack: undefined });
+    expect(decision).toMatchObject({ choice: "yes", fellBack: undefined, call: { responseText: "yes", finishReason: "stop" } });
   });
 
   it("falls back when the answer is off the list", async () => {
@@ -32,7 +32,7 @@ describe("decide", () => {
 
   it("falls back when the model fails", async () => {
     const decision = await decide(providerAnswering(async () => Promise.reject(new Error("HTTP 500"))), spec, question, new AbortController().signal);
-    expect(decision).toEqual({ choice: "unclear", fellBack: "HTTP 500" });
+    expect(decision).toMatchObject({ choice: "unclear", fellBack: "HTTP 500", call: { finishReason: "error" } });
   });
 
   it("falls back when the model is slower than the question allows, even if it ignores the signal", async () => {

@@ -1,5 +1,5 @@
 import type { ModelSpec } from "../domain/agent.js";
-import type { ModelMessage, ModelTurn, ToolSpec } from "../domain/transcript.js";
+import type { ModelMessage, ModelTurn, TokenUsage, ToolSpec } from "../domain/transcript.js";
 
 export interface ModelRequest {
   readonly spec: ModelSpec;
@@ -16,6 +16,8 @@ export interface DecisionRequest {
   readonly question: string;
   readonly choices: readonly string[];
   readonly signal: AbortSignal;
+  /** Told the call's token usage once the provider has an answer, so the call can be recorded and counted. */
+  readonly onUsage?: (usage: TokenUsage) => void;
 }
 
 /**

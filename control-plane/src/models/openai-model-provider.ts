@@ -96,6 +96,7 @@ export function createOpenAiModelProvider(options: OpenAiModelProviderOptions): 
           { signal: request.signal, timeout: timeoutOf(request.spec) },
         ),
       );
+      request.onUsage?.({ inputTokens: completion.usage?.prompt_tokens ?? 0, outputTokens: completion.usage?.completion_tokens ?? 0 });
       return parseDecision(completion, request.choices);
     },
   };

@@ -19,8 +19,8 @@ const ECHO_TURN: ScriptedTurn = {
 
 /**
  * complete() plays `scriptedTurns[callIndex]`, repeating the last turn once the script runs
- * out. decide() answers `scriptedTurns[0].replyText.trim()` when that names one of the
- * choices (case-insensitively), and throws otherwise so the caller uses its default.
+ * out. decide() answers the first scripted turn whose trimmed text names one of the choices
+ * (case-insensitively), and throws otherwise so the caller uses its default.
  */
 export function createScriptedModelProvider(): ModelProvider {
   return {
@@ -48,11 +48,19 @@ export function createScriptedModelProvider(): ModelProvider {
 
     decide(request: DecisionRequest): Promise<string> {
       if (request.signal.aborted) return Promise.reject(abortError(request.signal));
-      const answer = request.spec.scriptedTurns[0]?.replyText.trim().toLowerCase();
+      // The first scripted turn naming a choice, so one fast model can script a triage (a JSON
+      // turn) and a follow-up classification (a choice) side by side.
+      const turns = request.spec.scriptedTurns;
+      const named = turns.find((turn) => request.choices.some((c) => c.toLowerCase() === turn.replyText.trim().toLowerCase()));
+      const answer = (named ?? turns[0])?.replyText.trim().toLowerCase();
       const choice = request.choices.find((c) => c.toLowerCase() === answer);
       if (answer === undefined || choice === undefined) {
         return Promise.reject(new ModelProviderError("scripted decision model has no answer"));
       }
+      request.onUsage?.({
+        inputTokens: named !== undefined && named.inputTokens > 0 ? named.inputTokens : estimateTokens(request.question.length + request.choices.join(" ").length),
+        outputTokens: named !== undefined && named.outputTokens > 0 ? named.outputTokens : estimateTokens(choice.length),
+      });
       return Promise.resolve(choice);
     },
   };

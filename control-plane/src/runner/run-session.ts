@@ -12,6 +12,7 @@ import type { ObservationText } from "../domain/sandbox.js";
 import type { SettlementAudience } from "../domain/settlement.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import type { ToolRegistry } from "../tools/tool-registry.js";
+import type { RunLifecycle } from "./run-lifecycle.js";
 import {
   committedIntent,
   settledInvocation,
@@ -48,6 +49,8 @@ export interface RunnerDeps {
   readonly controlChanges?: (listener: (runId: string) => void) => () => void;
   /** Where the run's granted secret values are read from (the control plane's environment), to redact them. */
   readonly secretEnv?: Readonly<Record<string, string | undefined>>;
+  /** Started/thinking acks and the usage of side model calls (run-lifecycle.ts); without it, neither. */
+  readonly lifecycle?: RunLifecycle;
 }
 
 export interface StepContext {

@@ -12,10 +12,12 @@ import { evaluatorFor, profileFor } from "../domain/profile.js";
 import { costMicroUsd } from "../domain/run.js";
 import { refusedReply } from "../domain/settlement.js";
 import { buildTranscript } from "../domain/transcript-builder.js";
+import { withSideUsage } from "../domain/triage.js";
 import type { ModelMessage, ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import type { ModelRequest } from "../models/model-provider.js";
 import type { RegisteredTool } from "../tools/tool-registry.js";
 import type { InvocationIntent, StepCommit } from "./run-store.js";
+import { beginModelCall } from "./run-lifecycle.js";
 import { exhaustionNote, settlementFor } from "./run-settlement.js";
 import { CONTINUE, PARK, type Next, type RunSession, type StepDraft } from "./run-session.js";
 import { dispatchCalls } from "./tool-dispatch.js";
@@ -42,7 +44,10 @@ export async function takeTurn(session: RunSession): Promise<Next> {
 
   const spec = agent.models.primary;
   const startedAt = deps.now();
+  // Fired as the call starts, awaited after it: the acks land before anything this turn commits.
+  const beside = beginModelCall(session);
   const called = await callModel(session, spec, messages, tools);
+  const side = await beside;
   if (called.kind !== "turn") return called;
   // Redacted before anything uses it: the step, the reply and the calls' arguments (so what runs
   // is what the ledger holds, and a replay after a crash runs the same) never carry a secret.
@@ -87,8 +92,10 @@ export async function takeTurn(session: RunSession): Promise<Next> {
   };
   session.stepIndex += 1;
 
+  // Budgets count the fast- and decision-model calls made beside the loop too.
+  const counted = withSideUsage(session.usage, side);
   if (turn.toolCalls.length === 0) {
-    const overrun = budgetOverrun(agent.budget, session.usage, session.elapsed());
+    const overrun = budgetOverrun(agent.budget, counted, session.elapsed());
     const output = profile?.interpretOutput(turn.text) ?? { finalText: turn.text, proposed: undefined };
     const evaluator = profile === undefined ? undefined : evaluatorFor(profile.evaluator.name, profile.evaluator.version);
     const proposed = output.proposed === undefined ? [] : [{ id: "proposed", type: output.proposed.type, provenance: "model" as const, subjectArtifactId: undefined, conclusion: undefined }];
@@ -116,7 +123,7 @@ export async function takeTurn(session: RunSession): Promise<Next> {
   }
 
   const intents = turn.toolCalls.map((call, ordinal) => validate(session, call, ordinal, catalog));
-  const overrun = budgetOverrun(agent.budget, session.usage, session.elapsed());
+  const overrun = budgetOverrun(agent.budget, counted, session.elapsed());
   if (overrun !== undefined) {
     const refused = intents.map((intent) => ({ ...intent, status: "refused" as const, refusalReason: `not run: ${exhaustionNote(overrun)}` }));
     return { kind: "exhaust", check: overrun, step: { ...step, replayability: "replayable", invocations: refused } };

@@ -83,7 +83,17 @@ function afterCommit(deps: RunnerDeps, committed: Promise<void>): RunnerDeps {
       };
     },
   });
-  return { ...deps, store };
+  // The lifecycle acks of a run not yet committed would find no run: they wait like the store.
+  const lifecycle = deps.lifecycle;
+  if (lifecycle === undefined) return { ...deps, store };
+  return {
+    ...deps,
+    store,
+    lifecycle: {
+      reserveAcks: (runId, epoch, drafts) => committed.then(() => lifecycle.reserveAcks(runId, epoch, drafts)),
+      sideUsage: (runId) => committed.then(() => lifecycle.sideUsage(runId)),
+    },
+  };
 }
 
 /**

@@ -13,7 +13,10 @@ export const ModelCallEntity = defineEntity({
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),
-    stepId: () => references(RunStepEntity, "step_id"),
+    /** No step for a fast- or decision-model call made beside the loop (triage, classification). */
+    stepId: () => references(RunStepEntity, "step_id").nullable(),
+    /** What a call beside the loop was for: triage, follow_up or consent; null for step calls. */
+    purpose: p.text().nullable(),
     role: p.text(),
     provider: p.text(),
     model: p.text(),

@@ -71,5 +71,13 @@ export const RunEntity = defineEntity({
     createdAt: p.datetime().defaultRaw("now()"),
     updatedAt: p.datetime().defaultRaw("now()"),
     finishedAt: p.datetime().nullable(),
+    /** The fast model's triage of a root run (domain/triage.ts); null until it lands. */
+    triageDuration: p.text().nullable(),
+    triageShape: p.text().nullable(),
+    triageAckText: p.text().nullable(),
+    /** Why triage used the defaults (slow, failed, absent, off-schema); null when the model answered. */
+    triageFallback: p.text().nullable(),
+    /** Tokens, cost and calls of model calls beside the loop; kept apart so step commits never overwrite it. */
+    sideUsage: p.json<Record<string, number>>().defaultRaw("'{}'"),
   },
 });
