@@ -19,6 +19,7 @@ import { scriptedAgent, scriptedTurn as turn, toolCall, toolGrants } from "../co
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../control-plane/src/ledger/embedded-postgres.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { freePort } from "./support/global-setup.js";
+import { startTestKeel } from "./support/keel-fixture.js";
 import { createTestTools } from "./support/test-tools.js";
 
 const run = promisify(execFile);
@@ -223,4 +224,25 @@ describe("durability modes: PostgreSQL stopped immediately after a run's model c
       expect(paid.calls).toBe(mode === "strict" ? 2 : 3);
     });
   }
+});
+
+describe("strict: run watchers are woken after each step commit", () => {
+  it("keel_run_events is notified for every step, though not inside the flushed commit", { timeout: 60_000 }, async () => {
+    const keel = await startTestKeel({ agents: [agent], tools: createTestTools({ effectsDir: tmpdir() }), env: { KEEL_DURABILITY: "strict" } });
+    cleanups.push(() => keel.stop());
+    const listener = new pg.Client({ connectionString: keel.databaseUrl });
+    await listener.connect();
+    cleanups.push(() => listener.end());
+    const woken: string[] = [];
+    listener.on("notification", (message) => woken.push(message.payload ?? ""));
+    await listener.query("LISTEN keel_run_events");
+    const runId = await submit(keel.databaseUrl, "watched");
+    const settled = await waitFor("the run to settle", async () => {
+      const ledger = await readLedger(keel.databaseUrl, runId);
+      return ledger.status === "succeeded" ? ledger : undefined;
+    });
+    expect(settled.steps).toBe(2);
+    // The claim notifies inside its transaction; both step commits (the second settles the run) after theirs.
+    await waitFor("a notification per step and the claim", () => Promise.resolve(woken.filter((id) => id === runId).length >= 3 ? true : undefined), 5_000);
+  });
 });

@@ -5,9 +5,19 @@ import { refusedReply } from "../domain/settlement.js";
 import type { Fence, RunControlState, RunStore, Settlement, ToolOutcome } from "../runner/run-store.js";
 import { reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
 import type { Sql } from "./sql.js";
-import { controlOfHeldRun, controlOfRun, fencedCommit, fencedCommitParams, type ControlRow, type Durability, type FencedChange } from "./step-commit.sql.js";
+import {
+  controlOfHeldRun,
+  controlOfRun,
+  fencedCommit,
+  fencedCommitParams,
+  notifyRunEvents,
+  type ControlRow,
+  type Durability,
+  type FencedChange,
+} from "./step-commit.sql.js";
 
 export function createStepCommitRepository(sql: Sql, durability: Durability): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
+  const notifyAfterCommit = durability === "strict" ? runEventNotifier(sql) : undefined;
   /**
    * One fenced commit, as ONE statement (step-commit.sql.ts): a worker that lost its lease
    * matches nothing, writes nothing and gets LeaseLostError. One statement is one round trip
@@ -28,7 +38,10 @@ export function createStepCommitRepository(sql: Sql, durability: Durability): Pi
             );
             return fenced;
           });
-    if (run !== undefined) return toControlState(run);
+    if (run !== undefined) {
+      notifyAfterCommit?.(fence.runId);
+      return toControlState(run);
+    }
     if (change.unlessChangedSince !== undefined) {
       // Matched nothing: the guard held it back, or the lease is gone. Nothing was written either way.
       const [held] = await sql.run(controlOfHeldRun, fence);
@@ -81,6 +94,29 @@ export function createStepCommitRepository(sql: Sql, durability: Durability): Pi
       if (row === undefined) throw new Error(`run ${runId} vanished`);
       return toControlState(row);
     },
+  };
+}
+
+/**
+ * Wakes a run's watchers after its step commit (see notifyRunEvents for why not inside it).
+ * Not awaited: the worker goes on at once; ids arriving while one statement is out ride in the
+ * next. A lost notification costs a watcher its poll interval, as after a hub reconnect.
+ */
+function runEventNotifier(sql: Sql): (runId: string) => void {
+  let pending = new Set<string>();
+  let sending = false;
+  const send = async () => {
+    sending = true;
+    while (pending.size > 0) {
+      const runIds = [...pending];
+      pending = new Set();
+      await sql.run(notifyRunEvents, { runIds }).catch(() => undefined);
+    }
+    sending = false;
+  };
+  return (runId) => {
+    pending.add(runId);
+    if (!sending) void send();
   };
 }
 

@@ -92,6 +92,8 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
   readonly eventCount: number;
   readonly wakesWorker: boolean;
   readonly freesSlot: boolean;
+  /** NOTIFY watchers inside the transaction (relaxed), or leave it to notifyRunEvents after the commit (strict). */
+  readonly notifiesInside: boolean;
 }
 
 const p = <K extends keyof FencedCommitParams>(key: K) => (params: FencedCommitParams) => params[key];
@@ -172,10 +174,20 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
     FROM fence, jsonb_to_recordset(${p("events")}::jsonb) AS e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid,
       summary text, only_on_change boolean)
     WHERE NOT e.only_on_change OR fence.previous_status <> ${status}::text)
-  SELECT fence.*, pg_notify('keel_run_events', fence.id::text) AS notified,
+  SELECT fence.*, CASE WHEN ${p("notifiesInside")}::boolean THEN pg_notify('keel_run_events', fence.id::text) END AS notified,
     CASE WHEN ${p("wakesWorker")}::boolean OR (${p("freesSlot")}::boolean AND EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused))
       THEN pg_notify('keel_runs', fence.id::text) END AS woken
   FROM fence`;
+
+/**
+ * Wakes the watchers of runs whose step commits did not notify inside their transaction. A
+ * transaction that NOTIFYs holds PostgreSQL's cluster-wide notify lock from before its commit
+ * until after it, WAL flush included: synchronous commits that notify flush one at a time, and
+ * group commit across runs never happens. Sent after the commit, from a transaction that writes
+ * no WAL, it holds that lock for an instant. Several runs share one statement.
+ */
+export const notifyRunEvents = statement<{ runIds: string[] }>("run_events_notify")`
+  SELECT pg_notify('keel_run_events', id) FROM unnest(${(q) => q.runIds}::text[]) AS id`;
 
 const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy";
 
@@ -318,6 +330,8 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
     // ceiling may go now. With nothing queued, no worker is woken for an empty claim.
     wakesWorker: settlement.status === "queued",
     freesSlot: !keeps,
+    // A relaxed commit does not wait for its flush, so it holds the notify lock only briefly.
+    notifiesInside: durability === "relaxed",
   };
 }
 
