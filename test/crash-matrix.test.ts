@@ -292,7 +292,7 @@ describe(`crash matrix: ${RUNS} runs per crash point, the server SIGKILLs itself
           const calls = invocations.filter((i) => i.run_id === id);
           const runWrites = writes.filter((w) => calls.some((c) => c.id === w.invocationId));
           const replies = emissions.filter((e) => e.run_id === id && e.kind === "reply");
-          const settledAcks = emissions.filter((e) => e.run_id === id && e.kind === "ack" && e.ack_state !== "working");
+          const settledAcks = emissions.filter((e) => e.run_id === id && e.kind === "ack" && (e.ack_state === "succeeded" || e.ack_state === "failed"));
           const runEvents = events.filter((e) => e.run_id === id).map((e) => e.summary);
 
           // Every run succeeded (none stuck), with exactly one reply and one settled ack.
