@@ -8,6 +8,8 @@ import type { AgentSpec, ScriptedTurn } from "../domain/agent.js";
 import { createScriptedModelProvider } from "../models/scripted-model-provider.js";
 import type { Admission, AdmissionAnswers, AdmissionAttempt, Admissions, SubmittedMessage } from "./ingress.js";
 import { createMailbox } from "./mailbox.js";
+import type { SideCallLedger } from "./side-calls.js";
+import type { SideModelCall } from "../domain/triage.js";
 
 const turn = (replyText: string): ScriptedTurn => ({ replyText, toolCalls: [], delayMs: 0, inputTokens: 0, outputTokens: 0 });
 const agentAnswering = (fast: string, decision: string): AgentSpec => ({
@@ -71,6 +73,33 @@ describe("the mailbox", () => {
     const store = storeScript([() => ({ kind: "needs_consent", agent, runId: "exhausted" }), () => done("new")]);
     await mailboxOver(store).submitMessage(message, new AbortController().signal);
     expect(store.seen[1]?.consent).toMatchObject({ runId: "exhausted", answer: "unclear" });
+  });
+
+  it("records each question's call against the run it was about, as a decision call with its usage", async () => {
+    const recorded: SideModelCall[] = [];
+    const sideCalls: SideCallLedger = {
+      recordSideCall: (call) => Promise.resolve(void recorded.push(call)),
+      recordTriage: () => Promise.reject(new Error("unused")),
+    };
+    const agent = agentAnswering("refines", "yes");
+    const store = storeScript([
+      () => ({ kind: "needs_relation", agent, runId: "running", request: "x" }),
+      () => ({ kind: "needs_consent", agent, runId: "exhausted" }),
+      () => done("after"),
+    ]);
+    const mailbox = createMailbox({
+      admissions: store,
+      providers: { scripted: createScriptedModelProvider(), openai: createScriptedModelProvider() },
+      clock: { now: () => new Date(0) },
+      log: pino({ level: "silent" }),
+      sideCalls,
+    });
+    await mailbox.submitMessage(message, new AbortController().signal);
+    expect(recorded.map((c) => [c.runId, c.role, c.purpose, c.responseText, c.finishReason])).toEqual([
+      ["running", "decision", "follow_up", "refines", "stop"],
+      ["exhausted", "decision", "consent", "yes", "stop"],
+    ]);
+    expect(recorded.every((c) => c.inputTokens > 0 && c.outputTokens > 0)).toBe(true);
   });
 
   it("settles with the safe fallbacks when the conversation keeps changing under its answers", async () => {
