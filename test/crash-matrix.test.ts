@@ -300,6 +300,9 @@ describe(`crash matrix: ${RUNS} runs per crash point, the server SIGKILLs itself
           check(id, run.final_reply === "done", `final reply ${String(run.final_reply)}`);
           check(id, replies.length === 1 && replies[0]?.text === "done", `replies ${JSON.stringify(replies.map((r) => r.text))}`);
           check(id, settledAcks.length === 1 && settledAcks[0]?.ack_state === "succeeded", `settled acks ${JSON.stringify(settledAcks)}`);
+          // However often it was retried, the request showed started and thinking once each.
+          const lifecycle = emissions.filter((e) => e.run_id === id && (e.ack_state === "started" || e.ack_state === "thinking")).map((e) => e.ack_state);
+          check(id, JSON.stringify(lifecycle.sort()) === JSON.stringify(["started", "thinking"]), `lifecycle acks ${JSON.stringify(lifecycle)}`);
           // No committed step lost or duplicated: indexes 0..k-1, k = step_count, one model call per step.
           check(id, JSON.stringify(steps.map((s) => s.index)) === JSON.stringify([0, 1, 2, 3]), `step indexes ${JSON.stringify(steps.map((s) => s.index))}`);
           check(id, run.step_count === steps.length, `step_count ${run.step_count} but ${steps.length} steps`);
