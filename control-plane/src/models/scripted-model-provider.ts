@@ -20,7 +20,9 @@ const ECHO_TURN: ScriptedTurn = {
 /**
  * complete() plays `scriptedTurns[callIndex]`, repeating the last turn once the script runs
  * out. decide() answers the first scripted turn whose trimmed text names one of the choices
- * (case-insensitively), and throws otherwise so the caller uses its default.
+ * (case-insensitively), and throws otherwise so the caller uses its default. Triage asks the
+ * fast model at call index 0, so a fast model's first turn scripts its triage (JSON) and a later
+ * turn naming a relation scripts its follow-up answers.
  */
 export function createScriptedModelProvider(): ModelProvider {
   return {
