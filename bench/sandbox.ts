@@ -53,7 +53,7 @@ import { LABELS } from "../sandbox-agent/src/docker/container-config.js";
 import { coldPhase, warmPhase } from "./sandbox/acquisition.js";
 import { startAgent, waitAttached, type AgentChild } from "./sandbox/agent-child.js";
 import type { CpuLap } from "./sandbox/cpu-meter.js";
-import { insertBenchRun } from "./sandbox/bench-run.js";
+import { benchFence, insertBenchRun } from "./sandbox/bench-run.js";
 import { execPhase } from "./sandbox/exec-round-trip.js";
 import { MiB, parseOptions, TIMED_STREAMS } from "./sandbox/options.js";
 import { streamPhase, type StreamPhase } from "./sandbox/stream.js";
@@ -147,7 +147,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
           streamBytes,
           cpu: { agentPid: agent.child.pid, postgresDataDir: path.join(dir, "data") },
         },
-        (invocationId) => store.observationLog(runId, invocationId),
+        (invocationId) => store.observationLog(benchFence(runId), invocationId),
         progress,
       );
       await dispatcher.releaseRun(runId).catch((error: unknown) => progress(`releasing the workspace failed: ${String(error)}`));

@@ -1,18 +1,20 @@
 // The ledger numbers a call's observations (RunStore.observationLog): appends in flight side by
 // side keep the order they were made in, and a call re-attached by another worker continues in a
-// block of its own after everything observed, so the fenced-out worker, still streaming, never
-// takes a number the new one takes; the result comes last.
+// block of its own after everything observed; the result comes last. The fenced-out worker, still
+// streaming, is refused by the fence: its late output never lands beside the new holder's.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { LeaseLostError } from "../control-plane/src/domain/errors.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 let markReattached!: () => void;
+let lateRefused: unknown;
 const reattached = new Promise<void>((resolve) => (markReattached = resolve));
 
 /** A write that streams two chunks at once and never returns to its first worker; a re-attach streams one more. */
@@ -26,7 +28,9 @@ const streamingWrite = defineTool<Record<string, never>>({
     await Promise.all([context.observe("stdout", "first"), context.observe("stderr", "second")]);
     // Fenced out, the first worker's exec goes on writing after another worker re-attached.
     await reattached;
-    await context.observe("stdout", "late");
+    await context.observe("stdout", "late").catch((error: unknown) => {
+      lateRefused = error;
+    });
     return new Promise((_, reject) => context.signal.addEventListener("abort", () => reject(new Error("stopped"))));
   },
   async reattach(_args, context) {
@@ -69,18 +73,15 @@ describe("observation sequence numbers", () => {
     }
     await runs.requeueRun({ runId, actor: { id: "operator" }, reason: "worker looks stuck" });
     expect((await settled([RunStatus.SUCCEEDED, RunStatus.WAITING, RunStatus.FAILED])).status).toBe(RunStatus.SUCCEEDED);
-    // The first worker writes "late" once the call was re-attached.
-    let observations: { seq: number; stream: string; text: string }[] = [];
-    for (let i = 0; i < 200 && observations.length < 5; i++) {
-      const { steps } = await runs.listRunSteps({ runId });
-      observations = steps[0]?.toolInvocations[0]?.observations ?? [];
-      if (observations.length < 5) await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    // The first worker tries to write "late" once the call was re-attached: the fence refuses it.
+    for (let i = 0; i < 200 && lateRefused === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(lateRefused).toBeInstanceOf(LeaseLostError);
+    const { steps } = await runs.listRunSteps({ runId });
+    const observations = steps[0]?.toolInvocations[0]?.observations ?? [];
     const BLOCK = 1 << 20;
     expect(observations.map((o) => [o.seq, o.stream, o.text])).toEqual([
       [1, "stdout", "first"],
       [2, "stderr", "second"],
-      [3, "stdout", "late"],
       [BLOCK, "stdout", "third"],
       [BLOCK + 1, "result", "done"],
     ]);

@@ -1,7 +1,12 @@
 // The ledger rows a benchmark's workspace and observations hang off (their foreign keys): an
-// agent, an actor, a conversation and a running run, then a step and a tool call per stream.
+// agent, an actor, a conversation and a running run (leased to the bench), then a step and a tool call per stream.
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
+
+const BENCH_WORKER = "sandbox-bench";
+
+/** The lease the bench holds on its run: observations are fenced like every write. */
+export const benchFence = (runId: string) => ({ runId, workerId: BENCH_WORKER, epoch: 1 });
 
 export async function insertBenchRun(db: pg.Client): Promise<string> {
   const [runId, conversationId] = [randomUUID(), randomUUID()];
@@ -9,8 +14,8 @@ export async function insertBenchRun(db: pg.Client): Promise<string> {
     `WITH agent AS (INSERT INTO agents (id, spec, revision) VALUES ('sandbox-bench', '{}', 1) ON CONFLICT (id) DO NOTHING),
        actor AS (INSERT INTO actors (id) VALUES ('sandbox-bench') ON CONFLICT (id) DO NOTHING),
        conversation AS (INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($2, 'sandbox-bench', $3, 'bench'))
-     INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
-     VALUES ($1, 'sandbox-bench', $2, 'bench', 'running', 'sandbox-bench', '{}', '{}')`,
+     INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch, lease_expires_at)
+     VALUES ($1, 'sandbox-bench', $2, 'bench', 'running', 'sandbox-bench', '{}', '{}', '${BENCH_WORKER}', 1, now() + interval '1 day')`,
     [runId, conversationId, `bench-${conversationId}`],
   );
   return runId;

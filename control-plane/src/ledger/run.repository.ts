@@ -5,7 +5,7 @@ import { appendRunEvents } from "./ledger-writes.js";
 import { createRunClaimRepository, type RunClaimOptions } from "./run-claim.repository.js";
 import { createRunHistoryRepository } from "./run-history.repository.js";
 import { loadTriggers } from "./run-triggers.js";
-import { raw, statement, type Sql } from "./sql.js";
+import { fragment, raw, statement, type Sql } from "./sql.js";
 import { createStepCommitRepository } from "./step-commit.repository.js";
 
 export type RunRepositoryOptions = RunClaimOptions;
@@ -41,7 +41,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
       return row?.renewed === true || row?.taken !== true;
     },
 
-    observationLog: (runId, invocationId) => observationLog(sql, runId, invocationId),
+    observationLog: (fence, invocationId) => observationLog(sql, fence, invocationId),
 
     release: (fence, summary) =>
       sql.transaction(async (trx) => {
@@ -58,7 +58,11 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
  * it in the order they were appended, each waiting only for the first's seq, so a stream keeps
  * several writes in flight.
  */
-function observationLog(sql: Sql, runId: string, invocationId: string): ObservationLog {
+function observationLog(sql: Sql, fence: Fence, invocationId: string): ObservationLog {
+  const { runId, workerId, epoch } = fence;
+  const fencedOut = (): never => {
+    throw new LeaseLostError(runId, epoch);
+  };
   let appended = 0;
   let firstSeq: Promise<number> | undefined;
   return {
@@ -67,17 +71,21 @@ function observationLog(sql: Sql, runId: string, invocationId: string): Observat
       // Bytes go as a binary parameter, which for a text column is the UTF-8 itself (the server
       // checks it): no string is built here, nor encoded again by the driver.
       const value = typeof text === "string" || Buffer.isBuffer(text) ? text : Buffer.from(text.buffer, text.byteOffset, text.byteLength);
-      const params = { id: randomUUID(), runId, invocationId, stream, text: value };
+      const params = { id: randomUUID(), runId, workerId, epoch, invocationId, stream, text: value };
       if (firstSeq === undefined) {
-        firstSeq = sql.run(appendFirstObservation, params).then(([row]) => Number(row?.seq));
+        firstSeq = sql.run(appendFirstObservation, params).then(([row]) => (row === undefined ? fencedOut() : Number(row.seq)));
         return firstSeq.then(() => undefined);
       }
       return firstSeq.then(async (first) => {
-        await sql.run(appendObservation, { ...params, seq: first + offset });
+        const [stored] = await sql.run(appendObservation, { ...params, seq: first + offset });
+        if (stored === undefined) fencedOut();
       });
     },
   };
 }
+
+/** Joined into an observation's insert: no row (nothing stored) once the claim's lease is gone. */
+const heldLease = fragment<ObservationParams>`runs r WHERE r.id = ${runId}::uuid AND r.lease_epoch = ${(p) => p.epoch}::bigint AND r.lease_owner = ${(p) => p.workerId}::text`;
 
 /**
  * One streamed observation, committed asynchronously (synchronous_commit off for this
@@ -87,11 +95,12 @@ function observationLog(sql: Sql, runId: string, invocationId: string): Observat
  * and then together with everything committed after them: an exec whose outcome is not in the
  * ledger, which recovery treats as interrupted (a read) or unknown (a write) as it would anyway.
  */
-const appendObservation = statement<ObservationParams & { seq: number }>("observation_append")`
+const appendObservation = statement<ObservationParams & { seq: number }, { seq: number }>("observation_append")`
   WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
   INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text)
   SELECT ${(p) => p.id}::uuid, ${runId}::uuid, ${invocation}::uuid, ${(p) => p.seq}::int, ${(p) => p.stream}::text, ${(p) => p.text}::text
-  FROM durability`;
+  FROM durability, ${heldLease}
+  RETURNING seq`;
 
 /**
  * A log's numbers: a fresh call's start at 1; a log on a call that already has observations (a
@@ -109,11 +118,14 @@ const appendFirstObservation = statement<ObservationParams, { seq: number }>("ob
     (SELECT coalesce((max(o.seq) / ${raw(String(OBSERVATION_BLOCK))} + 1) * ${raw(String(OBSERVATION_BLOCK))}, 1)
      FROM observations o WHERE o.tool_invocation_id = ${invocation}::uuid),
     ${(p) => p.stream}::text, ${(p) => p.text}::text
-  FROM durability RETURNING seq`;
+  FROM durability, ${heldLease}
+  RETURNING seq`;
 
 interface ObservationParams {
   readonly id: string;
   readonly runId: string;
+  readonly workerId: string;
+  readonly epoch: number;
   readonly invocationId: string;
   readonly stream: string;
   readonly text: string | Buffer;

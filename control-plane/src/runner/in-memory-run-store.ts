@@ -157,7 +157,7 @@ export class InMemoryRunStore implements RunStore {
     });
   }
 
-  observationLog(_runId: string, invocationId: string): { append(stream: string, text: ObservationText): Promise<void> } {
+  observationLog(_fence: Fence, invocationId: string): { append(stream: string, text: ObservationText): Promise<void> } {
     return {
       append: (stream, text) => {
         this.observations.push({ invocationId, seq: this.nextSeq(invocationId), stream, text: typeof text === "string" ? text : Buffer.from(text).toString("utf8") });

@@ -260,7 +260,7 @@ export class RunSession {
 
   /** Where a tool call's observations go; the ledger numbers them (RunStore.observationLog). */
   observe(invocationId: string): (stream: string, text: ObservationText) => Promise<void> {
-    const log = this.store.observationLog(this.claimed.runId, invocationId);
+    const log = this.store.observationLog(this.fence, invocationId);
     return (stream, text) => log.append(stream, text);
   }
 }

@@ -218,7 +218,7 @@ export interface ObservationLog {
   append(stream: string, text: ObservationText): Promise<void>;
 }
 
-/** The runner's port to the ledger. Every write but observations is fenced by the lease epoch. */
+/** The runner's port to the ledger. Every write is fenced by the lease epoch. */
 export interface RunStore {
   /**
    * Claims the oldest runnable run (FOR UPDATE SKIP LOCKED), raising its fencing epoch. A queued
@@ -240,12 +240,13 @@ export interface RunStore {
   /** Commits one call's result with its artifacts; returns the run's control state as of the commit. */
   commitToolOutcome(commit: ToolOutcomeCommit): Promise<RunControlState>;
   /**
-   * Where one call's output goes as it arrives (not fenced: it is evidence of what happened). The
-   * ledger numbers a call's observations: in the order `append` is called, after any it already
-   * holds for the call (a call re-attached after a restart continues its stream), and the call's
-   * result after them all.
+   * Where one call's output goes as it arrives, fenced like every write: once another worker
+   * holds the run, an append fails with LeaseLostError and stores nothing, so a stale worker's
+   * stream never mixes into the new holder's. The ledger numbers a call's observations: in the
+   * order `append` is called, after any it already holds for the call (a call re-attached after
+   * a restart continues its stream), and the call's result after them all.
    */
-  observationLog(runId: string, invocationId: string): ObservationLog;
+  observationLog(fence: Fence, invocationId: string): ObservationLog;
   /** Gives the run back: queued again (paused, or shutting down) with the lease cleared. */
   release(fence: Fence, summary: string): Promise<void>;
 }

@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import { LeaseLostError } from "../domain/errors.js";
 import type { WorkerHandoff } from "../conversation/worker-handoff.js";
 import { ClaimNotStarted } from "../domain/run-start.js";
-import type { ClaimedRun, ObservationLog } from "./run-store.js";
+import type { ClaimedRun, Fence, ObservationLog } from "./run-store.js";
 import { advanceRun, type RunnerDeps } from "./runner.js";
 
 export interface WorkerPoolOptions {
@@ -72,8 +72,8 @@ function afterCommit(deps: RunnerDeps, committed: Promise<void>): RunnerDeps {
       if (typeof value !== "function") return value;
       // The one synchronous method: the log is made at once, its appends wait.
       if (key === "observationLog") {
-        return (runId: string, invocationId: string): ObservationLog => {
-          const log = target.observationLog(runId, invocationId);
+        return (fence: Fence, invocationId: string): ObservationLog => {
+          const log = target.observationLog(fence, invocationId);
           return { append: (stream, text) => committed.then(() => log.append(stream, text)) };
         };
       }
@@ -234,24 +234,34 @@ export function startWorkerPool(
       const run = claimed;
       const runLog = log.child({ runId: run.runId, workerId, epoch: run.epoch });
       const runDeps = committed === undefined ? deps : afterCommit(deps, committed);
-      // A handed run's model call stops if its claim does not commit, as it would at shutdown.
-      let signal = stopping.signal;
-      let unlink = (): void => {};
-      if (committed !== undefined) {
-        const claim = new AbortController();
-        const stop = (): void => claim.abort(stopping.signal.reason);
-        if (stopping.signal.aborted) stop();
-        else stopping.signal.addEventListener("abort", stop, { once: true });
-        committed.catch((error: unknown) => claim.abort(error));
-        unlink = () => stopping.signal.removeEventListener("abort", stop);
-        signal = claim.signal;
-      }
+      // This claim's work (its model call, its exec) stops at shutdown, when a handed run's
+      // claim does not commit, and as soon as the lease is lost: another worker may hold the
+      // run by then, so nothing more may reach a model or a sandbox host on this claim's behalf.
+      const claim = new AbortController();
+      const stop = (): void => claim.abort(stopping.signal.reason);
+      if (stopping.signal.aborted) stop();
+      else stopping.signal.addEventListener("abort", stop, { once: true });
+      committed?.catch((error: unknown) => claim.abort(error));
+      const unlink = (): void => stopping.signal.removeEventListener("abort", stop);
+      const signal = claim.signal;
+      // The lease is surely gone once renewals have failed for a whole lease period.
+      let renewedAt = Date.now();
       const renew = setInterval(() => {
         runDeps.store.renewLease(run.runId, workerId, run.epoch, options.leaseMs).then(
           (held) => {
-            if (!held) runLog.warn("lease lost while working; this worker's commit will be refused");
+            if (held) renewedAt = Date.now();
+            else if (!claim.signal.aborted) {
+              runLog.warn("lease lost while working; this claim's work is stopped");
+              claim.abort(new LeaseLostError(run.runId, run.epoch));
+            }
           },
-          (error: unknown) => runLog.warn({ err: error }, "lease renewal failed"),
+          (error: unknown) => {
+            if (Date.now() - renewedAt < options.leaseMs) runLog.warn({ err: error }, "lease renewal failed; retrying");
+            else if (!claim.signal.aborted) {
+              runLog.warn({ err: error }, "lease renewals failed for a whole lease period; this claim's work is stopped");
+              claim.abort(new LeaseLostError(run.runId, run.epoch));
+            }
+          },
         );
       }, Math.max(50, Math.floor(options.leaseMs / 3)));
       try {
