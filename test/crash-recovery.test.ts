@@ -69,7 +69,7 @@ async function ledgerFacts(db: pg.Client, runId: string): Promise<LedgerFacts> {
     modelCalls: Number(calls.rows[0]?.n ?? 0),
     replies: emissions.rows.filter((e) => e.kind === "reply").length,
     settledAcks: emissions.rows
-      .filter((e) => e.kind === "ack" && e.ack_state !== "working")
+      .filter((e) => e.kind === "ack" && (e.ack_state === "succeeded" || e.ack_state === "failed"))
       .map((e) => ({ ack_state: e.ack_state ?? "" })),
     workingAcks: emissions.rows.filter((e) => e.kind === "ack" && e.ack_state === "working").length,
     runLeaseEpoch: Number(run.rows[0]?.lease_epoch ?? -1),
