@@ -166,7 +166,7 @@ describe("limits a client without a token meets", () => {
 
   it("advertises its HTTP/2 limits and closes connections past the per-address cap", async () => {
     const first = await connectSession(keel.url);
-    expect(first.remoteSettings.maxConcurrentStreams).toBe(100);
+    expect(first.remoteSettings.maxConcurrentStreams).toBe(1_000);
     expect(first.remoteSettings.maxHeaderListSize).toBe(16 * 1024);
     const sessions = [first];
     const closed = new Set<http2.ClientHttp2Session>();

@@ -15,10 +15,14 @@ const ConfigSchema = z.object({
   KEEL_TLS_KEY: z.string().min(1).optional(),
   KEEL_TLS_CLIENT_CA: z.string().min(1).optional(),
   KEEL_INSECURE: flag.default(false),
-  KEEL_HTTP2_MAX_CONCURRENT_STREAMS: int(1, 10_000).default(100),
+  // Past this many open streams a connection's new ones are refused, and Node closes a connection
+  // after 100 refusals: well above what one client needs (a connector's Subscribe, WatchRun streams).
+  KEEL_HTTP2_MAX_CONCURRENT_STREAMS: int(1, 10_000).default(1_000),
   KEEL_HTTP2_IDLE_TIMEOUT_MS: int(1_000, 3_600_000).default(120_000),
   KEEL_MAX_HEADER_BYTES: int(1024, 1024 * 1024).default(16 * 1024),
-  KEEL_MAX_SESSIONS_PER_ADDRESS: int(1, 100_000).default(128),
+  // Behind a TCP load balancer every client shares its address: the cap is for the balancer's
+  // connections then, so it is set well above what one client opens.
+  KEEL_MAX_SESSIONS_PER_ADDRESS: int(1, 100_000).default(1_024),
   KEEL_DATA_DIR: z.string().min(1).default(".keel"),
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\//, "must be a postgres:// URL").optional(),
   KEEL_EMBEDDED_PG_PORT: int(1024, 65535).default(54320),

@@ -57,7 +57,7 @@ export interface ServerLimits {
   readonly http2?: Http2Limits;
 }
 
-export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 100, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 128 };
+export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024 };
 
 /** PEM certificate and key; with clientCa, SandboxService callers must present a certificate it signed. */
 export interface TlsMaterial {

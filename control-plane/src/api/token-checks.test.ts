@@ -38,6 +38,26 @@ describe("token checks", () => {
     expect(results.filter((r) => r.kind === "unknown")).toHaveLength(MAX_UNPROVEN_CHECKS);
   });
 
+  it("gives a new client's first calls, arriving together with one secret, one lookup and one slot", async () => {
+    let lookups = 0;
+    let answer = (): void => {};
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    const checks = createTokenChecks({
+      async roleOf() {
+        lookups++;
+        await answered;
+        return "connector";
+      },
+      principalOf: () => Promise.resolve(undefined),
+    });
+    const burst = Array.from({ length: 200 }, () => checks.check("fresh"));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    answer();
+    const results = await Promise.all(burst);
+    expect(lookups).toBe(1);
+    expect(results.every((r) => r.kind === "valid")).toBe(true);
+  });
+
   it("lets a secret that passed before through while the bound is saturated, and drops it once revoked", async () => {
     const valid = new Map<string, TokenRole>([["good", "connector"]]);
     const fake = slowVerifier(valid);

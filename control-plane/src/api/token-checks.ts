@@ -33,18 +33,23 @@ export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNP
     if (proven.size > MAX_PROVEN) proven.delete(proven.keys().next().value!);
     return { kind: "valid", role };
   };
+  // A new client's first calls arrive together with one secret: they share one check and one slot.
+  const checking = new Map<string, Promise<TokenCheck>>();
   return {
     async check(secret) {
       const hash = createHash("sha256").update(secret).digest("base64url");
       // Every check still asks the verifier, so a revoked token fails here at once.
       if (proven.has(hash)) return lookup(hash, secret);
+      const running = checking.get(hash);
+      if (running !== undefined) return running;
       if (unprovenInFlight >= maxUnproven) return { kind: "busy" };
       unprovenInFlight++;
-      try {
-        return await lookup(hash, secret);
-      } finally {
+      const check = lookup(hash, secret).finally(() => {
         unprovenInFlight--;
-      }
+        checking.delete(hash);
+      });
+      checking.set(hash, check);
+      return check;
     },
   };
 }

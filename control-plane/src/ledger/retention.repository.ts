@@ -53,7 +53,7 @@ const candidates = statement<{ cutoff: Date; afterAt: string | null; afterId: st
     AND (${afterAt}::timestamptz IS NULL OR r.finished_at > ${afterAt}::timestamptz
          OR (r.finished_at = ${afterAt}::timestamptz AND r.id > ${(p) => p.afterId}::uuid))
   ORDER BY r.finished_at, r.id LIMIT ${(p) => p.limit}
-  FOR UPDATE OF r SKIP LOCKED`;
+  FOR NO KEY UPDATE OF r SKIP LOCKED`;
 
 const referencedOutside = (column: string) => `EXISTS (SELECT 1 FROM runs h WHERE h.${column} = b.id AND h.id <> ALL(b.batch))`;
 
