@@ -114,7 +114,9 @@ describe("plain HTTP endpoints", () => {
     const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
     await ingress.submitMessage({ agentId: "demo", conversationId: "m", actor: { id: "a" }, messageId: "m1", text: "hi", connector: "metrics" });
     expect(await (await fetch(`${keel.http1Url}/healthz`)).text()).toBe("ok\n");
-    const metrics = await (await fetch(`${keel.http1Url}/metrics`)).text();
+    // The scrape needs an operator's token; without one it is refused.
+    expect((await fetch(`${keel.http1Url}/metrics`)).status).toBe(401);
+    const metrics = await (await fetch(`${keel.http1Url}/metrics`, { headers: { authorization: `Bearer ${keel.tokens.operator}` } })).text();
     expect(metrics).toContain('keel_runs{status="queued"} 1');
     expect(metrics).toMatch(/^keel_oldest_queued_run_age_seconds \d+\.\d{3}$/m);
     expect(metrics).toContain("keel_unresolved_unknown_outcomes 0");
