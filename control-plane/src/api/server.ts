@@ -2,7 +2,7 @@ import { setMaxListeners } from "node:events";
 import http from "node:http";
 import http2 from "node:http2";
 import https from "node:https";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { isLoopbackHost } from "../../../common/loopback.js";
 import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
@@ -115,6 +115,7 @@ export function createKeelServer(
 
   const h2Limits = limits.http2 ?? DEFAULT_HTTP2_LIMITS;
   const sessions = new Set<http2.ServerHttp2Session>();
+  const sockets = new Set<Socket>();
   let h2: http2.Http2Server | http2.Http2SecureServer | undefined;
   let h1: http.Server | undefined;
 
@@ -133,6 +134,12 @@ export function createKeelServer(
       const gated = authGate(verifier, handler, { clientCertServices, rolePaths: ROLE_PATHS });
       h2 = createHttp2Server(options.tls, h2Limits, gated, sessions);
       h1 = createHttp1Server(options.tls, h2Limits, gated);
+      for (const server of [h2, h1]) {
+        server.on("connection", (socket: Socket) => {
+          sockets.add(socket);
+          socket.once("close", () => sockets.delete(socket));
+        });
+      }
       h1.requestTimeout = limits.maxDeadlineMs;
       const port = await listenOn(h2, options.host, options.port);
       const http1Port = await listenOn(h1, options.host, options.http1Port);
@@ -155,6 +162,9 @@ export function createKeelServer(
       await Promise.race([closed, new Promise<void>((resolve) => (grace = setTimeout(resolve, CLOSE_GRACE_MS)))]);
       clearTimeout(grace);
       for (const session of sessions) session.destroy();
+      // A session whose client left a stream open without ending it (breaking out of a stream
+      // it never cancelled) can outlive its destroy: cutting the connection underneath ends it.
+      for (const socket of sockets) socket.destroy();
       await closed;
     },
   };
