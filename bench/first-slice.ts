@@ -17,7 +17,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
-import { beginRaw, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
+import { integerOption, beginRaw, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
@@ -43,16 +43,11 @@ function parseOptions(args: readonly string[]): Options {
       ...DURABILITY_OPTION,
     },
   });
-  const positive = (name: string, value: string, min: number): number => {
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
-    return n;
-  };
   return {
-    messages: positive("messages", values.messages, 1),
-    concurrency: positive("concurrency", values.concurrency, 1),
-    warmup: positive("warmup", values.warmup, 0),
-    raw: positive("raw", values.raw, 1),
+    messages: integerOption("messages", values.messages, 1),
+    concurrency: integerOption("concurrency", values.concurrency, 1),
+    warmup: integerOption("warmup", values.warmup, 0),
+    raw: integerOption("raw", values.raw, 1),
     durability: benchDurability(values.durability),
   };
 }

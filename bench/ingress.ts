@@ -25,6 +25,7 @@ import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { isTerminal, ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import {
+  integerOption,
   beginRaw,
   benchDurability,
   DURABILITY_OPTION,
@@ -70,17 +71,12 @@ function parseOptions(args: readonly string[]): Options {
       ...DURABILITY_OPTION,
     },
   });
-  const whole = (name: string, value: string, min: number): number => {
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
-    return n;
-  };
   return {
-    messages: whole("messages", values.messages, 1),
-    concurrent: whole("concurrent", values.concurrent, 1),
-    thinkMs: whole("think-ms", values["think-ms"], 0),
-    warmup: whole("warmup", values.warmup, 0),
-    raw: whole("raw", values.raw, 1),
+    messages: integerOption("messages", values.messages, 1),
+    concurrent: integerOption("concurrent", values.concurrent, 1),
+    thinkMs: integerOption("think-ms", values["think-ms"], 0),
+    warmup: integerOption("warmup", values.warmup, 0),
+    raw: integerOption("raw", values.raw, 1),
     durability: benchDurability(values.durability),
   };
 }

@@ -15,7 +15,7 @@ import { keelPeer } from "./peers/keel-peer.js";
 import { measure, type PeerFigures, type PeerKind } from "./peers/peer.js";
 import { rawPeer } from "./peers/raw-peer.js";
 import { closeRestateEndpoint, restatePeer } from "./peers/restate-peer.js";
-import { benchDurability, durabilitySettings, ms, table, withBenchPostgres, type Durability } from "./support.js";
+import { integerOption, benchDurability, durabilitySettings, ms, table, withBenchPostgres, type Durability } from "./support.js";
 import pg from "pg";
 
 /** The issue's bar: Keel's p50 at most these fractions of each peer's, its throughput at least these multiples. */
@@ -42,17 +42,12 @@ function parseOptions(args: readonly string[]): Options {
       peers: { type: "string", default: NAMES.join(",") },
     },
   });
-  const whole = (name: string, value: string, min: number): number => {
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
-    return n;
-  };
   const peers = values.peers.split(",").map((name) => name.trim());
   for (const name of peers) if (!(NAMES as readonly string[]).includes(name)) throw new Error(`--peers: unknown peer ${JSON.stringify(name)} (known: ${NAMES.join(", ")})`);
   return {
-    iterations: whole("iterations", values.iterations, 2),
-    concurrent: whole("concurrent", values.concurrent, 1),
-    warmup: whole("warmup", values.warmup, 0),
+    iterations: integerOption("iterations", values.iterations, 2),
+    concurrent: integerOption("concurrent", values.concurrent, 1),
+    warmup: integerOption("warmup", values.warmup, 0),
     modes: values.durability === "both" ? ["strict", "relaxed"] : [benchDurability(values.durability)],
     peers: peers as Name[],
   };

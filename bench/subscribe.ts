@@ -18,6 +18,7 @@ import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledg
 import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import type { CheckRequest, ChildReply, OpenRequest } from "./subscribe/streams-child.js";
 import {
+  integerOption,
   benchDurability,
   DURABILITY_OPTION,
   durabilityLabel,
@@ -51,15 +52,10 @@ function parseOptions(args: readonly string[]): Options {
       ...DURABILITY_OPTION,
     },
   });
-  const whole = (name: string, value: string, min: number): number => {
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
-    return n;
-  };
   return {
-    streams: whole("streams", values.streams, 1),
-    connectors: whole("connectors", values.connectors, 1),
-    emissions: whole("emissions", values.emissions, 1),
+    streams: integerOption("streams", values.streams, 1),
+    connectors: integerOption("connectors", values.connectors, 1),
+    emissions: integerOption("emissions", values.emissions, 1),
     durability: benchDurability(values.durability),
   };
 }

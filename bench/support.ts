@@ -35,6 +35,13 @@ export function table(header: readonly string[], body: readonly (readonly string
   return [format(header), widths.map((w) => "-".repeat(w)).join("  "), ...body.map(format)];
 }
 
+/** A whole-number flag's value, or an error naming the flag: `--messages must be an integer >= 1`. */
+export function integerOption(name: string, value: string, min: number): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
+  return n;
+}
+
 export function pick(env: NodeJS.ProcessEnv, keys: readonly string[]): Record<string, string> {
   const picked: Record<string, string> = {};
   for (const key of keys) {

@@ -17,13 +17,10 @@ import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
-import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { connectClient } from "./support/clients.js";
 import {
-  ACTOR,
   allMethods,
   CONTRACT_SERVICES,
   contractCases,
@@ -34,11 +31,11 @@ import {
   type RpcInput,
   type Seed,
 } from "./support/contract-cases.js";
+import { seedContractLedger } from "./support/contract-seed.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const PROTO_ROOT = fileURLToPath(new URL("../proto", import.meta.url));
 const CALL_TIMEOUT_MS = 15_000;
-const SEED_CONNECTOR = "contract-seed";
 
 /** How a call ended, in one shape for both clients. gRPC status numbers and Connect codes are the same numbers; 0 is OK. */
 interface Outcome {
@@ -245,7 +242,7 @@ beforeAll(async () => {
   const grpcJsApi = await loadForeignApi(keel.url.replace(/^http:\/\//, "")); // grpc-js wants host:port
   foreign = grpcJsApi;
   clients.push(grpcJsClient(grpcJsApi), connectEsClient(() => keel.url));
-  seed = await seedLedger();
+  seed = await seedContractLedger(keel);
   cases = contractCases(seed);
 });
 
@@ -254,37 +251,6 @@ afterAll(async () => {
   for (const client of clients) client.close();
   await keel?.stop();
 });
-
-/** The rows the cases point at (see Seed), created through the public API. */
-async function seedLedger(): Promise<Seed> {
-  const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
-  // Separate conversations: a second message in the same one could join the first run.
-  const message = (conversationId: string) => ({
-    agentId: "demo",
-    conversationId,
-    actor: { id: ACTOR.id },
-    messageId: `${conversationId}-m`,
-    text: "seed",
-    connector: SEED_CONNECTOR,
-  });
-  const live = await ingress.submitMessage(message("contract-seed-live"));
-  const settled = await ingress.submitMessage(message("contract-seed-settled"));
-  // Queued and held by no worker, so cancelling ends it at once.
-  const { run } = await ingress.cancelRun({ runId: settled.runId, actor: { id: ACTOR.id }, reason: "seed" });
-  if (run?.status !== RunStatus.CANCELLED) throw new Error(`seed run ${settled.runId} did not settle: ${String(run?.status)}`);
-
-  // Ingress reserves the working ack in the same transaction as the run.
-  const emissions = connectClient(EmissionService, keel.url, keel.tokens.connector);
-  let emissionId: string | undefined;
-  const abort = new AbortController();
-  for await (const { emission } of emissions.subscribe({ connector: SEED_CONNECTOR }, { signal: abort.signal, timeoutMs: 10_000 })) {
-    emissionId = emission?.id;
-    break;
-  }
-  abort.abort();
-  if (emissionId === undefined) throw new Error("the seed messages produced no emission");
-  return { liveRunId: live.runId, settledRunId: settled.runId, emissionId, connector: SEED_CONNECTOR };
-}
 
 // The table's keys do not depend on the seed; these tests need no server.
 const PLACEHOLDER_SEED: Seed = { liveRunId: "", settledRunId: "", emissionId: "", connector: "" };

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { allMethods, contractCases, methodKey, MISSING_UUID, ACTOR, type ContractCase, type Seed } from "./support/contract-cases.js";
 import { connectEsClient, grpcJsRawClient, type FuzzClient, type Outcome, type WireRequest } from "./support/fuzz-clients.js";
-import { seedContractLedger } from "./support/fuzz-seed.js";
+import { seedContractLedger } from "./support/contract-seed.js";
 import {
   applyOverlay,
   encodeOverride,
