@@ -50,7 +50,7 @@ describe("loadConfig", () => {
   });
 
   it("bounds HTTP/2 connections by default", () => {
-    expect(loadConfig({}).http2).toEqual({ maxConcurrentStreams: 100, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 128 });
+    expect(loadConfig({}).http2).toEqual({ maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024 });
     expect(() => loadConfig({ KEEL_HTTP2_MAX_CONCURRENT_STREAMS: "0" })).toThrow(/KEEL_HTTP2_MAX_CONCURRENT_STREAMS/);
   });
 });
