@@ -120,6 +120,10 @@ const attempts = (events: OutboundEvent[], kind: "not-sent" | "ambiguous" | "res
   events.filter((event) => event.type === "attempt" && event.outcome.kind === kind);
 
 const settled = (events: OutboundEvent[]) => events.filter((event) => event.type === "settled");
+/** What one answered message emits: ⏳ working, 👀 started, 🧠 thinking, the reply, ✅ succeeded. */
+const PER_RUN = 5;
+const KINDS = ["EMISSION_KIND_ACK", "EMISSION_KIND_ACK", "EMISSION_KIND_ACK", "EMISSION_KIND_REPLY", "EMISSION_KIND_ACK"];
+const times = <T>(n: number, value: T): T[] => Array.from({ length: n }, () => value);
 const statuses = (emissions: Emission[]) => emissions.map((emission) => DeliveryStatus[emission.deliveryStatus]);
 
 describe("webhook in", () => {
@@ -143,8 +147,8 @@ describe("webhook in", () => {
     expect(accepted.duplicate).toBe(false);
     const again = (await (await send(body)).json()) as { run_id: string; duplicate: boolean };
     expect(again).toEqual({ run_id: accepted.run_id, duplicate: true });
-    const emissions = await emissionsOf("wh-in", 3);
-    expect(emissions.map((emission) => emission.runId)).toEqual([accepted.run_id, accepted.run_id, accepted.run_id]);
+    const emissions = await emissionsOf("wh-in", PER_RUN);
+    expect(emissions.map((emission) => emission.runId)).toEqual(times(PER_RUN, accepted.run_id));
     expect(emissions.find((emission) => emission.kind === EmissionKind.REPLY)?.text).toContain("from the web");
   });
 
@@ -176,31 +180,31 @@ describe("webhook out", () => {
     const peer = await startPeer(() => "ok");
     try {
       await submit("wh-ok", "deliver me");
-      const events = await runUntil({ connector: "wh-ok", targetUrl: peer.url }, (seen) => settled(seen).length === 3);
-      expect(settled(events).map((event) => event.type === "settled" && event.status)).toEqual(["delivered", "delivered", "delivered"]);
-      expect(peer.received).toHaveLength(3);
-      expect(peer.received.map((request) => request.signatureProblem)).toEqual([undefined, undefined, undefined]);
-      expect(peer.received.map((request) => request.body["kind"])).toEqual(["EMISSION_KIND_ACK", "EMISSION_KIND_REPLY", "EMISSION_KIND_ACK"]);
-      expect(peer.received[1]?.body["text"]).toContain("deliver me");
+      const events = await runUntil({ connector: "wh-ok", targetUrl: peer.url }, (seen) => settled(seen).length === PER_RUN);
+      expect(settled(events).map((event) => event.type === "settled" && event.status)).toEqual(times(PER_RUN, "delivered"));
+      expect(peer.received).toHaveLength(PER_RUN);
+      expect(peer.received.map((request) => request.signatureProblem)).toEqual(times(PER_RUN, undefined));
+      expect(peer.received.map((request) => request.body["kind"])).toEqual(KINDS);
+      expect(peer.received[KINDS.indexOf("EMISSION_KIND_REPLY")]?.body["text"]).toContain("deliver me");
       const keys = peer.received.map((request) => request.headers["idempotency-key"]);
-      expect(new Set(keys).size).toBe(3);
+      expect(new Set(keys).size).toBe(PER_RUN);
       expect(keys).toEqual(peer.received.map((request) => request.body["idempotency_key"]));
-      const held = await emissionsOf("wh-ok", 3);
-      expect(statuses(held)).toEqual(["DELIVERED", "DELIVERED", "DELIVERED"]);
-      expect(held.map((emission) => emission.remoteRef)).toEqual(["peer-1", "peer-2", "peer-3"]);
+      const held = await emissionsOf("wh-ok", PER_RUN);
+      expect(statuses(held)).toEqual(times(PER_RUN, "DELIVERED"));
+      expect(held.map((emission) => emission.remoteRef)).toEqual(Array.from({ length: PER_RUN }, (_, i) => `peer-${i + 1}`));
       const state = JSON.parse(await readFile(path.join(dir, "wh-ok.json"), "utf8")) as { after_seq: number; in_flight: unknown };
-      expect(state).toEqual({ after_seq: Number(held[2]?.seq), in_flight: null });
+      expect(state).toEqual({ after_seq: Number(held[PER_RUN - 1]?.seq), in_flight: null });
 
       // A second message after a restart: only it is sent (the cursor held).
       await submit("wh-ok", "second");
-      await runUntil({ connector: "wh-ok", targetUrl: peer.url }, (seen) => settled(seen).length === 3);
-      expect(peer.received).toHaveLength(6);
+      await runUntil({ connector: "wh-ok", targetUrl: peer.url }, (seen) => settled(seen).length === PER_RUN);
+      expect(peer.received).toHaveLength(2 * PER_RUN);
 
       // Rewound to zero (state file lost): everything is settled, so nothing is sent again.
       await rm(path.join(dir, "wh-ok.json"));
-      const rewound = await runUntil({ connector: "wh-ok", targetUrl: peer.url }, (seen) => seen.filter((event) => event.type === "skipped").length === 6);
+      const rewound = await runUntil({ connector: "wh-ok", targetUrl: peer.url }, (seen) => seen.filter((event) => event.type === "skipped").length === 2 * PER_RUN);
       expect(settled(rewound)).toEqual([]);
-      expect(peer.received).toHaveLength(6);
+      expect(peer.received).toHaveLength(2 * PER_RUN);
     } finally {
       await closePeer(peer.server);
     }
@@ -215,37 +219,37 @@ describe("webhook out", () => {
       await waitFor("three refused attempts", async () => (attempts(outbound.events, "not-sent").length >= 3 ? true : undefined));
       expect(attempts(outbound.events, "not-sent")[0]).toMatchObject({ outcome: { reason: "ECONNREFUSED" } });
       peer = await startPeer(() => "ok", port);
-      await waitFor("three deliveries", async () => (settled(outbound.events).length === 3 ? true : undefined));
+      await waitFor("every delivery", async () => (settled(outbound.events).length === PER_RUN ? true : undefined));
     } finally {
       await outbound.stop();
       if (peer !== undefined) await closePeer(peer.server);
     }
-    expect(peer.received).toHaveLength(3);
-    expect(new Set(peer.received.map((request) => request.body["id"])).size).toBe(3);
-    expect(statuses(await emissionsOf("wh-refused", 3))).toEqual(["DELIVERED", "DELIVERED", "DELIVERED"]);
+    expect(peer.received).toHaveLength(PER_RUN);
+    expect(new Set(peer.received.map((request) => request.body["id"])).size).toBe(PER_RUN);
+    expect(statuses(await emissionsOf("wh-refused", PER_RUN))).toEqual(times(PER_RUN, "DELIVERED"));
   });
 
   it("gives up as FAILED when the host name never resolves, after its bounded attempts", async () => {
     await submit("wh-dns");
-    const events = await runUntil({ connector: "wh-dns", targetUrl: "http://keel-webhook-peer.invalid/hook", backoffMs: 10, maxAttempts: 2 }, (seen) => settled(seen).length === 3);
-    expect(attempts(events, "not-sent")).toHaveLength(6);
+    const events = await runUntil({ connector: "wh-dns", targetUrl: "http://keel-webhook-peer.invalid/hook", backoffMs: 10, maxAttempts: 2 }, (seen) => settled(seen).length === PER_RUN);
+    expect(attempts(events, "not-sent")).toHaveLength(2 * PER_RUN);
     expect(attempts(events, "not-sent")[0]).toMatchObject({ outcome: { reason: expect.stringMatching(/ENOTFOUND|EAI_AGAIN/) as unknown } });
-    const held = await emissionsOf("wh-dns", 3);
-    expect(statuses(held)).toEqual(["FAILED", "FAILED", "FAILED"]);
+    const held = await emissionsOf("wh-dns", PER_RUN);
+    expect(statuses(held)).toEqual(times(PER_RUN, "FAILED"));
   });
 
   it("records a stall after sending as AMBIGUOUS and never sends it again", async () => {
     const peer = await startPeer(() => "stall");
     try {
       await submit("wh-stall");
-      const events = await runUntil({ connector: "wh-stall", targetUrl: peer.url, timeoutMs: 300 }, (seen) => settled(seen).length === 3);
-      expect(attempts(events, "ambiguous")).toHaveLength(3);
-      expect(peer.received).toHaveLength(3);
-      expect(statuses(await emissionsOf("wh-stall", 3))).toEqual(["AMBIGUOUS", "AMBIGUOUS", "AMBIGUOUS"]);
+      const events = await runUntil({ connector: "wh-stall", targetUrl: peer.url, timeoutMs: 300 }, (seen) => settled(seen).length === PER_RUN);
+      expect(attempts(events, "ambiguous")).toHaveLength(PER_RUN);
+      expect(peer.received).toHaveLength(PER_RUN);
+      expect(statuses(await emissionsOf("wh-stall", PER_RUN))).toEqual(times(PER_RUN, "AMBIGUOUS"));
       // Rewound: an ambiguous emission is not offered to the peer again.
       await rm(path.join(dir, "wh-stall.json"));
-      await runUntil({ connector: "wh-stall", targetUrl: peer.url, timeoutMs: 300 }, (seen) => seen.filter((event) => event.type === "skipped").length === 3);
-      expect(peer.received).toHaveLength(3);
+      await runUntil({ connector: "wh-stall", targetUrl: peer.url, timeoutMs: 300 }, (seen) => seen.filter((event) => event.type === "skipped").length === PER_RUN);
+      expect(peer.received).toHaveLength(PER_RUN);
     } finally {
       await closePeer(peer.server);
     }
@@ -256,11 +260,11 @@ describe("webhook out", () => {
     const peer = await startPeer(() => answers.shift() ?? "ok");
     try {
       await submit("wh-mixed");
-      const events = await runUntil({ connector: "wh-mixed", targetUrl: peer.url }, (seen) => settled(seen).length === 3);
-      expect(peer.received).toHaveLength(3);
+      const events = await runUntil({ connector: "wh-mixed", targetUrl: peer.url }, (seen) => settled(seen).length === PER_RUN);
+      expect(peer.received).toHaveLength(PER_RUN);
       expect(attempts(events, "ambiguous")).toHaveLength(1);
-      const held = await emissionsOf("wh-mixed", 3);
-      expect(statuses(held)).toEqual(["AMBIGUOUS", "FAILED", "AMBIGUOUS"]);
+      const held = await emissionsOf("wh-mixed", PER_RUN);
+      expect(statuses(held)).toEqual(["AMBIGUOUS", "FAILED", "AMBIGUOUS", "DELIVERED", "DELIVERED"]);
     } finally {
       await closePeer(peer.server);
     }
@@ -274,11 +278,11 @@ describe("webhook out", () => {
       expect(first?.runId).toBe(runId);
       // What a connector killed between its POST and its AcknowledgeEmission leaves behind.
       await writeFile(path.join(dir, "wh-crash.json"), JSON.stringify({ after_seq: 0, in_flight: { emissionId: first?.id, seq: Number(first?.seq) } }));
-      const events = await runUntil({ connector: "wh-crash", targetUrl: peer.url }, (seen) => settled(seen).length === 3);
+      const events = await runUntil({ connector: "wh-crash", targetUrl: peer.url }, (seen) => settled(seen).length === PER_RUN);
       expect(settled(events)[0]).toMatchObject({ emissionId: first?.id, status: "ambiguous" });
       expect(peer.received.map((request) => request.body["id"])).not.toContain(first?.id);
-      expect(peer.received).toHaveLength(2);
-      expect(statuses(await emissionsOf("wh-crash", 3))).toEqual(["AMBIGUOUS", "DELIVERED", "DELIVERED"]);
+      expect(peer.received).toHaveLength(PER_RUN - 1);
+      expect(statuses(await emissionsOf("wh-crash", PER_RUN))).toEqual(["AMBIGUOUS", ...times(PER_RUN - 1, "DELIVERED")]);
     } finally {
       await closePeer(peer.server);
     }
