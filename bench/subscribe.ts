@@ -32,7 +32,7 @@ import {
   type Stats,
 } from "./support.js";
 
-const STREAMS_PER_SESSION = 80;
+const STREAMS_PER_SESSION = 50;
 const STREAMS_PER_TOKEN = 250;
 
 interface Options {
@@ -140,7 +140,7 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
 
       const one = new StreamClients();
       const first = connectors.slice(0, 1);
-      await one.open({ url: keel.url, tokens, connectors: first, streams: 1, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION });
+      await one.open({ url: keel.url, tokens, connectors: first, streams: 1, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION, streamsPerToken: STREAMS_PER_TOKEN });
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       const sentToOne = sentSince();
       // Every emission goes to the one stream's connector, so each is read and delivered, as in the crowd.
@@ -151,7 +151,7 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
 
       const many = new StreamClients();
       const sentToMany = sentSince();
-      await many.open({ url: keel.url, tokens, connectors, streams: options.streams, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION });
+      await many.open({ url: keel.url, tokens, connectors, streams: options.streams, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION, streamsPerToken: STREAMS_PER_TOKEN });
       await new Promise((resolve) => setTimeout(resolve, 3_000)); // every stream open and idle at the tail
       const crowded = summarize(await emitRound(options.emissions, targets));
       await many.check(sentToMany, connectors, 60_000);

@@ -13,6 +13,8 @@ export interface OpenRequest {
   readonly streams: number;
   readonly afterSeq: string;
   readonly streamsPerSession: number;
+  /** Streams one token may hold (the server's cap); sessions take tokens in order so none holds more. */
+  readonly streamsPerToken: number;
 }
 export interface CheckRequest {
   readonly kind: "check";
@@ -30,7 +32,7 @@ const reply = (message: ChildReply): void => void process.send?.(message);
 function open(request: OpenRequest): void {
   const sessions = Math.ceil(request.streams / request.streamsPerSession);
   const clients = Array.from({ length: sessions }, (_, i) => {
-    const token = request.tokens[i % request.tokens.length] ?? "";
+    const token = request.tokens[Math.floor((i * request.streamsPerSession) / request.streamsPerToken)] ?? "";
     const bearer: Interceptor = (next) => (call) => {
       call.header.set("authorization", `Bearer ${token}`);
       return next(call);
