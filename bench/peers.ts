@@ -60,6 +60,13 @@ export default async function peersBench(args: readonly string[]): Promise<void>
   const progress = (line: string) => process.stderr.write(`[peers] ${line}\n`);
   allowHeapGrowthForStreaming();
 
+  // A connection DBOS keeps past its shutdown has no error listener: when the bench stops
+  // PostgreSQL, its "terminating connection due to administrator command" (57P01) would end the
+  // process after the results. That one error is expected at teardown; any other still throws.
+  const strayDisconnect = (error: Error & { code?: string }): void => {
+    if (error.code !== "57P01") throw error;
+  };
+  process.on("uncaughtException", strayDisconnect);
   await withBenchPostgres("peers", progress, async (postgres) => {
     const kinds: Record<Name, PeerKind> = {
       keel: keelPeer(postgres.url, options.concurrent),
@@ -87,6 +94,9 @@ export default async function peersBench(args: readonly string[]): Promise<void>
     }
     process.stdout.write(`${lines.join("\n")}\n`);
   });
+  // Stray disconnects arrive as PostgreSQL stops; let them land before the handler goes.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  process.off("uncaughtException", strayDisconnect);
 }
 
 async function run(kind: PeerKind, mode: Durability, options: Options, progress: (line: string) => void): Promise<Outcome> {
