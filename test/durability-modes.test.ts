@@ -196,8 +196,10 @@ describe("durability modes: PostgreSQL stopped immediately after a run's model c
       await crash;
       expect(paid.calls).toBe(1);
 
-      postgres = await startEmbeddedPostgres({ dataDir, port, postgresFlags: CRASH_WINDOW_FLAGS });
+      // The crashed Keel stops before PostgreSQL is back, so it cannot reclaim the run itself
+      // once its lease expires: recovery below is the second Keel's alone.
       await first.stop().catch(() => {});
+      postgres = await startEmbeddedPostgres({ dataDir, port, postgresFlags: CRASH_WINDOW_FLAGS });
       const after = await readLedger(url, runId);
       if (mode === "strict") {
         expect(after.steps).toBe(1);
