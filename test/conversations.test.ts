@@ -101,7 +101,9 @@ const AGENTS: AgentSpec[] = [
   agent("thread", [askTurn, gateTurn("thread"), replyTurn], { interrupt: { scope: "thread_scoped" } }),
   agent("addressed", [askTurn, gateTurn("addressed"), replyTurn], { interrupt: { scope: "addressed_actor_only" } }),
   agent("editor", [gateTurn("editor"), replyTurn], { interrupt: { coalesceWindowMs: 2_000 } }),
-  agent("tired", [echoTurn, replyTurn], { budget: { maxModelCalls: 1 } }),
+  // An iteration budget, not a model-call one: the fast model's triage call counts against model
+  // calls, and whether it lands before the first turn is a race.
+  agent("tired", [echoTurn, replyTurn], { budget: { maxIterations: 1 } }),
   agent("slow-reply", [echoTurn, { ...replyTurn, delayMs: 1_500 }]),
 ];
 
