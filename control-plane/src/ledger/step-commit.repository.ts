@@ -2,6 +2,7 @@
 // worker still holds the run's lease, and reads back the run's control state.
 import { LeaseLostError } from "../domain/errors.js";
 import { refusedReply } from "../domain/settlement.js";
+import { sideUsageOf } from "../domain/triage.js";
 import type { Fence, RunControlState, RunStore, Settlement, ToolOutcome } from "../runner/run-store.js";
 import { reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
 import type { Sql } from "./sql.js";
@@ -127,6 +128,7 @@ function toControlState(row: ControlRow): RunControlState {
     paused: row.paused,
     policy: row.policy,
     triggerCount: Number(row.trigger_count),
+    sideUsage: sideUsageOf(row.side_usage),
   };
 }
 

@@ -31,6 +31,8 @@ export interface ControlRow {
   paused: boolean;
   trigger_count: number;
   policy: Policy;
+  /** The calls beside the loop, as model-call.repository.ts accumulates them. */
+  side_usage: Record<string, unknown>;
 }
 
 export interface FenceRow extends ControlRow {
@@ -127,7 +129,7 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       AND (NOT ${p("guarded")}::boolean OR (r.cancel_requested_by_actor_id IS NULL AND (${guardTriggerCount}::int IS NULL OR r.trigger_count = ${guardTriggerCount}::int)))
     RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
       c.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
-      a.spec -> 'policy' AS policy),
+      a.spec -> 'policy' AS policy, r.side_usage),
   new_step AS (
     INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
     SELECT ${stepId}::uuid, fence.id, ${p("stepIndex")}::int, ${p("replayability")}::text, ${status}::text, ${p("actorId")}::text,
@@ -189,7 +191,7 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
 export const notifyRunEvents = statement<{ runIds: string[] }>("run_events_notify")`
   SELECT pg_notify('keel_run_events', id) FROM unnest(${(q) => q.runIds}::text[]) AS id`;
 
-const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy";
+const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy, r.side_usage";
 
 export const controlOfRun = statement<{ runId: string }, ControlRow>("run_control")`
   SELECT ${raw(CONTROL_COLUMNS)} FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ${(q) => q.runId}::uuid`;

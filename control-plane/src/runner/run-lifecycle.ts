@@ -26,7 +26,8 @@ const states = new WeakMap<RunSession, TurnState>();
 /**
  * Called as a model call starts: the first of a claim reserves STARTED and THINKING (at most once
  * per logical request: a retried claim or a superseding run finds the keys reserved); later calls
- * read the side usage. Neither is waited for before the call; the result is awaited after it.
+ * take the side usage the last commit returned, or read it when the store gave none. Neither is
+ * waited for before the call; the result is awaited after it.
  */
 export function beginModelCall(session: RunSession): Promise<SideCallUsage> {
   const lifecycle = session.deps.lifecycle;
@@ -47,5 +48,8 @@ export function beginModelCall(session: RunSession): Promise<SideCallUsage> {
     state.acks = reserved.then(() => {});
     return reserved;
   }
-  return lifecycle.sideUsage(claimed.runId).catch(log);
+  // The last commit read it back (and a side call since signals a control change, re-read
+  // before the next turn): no round trip before the call's budget check.
+  const known = session.control.sideUsage;
+  return known !== undefined ? Promise.resolve(known) : lifecycle.sideUsage(claimed.runId).catch(log);
 }

@@ -4,6 +4,7 @@ import type { ArtifactRecord, EmissionDraft, ToolInvocationStatus } from "../dom
 import type { ObservationText } from "../domain/sandbox.js";
 import type { BudgetDimension, CommitBoundary, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
 import type { ReplyGuard } from "../domain/settlement.js";
+import type { SideCallUsage } from "../domain/triage.js";
 import type { TranscriptInvocation, TranscriptStep } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type { ArtifactDraft } from "../tools/tool-registry.js";
@@ -210,6 +211,8 @@ export interface RunControlState {
   readonly policy: Policy;
   /** Triggers on the run as of the commit; more than the worker has read means an amendment arrived. */
   readonly triggerCount: number;
+  /** The usage of model calls beside the loop as of the commit, so the next model call need not read it; a store that does not keep it leaves it out. */
+  readonly sideUsage?: SideCallUsage;
 }
 
 /** One call's observations, numbered by the ledger (RunStore.observationLog). */
