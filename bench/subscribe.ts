@@ -7,9 +7,10 @@
 //
 //   npm run bench -- subscribe [--streams 2000] [--connectors 20] [--emissions 400] [--durability strict|relaxed]
 import { randomUUID } from "node:crypto";
-import { performance } from "node:perf_hooks";
+import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
-import { fork, type ChildProcess } from "node:child_process";
+import { execFileSync, fork, type ChildProcess } from "node:child_process";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -60,17 +61,35 @@ function parseOptions(args: readonly string[]): Options {
   };
 }
 
+/**
+ * Connectors run on machines of their own; here their 2,000 streams share the server's CPUs. So that
+ * decoding them cannot take every CPU from the server being measured, the clients' process is pinned
+ * to the last CPU (in both phases alike) when there are at least two and taskset exists.
+ */
+function pinClients(pid: number | undefined): string {
+  const cpus = os.availableParallelism();
+  if (pid === undefined || cpus < 2) return "stream clients not pinned (one CPU)";
+  try {
+    execFileSync("taskset", ["-a", "-p", "-c", String(cpus - 1), String(pid)], { stdio: "ignore" });
+    return `stream clients pinned to CPU ${cpus - 1} of ${cpus} (taskset); server and PostgreSQL unpinned`;
+  } catch {
+    return "stream clients not pinned (taskset failed)";
+  }
+}
+
 /** The stream clients' process (bench/subscribe/streams-child.ts), driven over IPC. */
 class StreamClients {
   private readonly child: ChildProcess;
   private readonly replies: ChildReply[] = [];
   private waiting: (() => void) | undefined;
+  readonly pinning: string;
 
   constructor() {
     this.child = fork(path.join(path.dirname(fileURLToPath(import.meta.url)), "subscribe", "streams-child.ts"), [], {
       execArgv: ["--import", "tsx"],
       stdio: ["ignore", "inherit", "inherit", "ipc"],
     });
+    this.pinning = pinClients(this.child.pid);
     this.child.on("message", (message: ChildReply) => {
       this.replies.push(message);
       this.waiting?.();
@@ -144,33 +163,53 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       const sentToOne = sentSince();
       // Every emission goes to the one stream's connector, so each is read and delivered, as in the crowd.
+      const singleCost = startCost();
       const single = summarize(await emitRound(options.emissions, targets.slice(0, 1)));
       await one.check(sentToOne, first, 30_000);
       await one.close();
-      progress(`1 stream: ${single.n} emission commits, all delivered`);
+      progress(`1 stream: ${single.n} emission commits, all delivered; ${singleCost(single.n)}; ${one.pinning}`);
 
       const many = new StreamClients();
       const sentToMany = sentSince();
       await many.open({ url: keel.url, tokens, connectors, streams: options.streams, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION, streamsPerToken: STREAMS_PER_TOKEN });
       await new Promise((resolve) => setTimeout(resolve, 3_000)); // every stream open and idle at the tail
+      const crowdedCost = startCost();
       const crowded = summarize(await emitRound(options.emissions, targets));
       await many.check(sentToMany, connectors, 60_000);
-      progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector`);
+      const deliveries = crowded.n * Math.round(options.streams / options.connectors);
+      progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector; ${crowdedCost(deliveries)}; ${many.pinning}`);
       await many.close();
 
-      printResult(options, single, crowded);
+      printResult(options, single, crowded, one.pinning === many.pinning ? one.pinning : `${one.pinning} / ${many.pinning}`);
     } finally {
       await keel.app.stop();
     }
   });
 }
 
-function printResult(options: Options, single: Stats, crowded: Stats): void {
+/**
+ * The server process's CPU time per delivery and its event-loop delay, from now until the returned
+ * function is called: a diagnosis that the machine's other load does not blur as latency does.
+ */
+function startCost(): (deliveries: number) => string {
+  const cpu = process.cpuUsage();
+  const delay = monitorEventLoopDelay({ resolution: 1 });
+  delay.enable();
+  return (deliveries) => {
+    delay.disable();
+    const used = process.cpuUsage(cpu);
+    const perDelivery = (used.user + used.system) / Math.max(1, deliveries);
+    return `server CPU ${perDelivery.toFixed(0)} us per delivery (commits included), event-loop delay p50 ${(delay.percentile(50) / 1e6).toFixed(2)} ms p99 ${(delay.percentile(99) / 1e6).toFixed(2)} ms`;
+  };
+}
+
+function printResult(options: Options, single: Stats, crowded: Stats, pinning: string): void {
   const ratio = crowded.p50 / single.p50;
   const lines = [
     "",
     `subscribe: emission commit latency (one emission per transaction, reserveEmissions as step commits write them) with 1 open Subscribe stream ` +
       `and with ${options.streams} over ${options.connectors} connectors; ${durabilityLabel(options.durability)}`,
+    `both phases: ${pinning}`,
     "",
     ...table(
       ["metric", "p50_ms", "p99_ms", "n"],

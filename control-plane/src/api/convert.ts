@@ -1,12 +1,15 @@
 // Between proto messages and domain records. No business logic here.
-import { create, type DescEnum } from "@bufbuild/protobuf";
+import { create, toBinary, type DescEnum } from "@bufbuild/protobuf";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   AckStateSchema,
   DeliveryStatusSchema,
   EmissionKindSchema,
   EmissionSchema,
+  SubscribeResponseSchema,
   type Emission,
+  type SubscribeResponse,
 } from "../../../gen/keel/v1/emission_service_pb.js";
 import {
   ArtifactProvenanceSchema,
@@ -207,4 +210,17 @@ export function emissionToProto(emission: EmissionRecord): Emission {
     remoteRef: emission.remoteRef ?? "",
     createdAt: ts(emission.createdAt),
   });
+}
+
+/**
+ * A SubscribeResponse carrying its emission already encoded, so that the hundred streams of a
+ * connector share one encoding instead of each encoding it again. The bytes ride as the message's
+ * unknown field `emission`, which protobuf-es writes out verbatim: on the wire they are that field,
+ * byte for byte. Binary codecs only: JSON drops unknown fields.
+ */
+export function encodedSubscribeResponse(emission: Emission): SubscribeResponse {
+  const data = new BinaryWriter().bytes(toBinary(EmissionSchema, emission)).finish();
+  const response = create(SubscribeResponseSchema);
+  response.$unknown = [{ no: SubscribeResponseSchema.field.emission.number, wireType: WireType.LengthDelimited, data }];
+  return response;
 }

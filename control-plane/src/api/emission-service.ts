@@ -1,12 +1,14 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { DeliveryStatus, EmissionService } from "../../../gen/keel/v1/emission_service_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { DeliveryStatus, EmissionService, SubscribeResponseSchema, type Emission, type SubscribeResponse } from "../../../gen/keel/v1/emission_service_pb.js";
+import type { EmissionRecord } from "../domain/records.js";
 import { InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError } from "../domain/errors.js";
 import { agentViolation, connectorViolation, type ScopeViolation } from "../domain/token-scope.js";
 import { requireSlug, requireUuid } from "../domain/ids.js";
 import type { EmissionFeed } from "../ledger/emission-feed.js";
 import type { EmissionQueries } from "../ledger/emission.repository.js";
 import { principalOf } from "./auth.js";
-import { emissionToProto } from "./convert.js";
+import { emissionToProto, encodedSubscribeResponse } from "./convert.js";
 import { cursorOf } from "./validate.js";
 
 export interface EmissionServiceDeps {
@@ -29,6 +31,18 @@ const deny = (violation: ScopeViolation | undefined): void => {
 
 export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<typeof EmissionService> {
   const streamsOfToken = new Map<string, number>();
+  // The feed hands the same record to every stream of its connector: convert (and, for the binary
+  // codecs, encode) it once for all of them.
+  const converted = new WeakMap<EmissionRecord, { plain: SubscribeResponse; encoded?: SubscribeResponse }>();
+  const responseOf = (emission: EmissionRecord, binary: boolean): SubscribeResponse => {
+    let forms = converted.get(emission);
+    if (forms === undefined) {
+      forms = { plain: create(SubscribeResponseSchema, { emission: emissionToProto(emission) }) };
+      converted.set(emission, forms);
+    }
+    if (!binary) return forms.plain;
+    return (forms.encoded ??= encodedSubscribeResponse(forms.plain.emission as Emission));
+  };
   return {
     async *subscribe(request, context) {
       const connector = requireSlug("connector", request.connector);
@@ -37,6 +51,8 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
       // A token limited to some agents sees only their emissions; the cursor still moves past the rest.
       const visible = (agentId: string) => agentViolation(scope, agentId, "agent_id") === undefined;
       const { tokenId, label } = principalOf(context);
+      // gRPC, gRPC-Web and Connect name their JSON codec in the content type ("...+json" or "...json").
+      const binary = !/json/i.test(context.requestHeader.get("content-type") ?? "");
       const open = streamsOfToken.get(tokenId) ?? 0;
       if (open >= deps.maxStreamsPerToken) {
         throw new ResourceExhaustedError(`token ${label || tokenId} already holds ${open} Subscribe streams, the most one token may hold`);
@@ -44,7 +60,7 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
       streamsOfToken.set(tokenId, open + 1);
       try {
         for await (const emission of deps.feed.follow(connector, cursorOf("after_seq", request.afterSeq), context.signal)) {
-          if (visible(emission.agentId)) yield { emission: emissionToProto(emission) };
+          if (visible(emission.agentId)) yield responseOf(emission, binary);
         }
       } finally {
         const left = (streamsOfToken.get(tokenId) ?? 1) - 1;

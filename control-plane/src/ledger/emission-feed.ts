@@ -5,6 +5,7 @@
 // connector's new rows once for all its streams at the tail, and a stream that is behind
 // catches up on its own with reads bounded by that horizon, which need no lock at all.
 import type { EmissionRecord } from "../domain/records.js";
+import { createDeliveryPacer } from "./delivery-pacer.js";
 import type { NotificationHub } from "./notification-hub.js";
 import { toEmissionRecord } from "./row-mapping.js";
 import { EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
@@ -41,6 +42,8 @@ export interface EmissionFeedOptions {
   readonly batch?: number;
   /** A stream at the tail that falls this far behind its deliveries reads for itself again. */
   readonly maxQueued?: number;
+  /** Deliveries (rows handed to streams) per event-loop turn, for the whole process; see delivery-pacer.ts. */
+  readonly deliveriesPerTurn?: number;
 }
 
 /** A stream at its connector's tail: rows are pushed to it as the horizon moves. */
@@ -60,6 +63,7 @@ interface Tail {
 export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: EmissionFeedOptions): EmissionFeed {
   const batch = options.batch ?? 200;
   const maxQueued = options.maxQueued ?? 2_000;
+  const pacer = createDeliveryPacer(options.deliveriesPerTurn ?? 16);
   const tails = new Map<string, Tail>();
   let horizon = 0;
   let reading: Promise<number> | undefined;
@@ -151,6 +155,7 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
         const upTo = horizon > cursor ? horizon : await readHorizon();
         const rows = await rowsUpTo(connector, cursor, upTo);
         for (const row of rows) {
+          await pacer.take();
           yield row;
           cursor = row.seq;
         }
@@ -171,6 +176,7 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
             while (member.queue.length > 0 && !signal.aborted) {
               const row = member.queue.shift() as EmissionRecord;
               if (row.seq <= cursor) continue;
+              await pacer.take();
               yield row;
               cursor = row.seq;
             }
