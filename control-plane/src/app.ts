@@ -41,6 +41,9 @@ import { createSandboxRepository } from "./ledger/sandbox.repository.js";
 import { createRemoteSandboxDispatcher, type RemoteSandboxDispatcher } from "./sandbox/remote-sandbox-dispatcher.js";
 import { createSandboxHub, type SandboxHub } from "./sandbox/sandbox-hub.js";
 import { askUserTool } from "./tools/ask-user-tool.js";
+import { createReportProgressTool } from "./tools/report-progress-tool.js";
+import { createProgressRepository } from "./ledger/progress.repository.js";
+import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
 import { createSandboxTools } from "./tools/sandbox-tools.js";
 import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.js";
 
@@ -99,6 +102,8 @@ export interface BuildOptions {
   readonly tools?: readonly ToolDefinition[];
   /** Wraps the run store or providers, e.g. with fault injection in crash tests. */
   readonly wrapRunnerDeps?: (deps: RunnerDeps) => RunnerDeps;
+  /** The progress supervisors' cadence (may only be lowered) and tick; tests and demos. */
+  readonly progress?: ProgressOptions;
 }
 
 export async function buildApp(
@@ -157,7 +162,14 @@ export async function buildApp(
     maxExecTimeoutMs: config.sandbox.maxExecTimeoutMs,
     maxOutputBytes: config.sandbox.maxOutputBytes,
   });
-  const tools = createToolRegistry([askUserTool, ...sandboxTools, ...(options.tools ?? [])]);
+  // One supervisor per claimed root run, reading and reserving its notices in the ledger.
+  const progress = createProgressSupervisors({
+    ledger: createProgressRepository(ledger.sql),
+    clock,
+    log: logger.child({ component: "progress" }),
+    ...(options.progress === undefined ? {} : { options: options.progress }),
+  });
+  const tools = createToolRegistry([askUserTool, createReportProgressTool(progress), ...sandboxTools, ...(options.tools ?? [])]);
   let sweeping: Promise<void> | undefined;
   const stopSweeping = new AbortController();
   const sweeper = setInterval(() => {
@@ -248,6 +260,7 @@ export async function buildApp(
         controlChanges: (listener) => hub.subscribe("keel_run_control", listener),
         secretEnv: env,
         lifecycle: modelCalls,
+        progress,
       };
       const pool = startWorkerPool(
         options.wrapRunnerDeps?.(deps) ?? deps,

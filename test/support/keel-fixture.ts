@@ -9,6 +9,7 @@ import { loadConfig } from "../../control-plane/src/config.js";
 import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
 import type { Clock } from "../../control-plane/src/domain/clock.js";
 import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
+import type { ProgressOptions } from "../../control-plane/src/progress/progress-supervisor.js";
 import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
 import { DEFAULT_HOST_CAPACITY, type TokenScope } from "../../control-plane/src/domain/token-scope.js";
 import { DEMO_AGENT } from "../../control-plane/src/fixtures/demo-agent.js";
@@ -54,6 +55,8 @@ export interface TestKeelOptions {
   readonly log?: Logger;
   /** The clock coalescing and admission read (default: the system clock). */
   readonly clock?: Clock;
+  /** The progress supervisors' cadence and tick (default: the server's). */
+  readonly progress?: ProgressOptions;
 }
 
 export async function startTestKeel(options: TestKeelOptions = {}): Promise<TestKeel> {
@@ -70,6 +73,7 @@ export async function startTestKeel(options: TestKeelOptions = {}): Promise<Test
     log: options.log ?? pino({ level: process.env["KEEL_TEST_LOG"] ?? "silent" }),
     ...(options.tools === undefined ? {} : { tools: options.tools }),
     ...(options.clock === undefined ? {} : { clock: options.clock }),
+    ...(options.progress === undefined ? {} : { progress: options.progress }),
   });
   for (const agent of options.agents ?? [DEMO_AGENT]) await app.agents.put(agent);
   const roles: TokenRole[] = ["connector", "sandbox-host", "operator", "admin"];

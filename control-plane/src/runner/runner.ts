@@ -3,10 +3,17 @@ import { batchReadOutcomes, DEFAULT_READ_FLUSH_MS } from "./read-outcome-batchin
 import { recover } from "./recovery.js";
 import type { ClaimedRun } from "./run-store.js";
 import { finish } from "./run-settlement.js";
-import { CONTINUE, PARK, RunSession, type Next, type RunnerDeps, type StepContext } from "./run-session.js";
+import { CONTINUE, PARK, RunSession, type Next, type RunnerDeps as SessionDeps, type StepContext } from "./run-session.js";
 import { takeTurn } from "./turn.js";
+import type { ProgressSupervisors } from "../progress/progress-supervisor.js";
+import { holdingNotices, supervisedRun } from "../progress/run-progress.js";
 
-export type { RunnerDeps, StepContext } from "./run-session.js";
+export type { StepContext } from "./run-session.js";
+
+export interface RunnerDeps extends SessionDeps {
+  /** Progress supervisors (progress/): one per claim, stopped and joined before the run's end is committed. */
+  readonly progress?: ProgressSupervisors;
+}
 
 /**
  * Drives one claimed run until it settles or parks, in the order the harness contract
@@ -28,10 +35,16 @@ export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context:
             : { watchControl: (changed: () => void) => controlChanges((runId) => (runId === "" || runId === claimed.runId) && changed()) }),
           onFlushError: (error) => deps.log.warn({ err: error, runId: claimed.runId }, "committing held read results failed; the next commit reports it"),
         });
-  const session = new RunSession(store === undefined ? deps : { ...deps, store }, claimed, context);
+  const progress = deps.progress?.supervise(supervisedRun(claimed, context));
+  const held = progress === undefined ? store : holdingNotices(store ?? deps.store, progress);
+  const session = new RunSession(held === undefined ? deps : { ...deps, store: held }, claimed, context);
   try {
-    await finish(session, await drive(session));
+    const next = await drive(session);
+    // The supervisor is joined before a failure, cancellation or exhaustion reply is committed.
+    await progress?.stop();
+    await finish(session, next);
   } finally {
+    await progress?.stop();
     store?.close();
   }
 }

@@ -10,6 +10,7 @@ export const ProgressEventEntity = defineEntity({
   name: "ProgressEvent",
   tableName: "progress_events",
   uniques: [{ properties: ["subject", "seq"] }],
+  indexes: [{ properties: ["runId"] }],
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),
@@ -17,6 +18,10 @@ export const ProgressEventEntity = defineEntity({
     seq: p.integer(),
     emissionId: () => references(EmissionEntity, "emission_id").nullable(),
     text: p.text(),
+    /** What brought the notice: triage_ack, deadline, checkpoint or workspace. */
+    source: p.text().default("deadline"),
+    /** The candidates it said (report_progress invocation ids, "workspace"), so none is said twice. */
+    covers: p.json<string[]>().defaultRaw("'[]'"),
     createdAt: p.datetime().defaultRaw("now()"),
   },
 });

@@ -9,6 +9,7 @@ import { Migration20261206000000 } from "./Migration20261206000000.js";
 import { Migration20261207000000 } from "./Migration20261207000000.js";
 import { Migration20261207100000 } from "./Migration20261207100000.js";
 import { Migration20261208000000 } from "./Migration20261208000000.js";
+import { Migration20261210000000 } from "./Migration20261210000000.js";
 import { Migration20261211000000 } from "./Migration20261211000000.js";
 
 /**
@@ -27,5 +28,6 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261207000000", class: Migration20261207000000 },
   { name: "Migration20261207100000", class: Migration20261207100000 },
   { name: "Migration20261208000000", class: Migration20261208000000 },
+  { name: "Migration20261210000000", class: Migration20261210000000 },
   { name: "Migration20261211000000", class: Migration20261211000000 },
 ];

@@ -1,0 +1,244 @@
+// The progress supervisor: one loop per claimed root run, beside its model and tool calls, that
+// says something in the thread when a long run has been quiet too long. It keeps nothing the
+// ledger does not: what was last said, and when, is read back from progress_events, so a worker
+// that takes a run over (or a restarted process) keeps the cadence. The rules are
+// domain/progress.ts; the ledger side is ledger/progress.repository.ts.
+import type { Logger } from "pino";
+import type { Clock } from "../domain/clock.js";
+import {
+  nextNotice,
+  noticeText,
+  progressCadence,
+  progressKey,
+  type ProgressActivity,
+  type ProgressCadence,
+  type ProgressCandidate,
+  type ProgressSource,
+  type ProgressState,
+} from "../domain/progress.js";
+import { TRIAGE_TIMEOUT_MS, type TriageDuration } from "../domain/triage.js";
+
+/** What the ledger holds about a subject's progress and its run's current activity. */
+export interface ProgressSnapshot {
+  readonly triage: TriageDuration | undefined;
+  readonly ackText: string | undefined;
+  readonly lastSeq: number;
+  readonly lastNoticeAt: Date | undefined;
+  /** Candidates no notice has covered yet, oldest first. */
+  readonly candidates: readonly ProgressCandidate[];
+  readonly activity: ProgressActivity;
+}
+
+export interface NoticeReservation {
+  readonly runId: string;
+  readonly epoch: number;
+  readonly workerId: string;
+  readonly subject: string;
+  readonly seq: number;
+  readonly source: ProgressSource;
+  readonly covers: readonly string[];
+  readonly text: string;
+  readonly at: Date;
+  readonly idempotencyKey: string;
+  readonly replyToMessageId: string | undefined;
+  readonly addressedActorIds: readonly string[];
+}
+
+/** The ledger's side (ledger/progress.repository.ts). */
+export interface ProgressLedger {
+  load(runId: string, subject: string): Promise<ProgressSnapshot | undefined>;
+  /**
+   * Reserves the notice and its emission in one fenced transaction: only while the run is live,
+   * held at `epoch` by `workerId`, neither cancelled nor superseded, and (subject, seq) is free.
+   */
+  reserve(notice: NoticeReservation): Promise<boolean>;
+}
+
+/** A claim of a root run, as the supervisor needs it. */
+export interface SupervisedRun {
+  readonly runId: string;
+  readonly epoch: number;
+  readonly workerId: string;
+  /** Notices are keyed on the logical request: a superseding or retried run keeps its cadence. */
+  readonly subject: string;
+  /** When the silence began. */
+  readonly startedAt: Date;
+  readonly replyToMessageId: string | undefined;
+  readonly addressedActorIds: readonly string[];
+  /** The claim's signal: lease loss or shutdown stops the supervisor. */
+  readonly signal: AbortSignal;
+}
+
+/** One run's supervisor, as the runner holds it. */
+export interface RunProgress {
+  /**
+   * Keeps notices back while the run commits its reply: waits for a reservation in flight and
+   * returns the release. A notice reserved after a settled run's commit is refused by the fence.
+   */
+  hold(): Promise<() => void>;
+  /** Stops the loop and waits for it (and any reservation in flight) to finish. */
+  stop(): Promise<void>;
+}
+
+export interface ProgressSupervisors {
+  supervise(run: SupervisedRun): RunProgress;
+}
+
+/** Where keel.report_progress.v1 says a checkpoint was committed: the run's supervisor looks now. */
+export interface ProgressCheckpoints {
+  checkpoint(runId: string): void;
+}
+
+export interface ProgressOptions {
+  /** Lowers the cadence (tests, demos); it can never switch progress off. */
+  readonly cadence?: Partial<ProgressCadence>;
+  /** Longest real-time sleep between looks at the clock (a manual clock moves without timers). */
+  readonly tickMs?: number;
+}
+
+export interface ProgressDeps {
+  readonly ledger: ProgressLedger;
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly options?: ProgressOptions;
+}
+
+const DEFAULT_TICK_MS = 1_000;
+
+export function createProgressSupervisors(deps: ProgressDeps): ProgressSupervisors & ProgressCheckpoints {
+  const cadence = progressCadence(deps.options?.cadence);
+  const tickMs = Math.max(5, deps.options?.tickMs ?? DEFAULT_TICK_MS);
+  const pokes = new Map<string, () => void>();
+
+  return {
+    checkpoint(runId) {
+      pokes.get(runId)?.();
+    },
+    supervise(run) {
+      const log = deps.log.child({ runId: run.runId, epoch: run.epoch });
+      let stopped = false;
+      let held = 0;
+      let reserving: Promise<unknown> = Promise.resolve();
+      let wake: (() => void) | undefined;
+      let dirty = true;
+      const poke = (): void => {
+        dirty = true;
+        wake?.();
+      };
+      const stopNow = (): void => {
+        stopped = true;
+        wake?.();
+      };
+      pokes.set(run.runId, poke);
+      run.signal.addEventListener("abort", stopNow, { once: true });
+      const sleep = (ms: number): Promise<void> =>
+        new Promise((resolve) => {
+          const timer = setTimeout(done, ms);
+          function done(): void {
+            clearTimeout(timer);
+            wake = undefined;
+            resolve();
+          }
+          wake = done;
+        });
+
+      // Past this (real time) without a triage, the run is treated as triaged default: the classifier is only an optimization.
+      const triageGiveUpAt = Date.now() + 2 * TRIAGE_TIMEOUT_MS;
+
+      async function loop(): Promise<void> {
+        let snapshot: ProgressSnapshot | undefined;
+        while (!stopped) {
+          const fresh = dirty || snapshot === undefined;
+          if (fresh) {
+            dirty = false;
+            snapshot = await deps.ledger.load(run.runId, run.subject).catch((error: unknown) => {
+              log.warn({ err: error }, "progress state could not be read; trying again");
+              return undefined;
+            });
+          }
+          if (stopped) return;
+          if (snapshot === undefined) {
+            await sleep(tickMs);
+            continue;
+          }
+          const triage = snapshot.triage ?? (Date.now() >= triageGiveUpAt ? "default" : undefined);
+          const state: ProgressState = {
+            startedAt: run.startedAt,
+            triage,
+            ackText: snapshot.ackText,
+            lastNoticeAt: snapshot.lastNoticeAt,
+            noticesSent: snapshot.lastSeq,
+            candidates: snapshot.candidates,
+          };
+          const now = deps.clock.now();
+          const decision = nextNotice(state, now, cadence);
+          if (decision.kind === "never") {
+            // Trivial: nothing message-shaped for this request. Wait for the claim to end.
+            await sleep(60 * 60_000);
+            continue;
+          }
+          if (decision.kind === "wait") {
+            // Still waiting for triage: look again at the next tick.
+            if (snapshot.triage === undefined) dirty = true;
+            await sleep(Math.max(1, Math.min(tickMs, decision.until.getTime() - now.getTime())));
+            continue;
+          }
+          // A notice is composed from what the ledger holds now, not from the last look.
+          if (!fresh) {
+            dirty = true;
+            continue;
+          }
+          if (held > 0) {
+            await sleep(tickMs);
+            continue;
+          }
+          const covers = decision.source === "triage_ack" ? [] : snapshot.candidates.map((c) => c.ref);
+          const seq = snapshot.lastSeq + 1;
+          const attempt = deps.ledger.reserve({
+            runId: run.runId,
+            epoch: run.epoch,
+            workerId: run.workerId,
+            subject: run.subject,
+            seq,
+            source: decision.source,
+            covers,
+            text: noticeText(decision.source, state, snapshot.activity, now),
+            at: now,
+            idempotencyKey: progressKey(run.subject, seq),
+            replyToMessageId: run.replyToMessageId,
+            addressedActorIds: run.addressedActorIds,
+          });
+          reserving = attempt.catch(() => false);
+          const reserved = await attempt.catch((error: unknown) => {
+            log.warn({ err: error }, "progress notice could not be reserved; trying again");
+            return undefined;
+          });
+          if (reserved === false) log.debug({ seq }, "progress notice refused: the run is no longer this claim's, or the sequence was taken");
+          dirty = true;
+          // A refused or failed reservation is looked at again after a tick, not in a tight loop.
+          if (reserved !== true) await sleep(tickMs);
+        }
+      }
+
+      const loopDone = loop().catch((error: unknown) => log.error({ err: error }, "progress supervisor failed; the run goes on without notices"));
+      return {
+        async hold() {
+          held += 1;
+          await reserving;
+          let released = false;
+          return () => {
+            if (released) return;
+            released = true;
+            held -= 1;
+          };
+        },
+        async stop() {
+          stopNow();
+          run.signal.removeEventListener("abort", stopNow);
+          await loopDone;
+          if (pokes.get(run.runId) === poke) pokes.delete(run.runId);
+        },
+      };
+    },
+  };
+}
