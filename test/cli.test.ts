@@ -217,4 +217,13 @@ describe("the keel CLI", () => {
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain("resume needs a run id");
   });
+
+  it("refuses a sandbox agent's disk quota too small to hold a workspace, naming the flag", async () => {
+    const child = spawn(process.execPath, [KEEL_BIN, "sandbox-agent", "--token", "t", "--disk-quota-mib", "5"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+    const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+    expect(code).toBe(2);
+    expect(stderr).toContain("--disk-quota-mib must be 0 (no quota) or 16 to 1048576 MiB per workspace");
+  });
 });

@@ -110,6 +110,22 @@ describe.skipIf(skip)("docker hardening: quota mounts and a deleted data dir", (
   });
 });
 
+describe.skipIf(skip)("docker hardening: quotas off", () => {
+  it("a workspace without a quota is a plain folder the sandbox user can write, and the agent says quotas are off", async () => {
+    const plainLogs: string[] = [];
+    const plain = createDockerWorkspaceBackend({ docker, hostId, workspaceRoot: path.join(root, "plain"), diskQuotaBytes: 0, log: (m) => plainLogs.push(m) });
+    expect(plainLogs.join("\n")).toMatch(/disk quotas are off/);
+    await plain.acquire(spec("plain"), never);
+    const out = await runCommand(plain, "plain", ["sh", "-c", "echo written > /workspace/a.txt && cat /workspace/a.txt && id -u"]);
+    expect(out.result.exitCode).toBe(0);
+    expect(out.stdout.split("\n").slice(0, 2)).toEqual(["written", "10001"]);
+    const mountPoint = (await containerOf("plain")).Mounts.find((m) => m.Destination === "/workspace")!.Source;
+    expect(mountPoint.startsWith(path.join(root, "plain"))).toBe(true);
+    await plain.release("plain");
+    await plain.close();
+  });
+});
+
 describe.skipIf(skip)("docker hardening: quota after a host reboot", () => {
   it("a stopped workspace whose mount is gone gets its quota'd file system back before it starts", async () => {
     await backend.acquire(spec("reboot"), never);

@@ -30,7 +30,7 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel gc [--older-than 30d] [--dry-run]
   keel gc [--older-than 30d] [--dry-run]
   keel sandbox-agent --control-plane URL --token T [--backend docker|process] [--host-id ID]
-        [--capacity N] [--label k=v]... [--image I]... [--warm-pool N] [--data-dir D]
+        [--capacity N] [--label k=v]... [--image I]... [--warm-pool N] [--disk-quota-mib N] [--data-dir D]
         [--allow-unsandboxed] [--ca F] [--tls-cert F --tls-key F] [--insecure]
 
 \`keel sandbox-agent\` runs a sandbox host: it attaches to the control plane (token role
@@ -200,6 +200,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
             label: { type: "string", multiple: true, default: [] },
             image: { type: "string", multiple: true, default: [] },
             "warm-pool": { type: "string", default: "0" },
+            "disk-quota-mib": { type: "string", default: "8192" },
             "data-dir": { type: "string", default: env["KEEL_SANDBOX_DATA_DIR"] ?? ".keel-sandbox" },
             "allow-unsandboxed": { type: "boolean", default: false },
             ...AGENT_TLS_FLAGS,
@@ -218,6 +219,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
             labels: values.label,
             images: values.image,
             warmPool: Number(values["warm-pool"]),
+            diskQuotaMib: Number(values["disk-quota-mib"]),
             dataDir: values["data-dir"],
             logLevel: loadConfig(env).logLevel,
             allowUnsandboxed: values["allow-unsandboxed"],

@@ -9,7 +9,7 @@ import path from "node:path";
 import { pino, type Level } from "pino";
 import { slugProblem } from "../../common/ids.js";
 import { plaintextUrlProblem } from "../../common/loopback.js";
-import { createDockerWorkspaceBackend } from "./docker/docker-workspace-backend.js";
+import { createDockerWorkspaceBackend, DEFAULT_DISK_QUOTA_BYTES } from "./docker/docker-workspace-backend.js";
 import { probeBubblewrap } from "./process/bubblewrap.js";
 import { BUBBLEWRAP_MISSING, createProcessWorkspaceBackend } from "./process/process-workspace-backend.js";
 import { createSandboxAgent, type AgentTlsMaterial } from "./sandbox-agent.js";
@@ -27,6 +27,8 @@ export interface SandboxAgentCommandOptions {
   readonly labels: readonly string[];
   readonly images: readonly string[];
   readonly warmPool: number;
+  /** Disk quota per docker workspace in MiB; 0 turns quotas off (a command can then fill the host's disk). */
+  readonly diskQuotaMib?: number;
   readonly dataDir: string;
   readonly logLevel: Level | "silent";
   /** Process backend only: run commands as plain child processes when there is no bubblewrap (unsafe). */
@@ -98,6 +100,10 @@ export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): 
   if (!Number.isInteger(options.warmPool) || options.warmPool < 0 || options.warmPool > 100) {
     throw new SandboxAgentUsageError("--warm-pool must be 0 to 100 containers");
   }
+  const diskQuotaMib = options.diskQuotaMib ?? DEFAULT_DISK_QUOTA_BYTES / 1024 ** 2;
+  if (!Number.isInteger(diskQuotaMib) || (diskQuotaMib !== 0 && (diskQuotaMib < 16 || diskQuotaMib > 1024 ** 2))) {
+    throw new SandboxAgentUsageError("--disk-quota-mib must be 0 (no quota) or 16 to 1048576 MiB per workspace");
+  }
   if (options.token === "") throw new SandboxAgentUsageError("a sandbox-host token is required: --token T or KEEL_SANDBOX_TOKEN");
   const tls = await agentTlsMaterial(options.controlPlaneUrl, options.tls);
   const labels = parseLabels(options.labels);
@@ -114,6 +120,7 @@ export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): 
     backend = createDockerWorkspaceBackend({
       hostId,
       workspaceRoot,
+      diskQuotaBytes: diskQuotaMib * 1024 ** 2,
       log: backendLog,
       ...(options.warmPool > 0 && image !== undefined ? { warmPool: [{ image, size: options.warmPool }] } : {}),
     });

@@ -9,7 +9,7 @@
 // with EBUSY; the mounts it orphans (their image deleted) are swept at the next agent start.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmod, mkdir, readdir, readFile, rm, rmdir, stat } from "node:fs/promises";
+import { chmod, chown, mkdir, readdir, readFile, rm, rmdir, stat } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { errorCode, removeTree } from "../host-files.js";
@@ -103,7 +103,9 @@ export function createWorkspaceDisks(root: string, quotaBytes: number, mountBase
 
     async prepare(folder, owner) {
       await mkdir(folder, { recursive: true, mode: 0o700 });
-      if (quotaBytes === 0 || (await isMountPoint(folder))) return;
+      // Without a quota the plain folder is the workspace: the sandbox user must own it.
+      if (quotaBytes === 0) return chown(folder, owner.uid, owner.gid);
+      if (await isMountPoint(folder)) return;
       dirReady ??= mkdir(imagesDir, { recursive: true, mode: 0o700 }).then(() => undefined);
       await dirReady;
       const image = imageOf(folder);
