@@ -123,6 +123,20 @@ describe("progress cadence", () => {
     expect(sent).toEqual([{ at: 20 * S, source: "workspace" }]);
   });
 
+  it("a continuation shares the cadence but does not speak the moment it starts", () => {
+    const state: ProgressState = {
+      startedAt: new Date(60 * MIN),
+      triage: "default",
+      ackText: undefined,
+      lastNoticeAt: new Date(10 * MIN),
+      noticesSent: 3,
+      candidates: [],
+    };
+    expect(nextNotice(state, new Date(60 * MIN), CADENCE)).toEqual({ kind: "wait", until: new Date(61 * MIN) });
+    // A checkpoint still keeps only the gap to the last notice.
+    expect(nextNotice({ ...state, candidates: [checkpoint("a")] }, new Date(60 * MIN), CADENCE)).toEqual({ kind: "send", source: "checkpoint" });
+  });
+
   it("settings lower the delays but cannot raise them or switch progress off", () => {
     expect(progressCadence({ firstAfterMs: 100, everyMs: 300, minGapMs: 50 })).toEqual({ firstAfterMs: 100, everyMs: 300, minGapMs: 50 });
     expect(progressCadence({ firstAfterMs: 0, everyMs: -1, minGapMs: Number.POSITIVE_INFINITY })).toEqual(CADENCE);

@@ -85,10 +85,11 @@ export function nextNotice(state: ProgressState, now: Date, cadence: ProgressCad
   if (state.triage === "trivial") return { kind: "never" };
   const last = state.lastNoticeAt?.getTime();
   // A long request says something at once, once: its stashed copy costs no model latency now.
+  // Never sooner than the first deadline of this attempt: a continuation or successor that shares
+  // an older cadence does not speak the moment it starts.
+  const start = state.startedAt.getTime();
   const deadlineAt =
-    last === undefined
-      ? state.startedAt.getTime() + (state.triage === "long" ? 0 : cadence.firstAfterMs)
-      : last + cadence.everyMs;
+    last === undefined ? start + (state.triage === "long" ? 0 : cadence.firstAfterMs) : Math.max(last + cadence.everyMs, start + cadence.firstAfterMs);
   let dueAt = deadlineAt;
   let source: ProgressSource = last === undefined && state.triage === "long" ? "triage_ack" : "deadline";
   // A checkpoint waits for triage (a trivial request says nothing) and keeps the gap to the last notice.

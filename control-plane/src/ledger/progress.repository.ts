@@ -9,6 +9,7 @@ import { LIVE_SQL } from "./run-start.sql.js";
 import { optionalDate, raw, statement, type Sql } from "./sql.js";
 
 interface SnapshotRow {
+  subject: string;
   triage_duration: string | null;
   triage_ack_text: string | null;
   last_seq: number;
@@ -26,12 +27,26 @@ interface SnapshotRow {
 /** The latest checkpoints only: a run that reports more than this between two notices says the newest anyway. */
 const CHECKPOINT_WINDOW = 20;
 
-const loadSnapshot = statement<{ runId: string; subject: string }, SnapshotRow>("progress_load")`
-  SELECT r.triage_duration, r.triage_ack_text, r.status,
-    coalesce((SELECT max(pe.seq) FROM progress_events pe WHERE pe.subject = ${(p) => p.subject}), 0)::int AS last_seq,
-    (SELECT pe.created_at FROM progress_events pe WHERE pe.subject = ${(p) => p.subject} ORDER BY pe.seq DESC LIMIT 1) AS last_at,
+/** How far back a chain of continuations is followed to find the request whose cadence it shares. */
+const MAX_CONTINUATIONS = 20;
+
+/**
+ * The subject is the logical request of the first run in the chain of continuations: continuation
+ * runs of one request share one cadence (and one sequence), as the seed asks.
+ */
+const loadSnapshot = statement<{ runId: string }, SnapshotRow>("progress_load")`
+  WITH RECURSIVE chain AS (
+    SELECT r.continuation_of_run_id AS previous, coalesce(r.logical_request_id, r.id) AS request, 0 AS depth
+    FROM runs r WHERE r.id = ${(p) => p.runId}::uuid
+    UNION ALL
+    SELECT p.continuation_of_run_id, coalesce(p.logical_request_id, p.id), chain.depth + 1
+    FROM runs p JOIN chain ON p.id = chain.previous WHERE chain.depth < ${raw(String(MAX_CONTINUATIONS))}),
+  subject AS (SELECT request::text AS subject FROM chain ORDER BY depth DESC LIMIT 1)
+  SELECT s.subject, r.triage_duration, r.triage_ack_text, r.status,
+    coalesce((SELECT max(pe.seq) FROM progress_events pe WHERE pe.subject = s.subject), 0)::int AS last_seq,
+    (SELECT pe.created_at FROM progress_events pe WHERE pe.subject = s.subject ORDER BY pe.seq DESC LIMIT 1) AS last_at,
     (SELECT coalesce(jsonb_agg(c.ref), '[]'::jsonb) FROM progress_events pe, jsonb_array_elements_text(pe.covers) AS c(ref)
-      WHERE pe.subject = ${(p) => p.subject}) AS covered,
+      WHERE pe.subject = s.subject) AS covered,
     (SELECT coalesce(jsonb_agg(jsonb_build_object('id', x.id, 'arguments', x.arguments) ORDER BY x.step_index, x.ordinal), '[]'::jsonb)
       FROM (SELECT i.id, i.arguments, s.index AS step_index, i.ordinal FROM tool_invocations i JOIN run_steps s ON s.id = i.step_id
         WHERE i.run_id = r.id AND i.tool_name = ${raw(`'${REPORT_PROGRESS_TOOL}'`)}
@@ -39,7 +54,7 @@ const loadSnapshot = statement<{ runId: string; subject: string }, SnapshotRow>(
     EXISTS (SELECT 1 FROM workspaces w WHERE w.run_id = r.id AND w.status <> 'failed') AS workspace_acquired,
     a.tool_name AS activity_tool, a.arguments AS activity_arguments, a.since AS activity_since,
     (SELECT e.addressed_actor_ids FROM emissions e WHERE e.run_id = r.id AND e.kind = 'question' ORDER BY e.seq DESC LIMIT 1) AS asked_of
-  FROM runs r
+  FROM runs r CROSS JOIN subject s
   LEFT JOIN LATERAL (
     SELECT i.tool_name, i.arguments, s.started_at AS since FROM tool_invocations i JOIN run_steps s ON s.id = i.step_id
     WHERE i.run_id = r.id AND i.status = 'pending' AND i.tool_name <> ${raw(`'${REPORT_PROGRESS_TOOL}'`)}
@@ -114,8 +129,8 @@ const TRIAGE_DURATIONS: readonly TriageDuration[] = ["long", "trivial", "default
 
 export function createProgressRepository(db: Sql): ProgressLedger {
   return {
-    async load(runId, subject): Promise<ProgressSnapshot | undefined> {
-      const [row] = await db.run(loadSnapshot, { runId, subject });
+    async load(runId): Promise<ProgressSnapshot | undefined> {
+      const [row] = await db.run(loadSnapshot, { runId });
       if (row === undefined) return undefined;
       const covered = new Set(row.covered);
       const candidates: ProgressCandidate[] = [];
@@ -125,6 +140,7 @@ export function createProgressRepository(db: Sql): ProgressLedger {
         if (candidate !== undefined) candidates.push(candidate);
       }
       return {
+        subject: row.subject,
         triage: TRIAGE_DURATIONS.find((d) => d === row.triage_duration),
         ackText: row.triage_ack_text ?? undefined,
         lastSeq: row.last_seq,

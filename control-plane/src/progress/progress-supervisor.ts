@@ -20,6 +20,8 @@ import { TRIAGE_TIMEOUT_MS, type TriageDuration } from "../domain/triage.js";
 
 /** What the ledger holds about a subject's progress and its run's current activity. */
 export interface ProgressSnapshot {
+  /** Whose cadence the run keeps: its logical request, or the first one of its chain of continuations. */
+  readonly subject: string;
   readonly triage: TriageDuration | undefined;
   readonly ackText: string | undefined;
   readonly lastSeq: number;
@@ -46,7 +48,7 @@ export interface NoticeReservation {
 
 /** The ledger's side (ledger/progress.repository.ts). */
 export interface ProgressLedger {
-  load(runId: string, subject: string): Promise<ProgressSnapshot | undefined>;
+  load(runId: string): Promise<ProgressSnapshot | undefined>;
   /**
    * Reserves the notice and its emission in one fenced transaction: only while the run is live,
    * held at `epoch` by `workerId`, neither cancelled nor superseded, and (subject, seq) is free.
@@ -59,8 +61,6 @@ export interface SupervisedRun {
   readonly runId: string;
   readonly epoch: number;
   readonly workerId: string;
-  /** Notices are keyed on the logical request: a superseding or retried run keeps its cadence. */
-  readonly subject: string;
   /** When the silence began. */
   readonly startedAt: Date;
   readonly replyToMessageId: string | undefined;
@@ -151,7 +151,7 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
           const fresh = dirty || snapshot === undefined;
           if (fresh) {
             dirty = false;
-            snapshot = await deps.ledger.load(run.runId, run.subject).catch((error: unknown) => {
+            snapshot = await deps.ledger.load(run.runId).catch((error: unknown) => {
               log.warn({ err: error }, "progress state could not be read; trying again");
               return undefined;
             });
@@ -198,13 +198,13 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
             runId: run.runId,
             epoch: run.epoch,
             workerId: run.workerId,
-            subject: run.subject,
+            subject: snapshot.subject,
             seq,
             source: decision.source,
             covers,
             text: noticeText(decision.source, state, snapshot.activity, now),
             at: now,
-            idempotencyKey: progressKey(run.subject, seq),
+            idempotencyKey: progressKey(snapshot.subject, seq),
             replyToMessageId: run.replyToMessageId,
             addressedActorIds: run.addressedActorIds,
           });

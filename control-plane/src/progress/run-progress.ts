@@ -10,7 +10,6 @@ export function supervisedRun(claimed: ClaimedRun, context: { readonly workerId:
     runId: claimed.runId,
     epoch: claimed.epoch,
     workerId: context.workerId,
-    subject: claimed.logicalRequestId,
     startedAt: claimed.startedAt,
     replyToMessageId: claimed.replyToMessageId,
     addressedActorIds: [...new Set(claimed.messages.map((m) => m.actorId))],
