@@ -104,6 +104,8 @@ beforeAll(async () => {
       ]),
       agent("p-ten", "default", [report(["plan", "run the whole suite"]), gateTurn("ten"), replyTurn]),
       agent("p-takeover", "default", [gateTurn("take-a"), gateTurn("take-b"), replyTurn]),
+      // A demo agent's cadence: lowered, and a zero that cannot switch anything off.
+      { ...agent("p-fast", "default", [gateTurn("fast"), replyTurn]), progress: { firstAfterMs: 5 * S, everyMs: 10 * S, minGapMs: 0 } },
     ],
   });
   db = new pg.Client({ connectionString: keel.databaseUrl });
@@ -245,6 +247,23 @@ describe("progress cadence", () => {
     gate.open("cp2");
     expect(await settled(runId)).toBe(RunStatus.SUCCEEDED);
     expect(await notices([runId])).toHaveLength(3);
+  });
+});
+
+describe("per-agent cadence", () => {
+  it("an agent's setting lowers the delays", async () => {
+    const runId = await submit("p-fast");
+    await gate.reached("fast");
+    await triaged(runId);
+    clock.advance(4 * S);
+    await quiet();
+    expect(await notices([runId])).toEqual([]);
+    clock.advance(1 * S);
+    expect((await noticeCount(runId, 1))[0]).toMatchObject({ text: "Still on it: running test.gate.v1 `fast` for 5 s." });
+    clock.advance(10 * S);
+    expect((await noticeCount(runId, 2))[1]).toMatchObject({ text: "Still on it: running test.gate.v1 `fast` for 15 s." });
+    gate.open("fast");
+    expect(await settled(runId)).toBe(RunStatus.SUCCEEDED);
   });
 });
 

@@ -1,4 +1,5 @@
 // The agent specification in domain terms, with the defaults that keep every run bounded.
+import type { ProgressCadence } from "./progress.js";
 
 export type ToolEffect = "read" | "write";
 
@@ -118,6 +119,8 @@ export interface AgentSpec {
   readonly sandbox: SandboxSettings;
   readonly maxConcurrentRootRuns: number;
   readonly revision: number;
+  /** Lowers the progress cadence for this agent (tests, demos); it can never switch progress off (domain/progress.ts). */
+  readonly progress?: Partial<ProgressCadence>;
 }
 
 /** Server defaults. A zero in a submitted spec means "use this", never "unbounded". */

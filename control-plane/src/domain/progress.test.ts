@@ -143,6 +143,8 @@ describe("progress cadence", () => {
     expect(progressCadence({ firstAfterMs: 10 * MIN })).toEqual(CADENCE);
     expect(progressCadence({ everyMs: 1 }).everyMs).toBe(10);
     expect(progressCadence(undefined)).toEqual(CADENCE);
+    // The server's and the agent's settings together: the lowest asked for each delay.
+    expect(progressCadence({ firstAfterMs: 5_000 }, { firstAfterMs: 8_000, everyMs: 20_000 }, undefined)).toEqual({ firstAfterMs: 5_000, everyMs: 20_000, minGapMs: 60_000 });
   });
 });
 

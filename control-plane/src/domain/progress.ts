@@ -20,15 +20,19 @@ export const DEFAULT_PROGRESS_CADENCE: ProgressCadence = { firstAfterMs: 60_000,
 export const MIN_PROGRESS_DELAY_MS = 10;
 
 /**
- * A cadence setting applied to the defaults: it may lower a delay, never raise it or switch
- * progress off (zero, negative, missing or non-finite keeps the default).
+ * Cadence settings (the server's, the agent's) applied to the defaults: each may lower a delay,
+ * the lowest wins, none can raise one or switch progress off (zero, negative, missing or
+ * non-finite keeps the default).
  */
-export function progressCadence(setting: Partial<ProgressCadence> | undefined): ProgressCadence {
+export function progressCadence(...settings: readonly (Partial<ProgressCadence> | undefined)[]): ProgressCadence {
   const lower = (key: keyof ProgressCadence): number => {
-    const asked = setting?.[key];
-    const fallback = DEFAULT_PROGRESS_CADENCE[key];
-    if (asked === undefined || !Number.isFinite(asked) || asked <= 0) return fallback;
-    return Math.min(fallback, Math.max(MIN_PROGRESS_DELAY_MS, Math.floor(asked)));
+    let delay = DEFAULT_PROGRESS_CADENCE[key];
+    for (const setting of settings) {
+      const asked = setting?.[key];
+      if (asked === undefined || !Number.isFinite(asked) || asked <= 0) continue;
+      delay = Math.min(delay, Math.max(MIN_PROGRESS_DELAY_MS, Math.floor(asked)));
+    }
+    return delay;
   };
   return { firstAfterMs: lower("firstAfterMs"), everyMs: lower("everyMs"), minGapMs: lower("minGapMs") };
 }

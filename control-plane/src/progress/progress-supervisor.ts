@@ -65,6 +65,8 @@ export interface SupervisedRun {
   readonly startedAt: Date;
   readonly replyToMessageId: string | undefined;
   readonly addressedActorIds: readonly string[];
+  /** The agent's cadence setting, which may only lower the delays. */
+  readonly cadence: Partial<ProgressCadence> | undefined;
   /** The claim's signal: lease loss or shutdown stops the supervisor. */
   readonly signal: AbortSignal;
 }
@@ -106,7 +108,6 @@ export interface ProgressDeps {
 const DEFAULT_TICK_MS = 1_000;
 
 export function createProgressSupervisors(deps: ProgressDeps): ProgressSupervisors & ProgressCheckpoints {
-  const cadence = progressCadence(deps.options?.cadence);
   const tickMs = Math.max(5, deps.options?.tickMs ?? DEFAULT_TICK_MS);
   const pokes = new Map<string, () => void>();
 
@@ -115,6 +116,7 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
       pokes.get(runId)?.();
     },
     supervise(run) {
+      const cadence = progressCadence(deps.options?.cadence, run.cadence);
       const log = deps.log.child({ runId: run.runId, epoch: run.epoch });
       let stopped = false;
       let held = 0;

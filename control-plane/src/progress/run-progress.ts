@@ -13,6 +13,7 @@ export function supervisedRun(claimed: ClaimedRun, context: { readonly workerId:
     startedAt: claimed.startedAt,
     replyToMessageId: claimed.replyToMessageId,
     addressedActorIds: [...new Set(claimed.messages.map((m) => m.actorId))],
+    cadence: claimed.agent.progress,
     signal: context.signal,
   };
 }
