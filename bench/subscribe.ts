@@ -62,19 +62,29 @@ function parseOptions(args: readonly string[]): Options {
 }
 
 /**
- * Connectors run on machines of their own; here their 2,000 streams share the server's CPUs. So that
- * decoding them cannot take every CPU from the server being measured, the clients' process is pinned
- * to the last CPU (in both phases alike) when there are at least two and taskset exists.
+ * Connectors run on machines of their own; here their 2,000 streams share the server's CPUs, and
+ * decoding them costs about what sending them does. So that they cannot take the CPU the measured
+ * commits need, the clients' process gets the lowest priority and (with at least two CPUs and
+ * taskset) the last CPU only, in both phases alike.
  */
-function pinClients(pid: number | undefined): string {
-  const cpus = os.availableParallelism();
-  if (pid === undefined || cpus < 2) return "stream clients not pinned (one CPU)";
+function isolateClients(pid: number | undefined): string {
+  if (pid === undefined) return "stream clients not isolated (no pid)";
+  const parts: string[] = [];
   try {
-    execFileSync("taskset", ["-a", "-p", "-c", String(cpus - 1), String(pid)], { stdio: "ignore" });
-    return `stream clients pinned to CPU ${cpus - 1} of ${cpus} (taskset); server and PostgreSQL unpinned`;
+    os.setPriority(pid, 19);
+    parts.push("nice 19");
   } catch {
-    return "stream clients not pinned (taskset failed)";
+    parts.push("priority unchanged");
   }
+  const cpus = os.availableParallelism();
+  try {
+    if (cpus < 2) throw new Error("one CPU");
+    execFileSync("taskset", ["-a", "-p", "-c", String(cpus - 1), String(pid)], { stdio: "ignore" });
+    parts.push(`pinned to CPU ${cpus - 1} of ${cpus} (taskset)`);
+  } catch {
+    parts.push("not pinned");
+  }
+  return `stream clients ${parts.join(", ")}; server and PostgreSQL unchanged`;
 }
 
 /** The stream clients' process (bench/subscribe/streams-child.ts), driven over IPC. */
@@ -89,7 +99,7 @@ class StreamClients {
       execArgv: ["--import", "tsx"],
       stdio: ["ignore", "inherit", "inherit", "ipc"],
     });
-    this.pinning = pinClients(this.child.pid);
+    this.pinning = isolateClients(this.child.pid);
     this.child.on("message", (message: ChildReply) => {
       this.replies.push(message);
       this.waiting?.();
@@ -106,10 +116,12 @@ class StreamClients {
     await this.ask({ kind: "open", ...request });
   }
 
-  /** Throws unless every stream received exactly what was sent to its connector. */
-  async check(expected: (connector: string) => readonly string[], connectors: readonly string[], timeoutMs: number): Promise<void> {
+  /** Throws unless every stream received exactly what was sent to its connector; returns the clients' CPU time (us) since opening. */
+  async check(expected: (connector: string) => readonly string[], connectors: readonly string[], timeoutMs: number): Promise<number> {
     const answer = await this.ask({ kind: "check", expected: Object.fromEntries(connectors.map((c) => [c, expected(c)])), timeoutMs });
-    if (answer.kind === "checked" && answer.error !== undefined) throw new Error(answer.error);
+    if (answer.kind !== "checked") throw new Error(`stream clients answered ${answer.kind} to a check`);
+    if (answer.error !== undefined) throw new Error(answer.error);
+    return answer.cpuUs;
   }
 
   async close(): Promise<void> {
@@ -165,9 +177,9 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       // Every emission goes to the one stream's connector, so each is read and delivered, as in the crowd.
       const singleCost = startCost();
       const single = summarize(await emitRound(options.emissions, targets.slice(0, 1)));
-      await one.check(sentToOne, first, 30_000);
+      const oneCpu = await one.check(sentToOne, first, 30_000);
       await one.close();
-      progress(`1 stream: ${single.n} emission commits, all delivered; ${singleCost(single.n)}; ${one.pinning}`);
+      progress(`1 stream: ${single.n} emission commits, all delivered; ${singleCost(single.n)}; clients ${(oneCpu / single.n).toFixed(0)} us CPU per delivery; ${one.pinning}`);
 
       const many = new StreamClients();
       const sentToMany = sentSince();
@@ -175,9 +187,9 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       await new Promise((resolve) => setTimeout(resolve, 3_000)); // every stream open and idle at the tail
       const crowdedCost = startCost();
       const crowded = summarize(await emitRound(options.emissions, targets));
-      await many.check(sentToMany, connectors, 60_000);
+      const manyCpu = await many.check(sentToMany, connectors, 60_000);
       const deliveries = crowded.n * Math.round(options.streams / options.connectors);
-      progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector; ${crowdedCost(deliveries)}; ${many.pinning}`);
+      progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector; ${crowdedCost(deliveries)}; clients ${(manyCpu / deliveries).toFixed(0)} us CPU per delivery; ${many.pinning}`);
       await many.close();
 
       printResult(options, single, crowded, one.pinning === many.pinning ? one.pinning : `${one.pinning} / ${many.pinning}`);

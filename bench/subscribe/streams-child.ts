@@ -22,12 +22,21 @@ export interface CheckRequest {
   readonly expected: Readonly<Record<string, readonly string[]>>;
   readonly timeoutMs: number;
 }
-export type ChildReply = { readonly kind: "opened" } | { readonly kind: "checked"; readonly error?: string } | { readonly kind: "closed" };
+export type ChildReply =
+  | { readonly kind: "opened" }
+  /** `cpuUs`: this process's CPU time since the streams were opened. */
+  | { readonly kind: "checked"; readonly error?: string; readonly cpuUs: number }
+  | { readonly kind: "closed" };
 
 const received: { connector: string; texts: string[] }[] = [];
 const stops: AbortController[] = [];
 const failures: string[] = [];
 const reply = (message: ChildReply): void => void process.send?.(message);
+let cpuAtOpen = process.cpuUsage();
+const cpuSinceOpen = (): number => {
+  const used = process.cpuUsage(cpuAtOpen);
+  return used.user + used.system;
+};
 
 function open(request: OpenRequest): void {
   const sessions = Math.ceil(request.streams / request.streamsPerSession);
@@ -56,6 +65,7 @@ function open(request: OpenRequest): void {
       }
     })();
   }
+  cpuAtOpen = process.cpuUsage();
   reply({ kind: "opened" });
 }
 
@@ -63,14 +73,17 @@ async function check(request: CheckRequest): Promise<void> {
   const deadline = Date.now() + request.timeoutMs;
   const want = (connector: string) => request.expected[connector] ?? [];
   for (;;) {
-    if (failures.length > 0) return reply({ kind: "checked", error: `${failures.length} streams failed, e.g. ${failures[0]}` });
+    if (failures.length > 0) return reply({ kind: "checked", error: `${failures.length} streams failed, e.g. ${failures[0]}`, cpuUs: cpuSinceOpen() });
     const short = received.filter((r) => r.texts.length < want(r.connector).length);
     if (short.length === 0) break;
-    if (Date.now() > deadline) return reply({ kind: "checked", error: `${short.length} of ${received.length} streams are missing emissions after ${request.timeoutMs} ms` });
+    if (Date.now() > deadline) {
+      return reply({ kind: "checked", error: `${short.length} of ${received.length} streams are missing emissions after ${request.timeoutMs} ms`, cpuUs: cpuSinceOpen() });
+    }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const wrong = received.filter((r) => r.texts.join("\n") !== want(r.connector).join("\n"));
-  reply(wrong.length === 0 ? { kind: "checked" } : { kind: "checked", error: `${wrong.length} streams received emissions out of order or twice` });
+  const cpuUs = cpuSinceOpen();
+  reply(wrong.length === 0 ? { kind: "checked", cpuUs } : { kind: "checked", error: `${wrong.length} streams received emissions out of order or twice`, cpuUs });
 }
 
 process.on("message", (message: OpenRequest | CheckRequest | { kind: "close" }) => {

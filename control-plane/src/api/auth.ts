@@ -129,22 +129,25 @@ function watchToken(verifier: TokenVerifier, secret: string, principal: Principa
  */
 async function* endOnRevocation<T>(messages: AsyncIterable<T>, revoked: AbortSignal, done: () => void): AsyncGenerator<T> {
   const inner = messages[Symbol.asyncIterator]();
-  let onAbort: (() => void) | undefined;
-  const ended = new Promise<never>((_, reject) => {
-    onAbort = () => reject(revoked.reason as Error);
-    if (revoked.aborted) onAbort();
-    else revoked.addEventListener("abort", onAbort, { once: true });
-  });
-  ended.catch(() => {});
+  // Each wait gets its own reject: racing every message against one pending promise left a
+  // reaction on it per message, kept (with the message) for as long as the stream lived.
+  let fail: ((reason: Error) => void) | undefined;
+  const onAbort = (): void => fail?.(revoked.reason as Error);
+  revoked.addEventListener("abort", onAbort, { once: true });
   try {
     for (;;) {
-      const next = await Promise.race([inner.next(), ended]);
+      if (revoked.aborted) throw revoked.reason as Error;
+      const next = await new Promise<IteratorResult<T>>((resolve, reject) => {
+        fail = reject;
+        inner.next().then(resolve, reject);
+      });
+      fail = undefined;
       if (next.done === true) return;
       yield next.value;
     }
   } finally {
     done();
-    if (onAbort !== undefined) revoked.removeEventListener("abort", onAbort);
+    revoked.removeEventListener("abort", onAbort);
     if (revoked.aborted) void inner.return?.(undefined)?.catch(() => {});
     else await inner.return?.(undefined);
   }

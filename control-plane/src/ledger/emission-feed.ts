@@ -63,7 +63,7 @@ interface Tail {
 export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: EmissionFeedOptions): EmissionFeed {
   const batch = options.batch ?? 200;
   const maxQueued = options.maxQueued ?? 2_000;
-  const pacer = createDeliveryPacer(options.deliveriesPerTurn ?? 16);
+  const pacer = createDeliveryPacer(options.deliveriesPerTurn ?? 8);
   const tails = new Map<string, Tail>();
   let horizon = 0;
   let reading: Promise<number> | undefined;
@@ -136,15 +136,13 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
   }, options.pollMs);
   poll.unref();
 
-  const nextDelivery = (member: TailMember, signal: AbortSignal): Promise<void> =>
+  // The stream's abort listener (one for its stay at the tail) calls wake too: no listener churn per delivery.
+  const nextDelivery = (member: TailMember): Promise<void> =>
     new Promise((resolve) => {
-      const done = (): void => {
+      member.wake = () => {
         member.wake = undefined;
-        signal.removeEventListener("abort", done);
         resolve();
       };
-      member.wake = done;
-      signal.addEventListener("abort", done, { once: true });
     });
 
   return {
@@ -168,11 +166,13 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
         // The tail was read past what this stream read: read up to there first.
         if (tail.horizon > upTo) continue;
         const member: TailMember = { queue: [], dropped: false, wake: undefined };
+        const onAbort = (): void => member.wake?.();
+        signal.addEventListener("abort", onAbort, { once: true });
         tail.members.add(member);
         pumpSoon();
         try {
           while (!signal.aborted && !member.dropped) {
-            if (member.queue.length === 0) await nextDelivery(member, signal);
+            if (member.queue.length === 0) await nextDelivery(member);
             while (member.queue.length > 0 && !signal.aborted) {
               const row = member.queue.shift() as EmissionRecord;
               if (row.seq <= cursor) continue;
@@ -182,6 +182,7 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
             }
           }
         } finally {
+          signal.removeEventListener("abort", onAbort);
           tail.members.delete(member);
           if (tail.members.size === 0 && tails.get(connector) === tail) tails.delete(connector);
         }
