@@ -106,6 +106,8 @@ export interface ProgressDeps {
 }
 
 const DEFAULT_TICK_MS = 1_000;
+/** The first look at the ledger: a triage `long` ack goes out this late at most. */
+const FIRST_LOOK_MS = 250;
 
 export function createProgressSupervisors(deps: ProgressDeps): ProgressSupervisors & ProgressCheckpoints {
   const tickMs = Math.max(5, deps.options?.tickMs ?? DEFAULT_TICK_MS);
@@ -132,9 +134,12 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
         wake?.();
       };
       pokes.set(run.runId, poke);
-      run.signal.addEventListener("abort", stopNow, { once: true });
+      if (run.signal.aborted) stopped = true;
+      else run.signal.addEventListener("abort", stopNow, { once: true });
       const sleep = (ms: number): Promise<void> =>
         new Promise((resolve) => {
+          // Stopped between two looks: the loop ends without waiting out a sleep.
+          if (stopped) return resolve();
           const timer = setTimeout(done, ms);
           function done(): void {
             clearTimeout(timer);
@@ -148,6 +153,8 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
       const triageGiveUpAt = Date.now() + 2 * TRIAGE_TIMEOUT_MS;
 
       async function loop(): Promise<void> {
+        // Most runs end well within this: they cost a timer, not a read.
+        await sleep(Math.min(tickMs, FIRST_LOOK_MS));
         let snapshot: ProgressSnapshot | undefined;
         while (!stopped) {
           const fresh = dirty || snapshot === undefined;
