@@ -7,6 +7,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MAX_UNAUTHENTICATED_PER_CONNECTION } from "../control-plane/src/api/auth-gate.js";
 import { EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { startListeningKeel, type ListeningKeel } from "./support/tls-keel.js";
@@ -61,6 +62,38 @@ function unfinishedUpload(session: http2.ClientHttp2Session, path: string, heade
       clearTimeout(timer);
       resolve(answer === undefined ? undefined : { ...answer, body: Buffer.concat(chunks).toString("latin1"), rstCode: stream.rstCode });
     });
+  });
+}
+
+/** A unary gRPC call with an empty message on a raw session; resolves with its grpc-status, or undefined if it got none. */
+function rawCall(session: http2.ClientHttp2Session, path: string, token?: string): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    let status: string | undefined;
+    let stream: http2.ClientHttp2Stream;
+    try {
+      stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) });
+    } catch {
+      resolve(undefined); // the session is already closed
+      return;
+    }
+    const take = (headers: http2.IncomingHttpHeaders) => (status ??= headers["grpc-status"] as string | undefined);
+    stream.on("response", take);
+    stream.on("trailers", take);
+    stream.on("error", () => {});
+    stream.on("close", () => resolve(status));
+    stream.resume();
+    stream.end(grpcPrefix(0));
+  });
+}
+
+/** A grpc-js unary call to RunService.ListRuns with an empty request; resolves with its status code. */
+function grpcJsListRuns(client: grpc.Client, token: string): Promise<grpc.status> {
+  return new Promise((resolve) => {
+    const metadata = new grpc.Metadata();
+    metadata.set("authorization", `Bearer ${token}`);
+    client.makeUnaryRequest("/keel.v1.RunService/ListRuns", () => Buffer.alloc(0), (b: Buffer) => b, {}, metadata, { deadline: Date.now() + 20_000 }, (error) =>
+      resolve(error?.code ?? grpc.status.OK),
+    );
   });
 }
 
@@ -162,6 +195,81 @@ describe("limits a client without a token meets", () => {
     expect(await operator.text()).toMatch(/^# (HELP|TYPE) /m);
     expect((await scrape(keel.tokens.admin)).status).toBe(200);
     expect((await fetch(`${keel.http1Url}/healthz`)).status).toBe(200);
+  });
+
+  it("sheds a connection after its unauthenticated calls, while an authorized grpc-js connection keeps working", async () => {
+    const LIST_RUNS = "/keel.v1.RunService/ListRuns";
+    const authorized = new grpc.Client(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+    const attacker = await connectSession(keel.url);
+    try {
+      expect(await grpcJsListRuns(authorized, keel.tokens.operator)).toBe(grpc.status.OK);
+      const goaway = new Promise<number>((resolve) => attacker.once("goaway", resolve));
+      const closed = new Promise<void>((resolve) => attacker.once("close", resolve));
+      attacker.on("error", () => {});
+      // More calls than the limit, all sent at once (some without a token, some with secrets of a
+      // shape Keel never issues): the first ones are refused, and calls still open when the
+      // server sheds the connection end with it, without taking the server down.
+      const statuses = await Promise.all(
+        Array.from({ length: MAX_UNAUTHENTICATED_PER_CONNECTION + 40 }, (_, i) => rawCall(attacker, LIST_RUNS, i % 2 === 0 ? undefined : `made-up-${i}`)),
+      );
+      expect(await goaway).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      await closed;
+      const refused = statuses.filter((status) => status === String(Code.Unauthenticated)).length;
+      expect(refused).toBeGreaterThanOrEqual(MAX_UNAUTHENTICATED_PER_CONNECTION);
+      expect(statuses.every((status) => status === undefined || status === String(Code.Unauthenticated))).toBe(true);
+
+      // A client that resets its calls with an error code right after sending them (as Node's own
+      // client does when its buffers overflow), before or after the refusal: the server shrugs it off.
+      const resetter = await connectSession(keel.url);
+      resetter.on("error", () => {});
+      try {
+        const resets = Array.from({ length: 10 }, (_, i) => {
+          const stream = resetter.request({ ":method": "POST", ":path": LIST_RUNS, "content-type": "application/grpc", te: "trailers" });
+          stream.on("error", () => {});
+          stream.write(grpcPrefix(FOUR_MIB));
+          return new Promise<number | undefined>((resolve) => {
+            if (i % 2 === 0) stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+            else stream.once("response", () => stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR));
+            stream.once("close", () => resolve(stream.rstCode));
+          });
+        });
+        // Every stream ends reset (by whichever side's reset came first); what matters is below:
+        // the server is still up and serving.
+        expect((await Promise.all(resets)).every((code) => code !== undefined)).toBe(true);
+      } finally {
+        resetter.destroy();
+      }
+
+      // The authorized client's own connection was never touched: it goes on as before.
+      for (let i = 0; i < 3; i++) expect(await grpcJsListRuns(authorized, keel.tokens.operator)).toBe(grpc.status.OK);
+      // A connection with a few unauthenticated calls among authorized ones stays open.
+      const mixed = await connectSession(keel.url);
+      try {
+        for (let i = 0; i < 5; i++) {
+          expect(await rawCall(mixed, LIST_RUNS)).toBe(String(Code.Unauthenticated));
+          expect(await rawCall(mixed, LIST_RUNS, keel.tokens.operator)).toBe("0");
+        }
+        expect(mixed.closed || mixed.destroyed).toBe(false);
+      } finally {
+        mixed.close();
+      }
+    } finally {
+      attacker.destroy();
+      authorized.close();
+    }
+  });
+
+  it("gives a connection its large receive windows only once it made an authorized call", async () => {
+    const session = await connectSession(keel.url);
+    try {
+      // The protocol default: a client without a valid token can push 64 KiB per stream at most.
+      expect(session.remoteSettings.initialWindowSize).toBe(65_535);
+      const widened = new Promise<http2.Settings>((resolve) => session.once("remoteSettings", resolve));
+      expect(await rawCall(session, "/keel.v1.RunService/ListRuns", keel.tokens.operator)).toBe("0");
+      expect((await widened).initialWindowSize).toBe(4 * 1024 * 1024);
+    } finally {
+      session.close();
+    }
   });
 
   it("advertises its HTTP/2 limits and closes connections past the per-address cap", async () => {

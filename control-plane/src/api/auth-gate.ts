@@ -1,20 +1,29 @@
 // Authentication before the body. Connect reads a unary request's whole body (up to the message
 // limit) before any interceptor runs, so a client without a valid token could make the server
 // buffer megabytes per request. This gate sits in front of the Connect handler, looks only at
-// the headers, and refuses an unauthenticated call in the protocol's own error form; the body
-// is never read and, on HTTP/2, the stream is reset so the client stops sending it.
+// the headers, and refuses an unauthenticated call in the protocol's own form; the body is never
+// read and, on HTTP/2, the stream is reset so the client stops sending it.
+//
+// Refusing is made cheap, since a flood of them competes with authorized calls for the event
+// loop: an HTTP/2 stream whose headers already decide it (no token, a secret of a shape Keel
+// never issues, a service needing a client certificate) is refused as it arrives, before Node
+// builds request and response objects for it; answers are prepared once (refusal.ts); nothing
+// is logged per call. A connection that keeps sending unauthenticated calls is shed (GOAWAY).
 import type http from "node:http";
 import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { encodeEnvelope } from "@connectrpc/connect/protocol";
-import { codeToHttpStatus, endStreamFlag, endStreamToJson, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
-import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import type { TokenRole } from "../ledger/api-token.repository.js";
+import type { Logger } from "pino";
+import { SECRET_SHAPE, type TokenRole } from "../ledger/api-token.repository.js";
 import { rolesFor, type TokenVerifier } from "./auth.js";
+import { refuseHttp1, refuseStream, resetSoon, type RefusalReason } from "./refusal.js";
 import { createTokenChecks, type TokenChecks } from "./token-checks.js";
 
-const RESET_DELAY_MS = 50;
+/** Unauthenticated calls one HTTP/2 connection may make before it is closed. */
+export const MAX_UNAUTHENTICATED_PER_CONNECTION = 64;
+/** How long a shed connection's open streams get to finish before it is cut. */
+const SHED_GRACE_MS = 1_000;
+/** At most one summary line of refusals per this period. */
+const SUMMARY_EVERY_MS = 10_000;
 
 type Request = http.IncomingMessage | http2.Http2ServerRequest;
 type Response = http.ServerResponse | http2.Http2ServerResponse;
@@ -27,62 +36,146 @@ export interface AuthGateOptions {
   readonly rolePaths: Readonly<Record<string, readonly TokenRole[]>>;
   /** Lookups of never-seen-valid secrets at once (token-checks.ts); default 8. */
   readonly maxUnprovenChecks?: number;
+  /** Unauthenticated calls per HTTP/2 connection before it is shed; default MAX_UNAUTHENTICATED_PER_CONNECTION. */
+  readonly maxUnauthenticatedPerConnection?: number;
+  /** Called on an HTTP/2 connection's calls that passed the gate (the server widens its flow-control windows). */
+  readonly onAuthorized?: (session: http2.Http2Session) => void;
+  /** Where the periodic summary of refusals goes. */
+  readonly log?: Logger;
 }
 
-/** The bearer secret of a request, or undefined. */
-function bearerOf(request: Request): string | undefined {
-  const header = request.headers.authorization ?? "";
-  return /^Bearer\s+(\S+)$/i.exec(header)?.[1];
+export interface AuthGate {
+  /** The request handler for both listeners; it runs after `screenStream` let an HTTP/2 stream through. */
+  readonly handle: RequestHandler;
+  /** Looks at a new HTTP/2 stream's headers; true when it refused the stream there and then. */
+  screenStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): boolean;
 }
 
-/** Whether the connection carries a client certificate that chains to the configured CA. */
-function hasVerifiedClientCert(request: Request): boolean {
-  const socket = request.socket as Partial<TLSSocket> | null;
-  return socket?.authorized === true;
+/** What the headers alone say: not gated here, refused, or a secret to check. */
+type Verdict = { readonly refuse: RefusalReason } | { readonly secret: string } | undefined;
+
+/** The service of an RPC path (/package.Service/Method, maybe with a query), or undefined. */
+function serviceOf(path: string): string | undefined {
+  const end = path.indexOf("?");
+  const bare = end < 0 ? path : path.slice(0, end);
+  const slash = bare.indexOf("/", 1);
+  if (bare.charCodeAt(0) !== 47 || slash < 2 || slash === bare.length - 1 || bare.indexOf("/", slash + 1) >= 0) return undefined;
+  return bare.slice(1, slash);
 }
 
-export function authGate(verifier: TokenVerifier, next: RequestHandler, options: AuthGateOptions): RequestHandler {
+function precheck(
+  path: string,
+  method: string | undefined,
+  authorization: string | string[] | undefined,
+  socket: Partial<TLSSocket> | null | undefined,
+  clientCertServices: ReadonlySet<string>,
+): Verdict {
+  const service = serviceOf(path);
+  // Anything but a known service (health, unknown) goes on as is. CORS preflights carry no
+  // credentials by design; they reach no handler's code either.
+  if (service === undefined || rolesFor(service) === undefined || method === "OPTIONS") return undefined;
+  if (clientCertServices.has(service) && socket?.authorized !== true) return { refuse: "client-cert" };
+  const secret = typeof authorization === "string" ? /^Bearer\s+(\S+)$/i.exec(authorization)?.[1] : undefined;
+  if (secret === undefined) return { refuse: "missing" };
+  // Keel issues one shape of secret; any other cannot be a token, so it costs no lookup.
+  if (!SECRET_SHAPE.test(secret)) return { refuse: "unknown" };
+  return { secret };
+}
+
+export function authGate(verifier: TokenVerifier, next: RequestHandler, options: AuthGateOptions): AuthGate {
   const tokens = createTokenChecks(verifier, options.maxUnprovenChecks);
-  return (request, response) => {
-    const path = (request.url ?? "/").split("?")[0] ?? "/";
-    const pathRoles = options.rolePaths[path];
+  const maxStrikes = options.maxUnauthenticatedPerConnection ?? MAX_UNAUTHENTICATED_PER_CONNECTION;
+  const strikes = new WeakMap<http2.Http2Session, number>();
+  const counts = { refused: 0, shed: 0 };
+  let summaryDue = 0;
+
+  /** Counts a refusal; past the summary period, logs how many there were (never one line per call). */
+  const counted = () => {
+    counts.refused++;
+    const now = Date.now();
+    if (now < summaryDue) return;
+    if (summaryDue !== 0) options.log?.warn({ refused: counts.refused, connectionsShed: counts.shed }, "refused calls without a valid token");
+    counts.refused = 0;
+    counts.shed = 0;
+    summaryDue = now + SUMMARY_EVERY_MS;
+  };
+
+  /** A connection that keeps calling without a valid token is told to go away and then cut. */
+  const strike = (session: http2.Http2Session | undefined) => {
+    if (session === undefined || session.closed || session.destroyed) return;
+    const count = (strikes.get(session) ?? 0) + 1;
+    strikes.set(session, count);
+    if (count < maxStrikes) return;
+    counts.shed++;
+    // GOAWAY keeps the answers already queued; new streams on it are refused by the protocol.
+    session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    session.close();
+    setTimeout(() => session.destroy(), SHED_GRACE_MS).unref();
+  };
+
+  const refuseH2 = (stream: http2.ServerHttp2Stream, contentType: string | undefined, reason: RefusalReason) => {
+    counted();
+    refuseStream(stream, contentType ?? "", reason);
+    strike(stream.session);
+  };
+
+  const refuse = (request: Request, response: Response, reason: RefusalReason) => {
+    const contentType = request.headers["content-type"] ?? "";
+    if (request instanceof http2.Http2ServerRequest) {
+      refuseH2(request.stream, contentType, reason);
+      return;
+    }
+    counted();
+    refuseHttp1(response as http.ServerResponse, contentType, reason);
+  };
+
+  const admit = (request: Request, response: Response) => {
+    if (request instanceof http2.Http2ServerRequest && request.stream.session !== undefined) options.onAuthorized?.(request.stream.session);
+    next(request, response);
+  };
+
+  const handle: RequestHandler = (request, response) => {
+    const path = request.url ?? "/";
+    const pathRoles = options.rolePaths[path.split("?")[0] ?? "/"];
     if (pathRoles !== undefined) {
       void admitPath(tokens, request, response, pathRoles, next);
       return;
     }
-    // An RPC path is /package.Service/Method; anything else (health, unknown) goes on as is.
-    const service = /^\/([^/]+)\/[^/]+$/.exec(path)?.[1];
-    // CORS preflights carry no credentials by design; they reach no handler's code either.
-    if (service === undefined || rolesFor(service) === undefined || request.method === "OPTIONS") {
+    const verdict = precheck(path, request.method, request.headers.authorization, request.socket as Partial<TLSSocket> | null, options.clientCertServices);
+    if (verdict === undefined) {
       next(request, response);
       return;
     }
-    if (options.clientCertServices.has(service) && !hasVerifiedClientCert(request)) {
-      refuse(request, response, `${service} needs a client certificate signed by the server's client CA (mTLS)`);
+    if ("refuse" in verdict) {
+      refuse(request, response, verdict.refuse);
       return;
     }
-    const secret = bearerOf(request);
-    if (secret === undefined) {
-      refuse(request, response, "missing bearer token (authorization: Bearer <token>)");
-      return;
-    }
-    tokens.check(secret).then(
+    tokens.check(verdict.secret).then(
       (result) => {
-        if (result.kind === "valid") next(request, response);
-        else if (result.kind === "unknown") refuse(request, response, "unknown, revoked or expired token");
-        else refuse(request, response, "too many unverified tokens are being checked right now; retry shortly", Code.ResourceExhausted);
+        if (result.kind === "valid") admit(request, response);
+        else refuse(request, response, result.kind);
       },
       // A failed lookup (database down) is left to the handler, whose interceptor maps it.
       () => next(request, response),
     );
   };
+
+  return {
+    handle,
+    screenStream(stream, headers) {
+      const verdict = precheck(headers[":path"] ?? "/", headers[":method"], headers.authorization, stream.session?.socket as Partial<TLSSocket> | undefined, options.clientCertServices);
+      if (verdict === undefined || !("refuse" in verdict)) return false;
+      refuseH2(stream, headers["content-type"], verdict.refuse);
+      return true;
+    },
+  };
 }
 
 async function admitPath(tokens: TokenChecks, request: Request, response: Response, roles: readonly TokenRole[], next: RequestHandler) {
-  const secret = bearerOf(request);
+  const secret = /^Bearer\s+(\S+)$/i.exec(request.headers.authorization ?? "")?.[1];
   let role: TokenRole | undefined;
   try {
-    const result = secret === undefined ? undefined : await tokens.check(secret);
+    const result = secret === undefined || !SECRET_SHAPE.test(secret) ? undefined : await tokens.check(secret);
     role = result?.kind === "valid" ? result.role : undefined;
   } catch {
     role = undefined;
@@ -92,64 +185,12 @@ async function admitPath(tokens: TokenChecks, request: Request, response: Respon
     return;
   }
   const status = role === undefined ? 401 : 403;
-  writeHead(request, response, status, { "content-type": "text/plain", ...(status === 401 ? { "www-authenticate": "Bearer" } : {}) });
-  response.end(role === undefined ? "a bearer token is required\n" : `needs a ${[...roles, "admin"].join(" or ")} token\n`);
-  resetAfterResponse(request, response);
-}
-
-/** Answers Unauthenticated (or `code`) in the form the caller's protocol expects, without reading the body. */
-function refuse(request: Request, response: Response, message: string, code: Code = Code.Unauthenticated): void {
-  const error = new ConnectError(message, code);
-  const contentType = request.headers["content-type"] ?? "";
-  if (/^application\/grpc(-web)?(\+|;|$)/i.test(contentType)) {
-    // gRPC and gRPC-Web: a trailers-only response, the status in the one header block.
-    const headers = setTrailerStatus(new Headers({ "content-type": contentType.split(";")[0] ?? "application/grpc" }), error);
-    const flat: Record<string, string> = {};
-    headers.forEach((value, key) => (flat[key] = value));
-    if (request instanceof http2.Http2ServerRequest) {
-      request.stream.respond({ ":status": 200, ...flat }, { endStream: true });
-      resetSoon(request.stream);
-      return;
-    }
-    writeHead(request, response, 200, flat);
-    response.end();
-    return;
-  }
-  if (/^application\/connect\+/i.test(contentType)) {
-    // A Connect stream: HTTP 200 and an end-of-stream envelope carrying the error.
-    const body = new TextEncoder().encode(JSON.stringify(endStreamToJson(new Headers(), error, undefined)));
-    writeHead(request, response, 200, { "content-type": contentType.split(";")[0] ?? "application/connect+json" });
-    response.end(encodeEnvelope(endStreamFlag, body));
-  } else {
-    // Connect unary (POST or GET) and anything unrecognised: the HTTP status and a JSON error.
-    writeHead(request, response, codeToHttpStatus(code), { "content-type": "application/json" });
-    response.end(errorToJsonBytes(error, undefined));
-  }
-  resetAfterResponse(request, response);
-}
-
-/** On HTTP/1.1 the connection closes after a refusal, so Node does not read the unread body to reuse it. */
-function writeHead(request: Request, response: Response, status: number, headers: Record<string, string>): void {
+  const headers = { "content-type": "text/plain", ...(status === 401 ? { "www-authenticate": "Bearer" } : {}) };
   if (request instanceof http2.Http2ServerRequest) (response as http2.Http2ServerResponse).writeHead(status, headers);
   else (response as http.ServerResponse).writeHead(status, { ...headers, connection: "close" });
-}
-
-/**
- * On HTTP/2, ends the stream once the response is out so the client stops sending a body no one
- * will read (RST_STREAM NO_ERROR, as RFC 9113 §8.1 allows).
- */
-function resetAfterResponse(request: Request, response: Response): void {
-  if (!(request instanceof http2.Http2ServerRequest)) return;
-  const stream = request.stream;
-  response.once("finish", () => resetSoon(stream));
-}
-
-/**
- * The reset waits a moment: queued at once it can overtake the response's frames, and a client
- * that sees the reset first has no status to report (and Node's client then never closes it).
- */
-function resetSoon(stream: http2.ServerHttp2Stream): void {
-  setTimeout(() => {
-    if (!stream.destroyed && !stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
-  }, RESET_DELAY_MS).unref();
+  response.end(role === undefined ? "a bearer token is required\n" : `needs a ${[...roles, "admin"].join(" or ")} token\n`);
+  if (request instanceof http2.Http2ServerRequest) {
+    const stream = request.stream;
+    response.once("finish", () => resetSoon(stream));
+  }
 }

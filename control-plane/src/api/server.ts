@@ -13,7 +13,7 @@ import { EmissionService } from "../../../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../../../gen/keel/v1/ingress_service_pb.js";
 import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
-import { authGate } from "./auth-gate.js";
+import { authGate, type AuthGate } from "./auth-gate.js";
 import { authInterceptor, defaultDeadlineInterceptor, type TokenVerifier } from "./auth.js";
 import { errorMappingInterceptor } from "./error-mapping.js";
 import { nulStringInterceptor } from "./request-strings.js";
@@ -26,10 +26,12 @@ export const KEEL_SERVICES = [IngressService, EmissionService, RunService, Agent
 /** How long close() lets open HTTP/2 streams finish before it destroys their sessions. */
 const CLOSE_GRACE_MS = 2_000;
 /**
- * HTTP/2 receive windows. The default 64 KiB (per stream and per connection) lets a client send
- * only that much per round trip, which throttles a streaming upload such as a sandbox host's
- * Attach stream to a fraction of loopback speed. Memory stays bounded: a stream whose reader
- * stops (its consumer is behind) stops being credited, so at most this much waits unread.
+ * HTTP/2 receive windows once a connection has made an authorized call. The default 64 KiB (per
+ * stream and per connection) lets a client send only that much per round trip, which throttles a
+ * streaming upload such as a sandbox host's Attach stream to a fraction of loopback speed. Memory
+ * stays bounded: a stream whose reader stops (its consumer is behind) stops being credited, so at
+ * most this much waits unread. A connection without a valid token keeps the default, so it can
+ * push only 64 KiB of a body the server will never read.
  */
 const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
 const SESSION_WINDOW_BYTES = 16 * 1024 * 1024;
@@ -131,9 +133,9 @@ export function createKeelServer(
         throw new Error(`refusing to serve plaintext on ${options.host}, which is not loopback: configure TLS or pass --insecure`);
       }
       const clientCertServices = options.tls?.clientCa === undefined ? new Set<string>() : CLIENT_CERT_SERVICES;
-      const gated = authGate(verifier, handler, { clientCertServices, rolePaths: ROLE_PATHS });
-      h2 = createHttp2Server(options.tls, h2Limits, gated, sessions);
-      h1 = createHttp1Server(options.tls, h2Limits, gated);
+      const gate = authGate(verifier, handler, { clientCertServices, rolePaths: ROLE_PATHS, onAuthorized: widenWindows, log });
+      h2 = createHttp2Server(options.tls, h2Limits, gate, sessions);
+      h1 = createHttp1Server(options.tls, h2Limits, gate.handle);
       for (const server of [h2, h1]) {
         server.on("connection", (socket: Socket) => {
           sockets.add(socket);
@@ -180,13 +182,14 @@ type Handler = (request: http.IncomingMessage | http2.Http2ServerRequest, respon
 function createHttp2Server(
   tls: TlsMaterial | undefined,
   limits: Http2Limits,
-  handler: Handler,
+  gate: AuthGate,
   sessions: Set<http2.ServerHttp2Session>,
 ): http2.Http2Server | http2.Http2SecureServer {
+  const handler = gate.handle;
   const options: http2.ServerOptions = {
     maxSessionMemory: 64,
     maxHeaderListPairs: 128,
-    settings: { initialWindowSize: STREAM_WINDOW_BYTES, maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderBytes },
+    settings: { maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderBytes },
   };
   const server =
     tls === undefined
@@ -219,7 +222,7 @@ function createHttp2Server(
       session.destroy();
       return;
     }
-    session.setLocalWindowSize(SESSION_WINDOW_BYTES);
+    screenStreams(session, gate);
     session.on("stream", (stream: http2.ServerHttp2Stream) => {
       openStreams.set(session, (openStreams.get(session) ?? 0) + 1);
       stream.once("close", () => openStreams.set(session, (openStreams.get(session) ?? 1) - 1));
@@ -233,6 +236,34 @@ function createHttp2Server(
     else if ((openStreams.get(target as http2.ServerHttp2Session) ?? 0) === 0) (target as http2.ServerHttp2Session).close();
   });
   return server;
+}
+
+/**
+ * Puts the gate's header screen in front of the session's own 'stream' listener (the one that
+ * hands a stream to the server, where Node builds request and response objects for the handler):
+ * a stream refused from its headers never costs those.
+ */
+function screenStreams(session: http2.ServerHttp2Session, gate: AuthGate): void {
+  const forward = session.listeners("stream") as ((...args: unknown[]) => void)[];
+  session.removeAllListeners("stream");
+  session.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, ...rest: unknown[]) => {
+    if (gate.screenStream(stream, headers)) return;
+    for (const listener of forward) listener.call(session, stream, headers, ...rest);
+  });
+}
+
+const widened = new WeakSet<http2.Http2Session>();
+
+/** Gives a connection that made an authorized call the large flow-control windows, once. */
+function widenWindows(session: http2.Http2Session): void {
+  if (widened.has(session) || session.closed || session.destroyed) return;
+  widened.add(session);
+  try {
+    session.settings({ initialWindowSize: STREAM_WINDOW_BYTES });
+    session.setLocalWindowSize(SESSION_WINDOW_BYTES);
+  } catch {
+    // The session closed meanwhile: nothing to widen.
+  }
 }
 
 /** The HTTP/1.1 listener (HTTPS when given a certificate), with a header size bound. */

@@ -62,7 +62,7 @@ const UNKNOWN_MS = 5_000;
 /** Entries kept: the least recently used goes first, one at a time, never the whole cache. */
 const MAX_CACHED = 10_000;
 /** Every secret this repository issues has this shape; anything else is refused without a lookup. */
-const SECRET_SHAPE = /^keel_[a-z_]{5,16}_[A-Za-z0-9_-]{32}$/;
+export const SECRET_SHAPE = /^keel_[a-z_]{5,16}_[A-Za-z0-9_-]{32}$/;
 
 interface TokenRow {
   id: string;
