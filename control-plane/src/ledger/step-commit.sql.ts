@@ -282,7 +282,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
         tool_name: intent.toolName,
         tool_version: intent.toolVersion,
         effect: intent.effect,
-        arguments: JSON.parse(asJsonb(intent.argumentsJson)) as unknown,
+        arguments: asJsonb(intent.argumentsJson),
         status: intent.status,
         refusal_reason: intent.refusalReason ?? null,
       })),
@@ -341,11 +341,10 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
  * The arguments column is jsonb, but a refused call keeps what the model sent, which may not be
  * JSON at all ("the arguments are not valid JSON"): such text is stored as a JSON string.
  */
-function asJsonb(argumentsJson: string): string {
+function asJsonb(argumentsJson: string): unknown {
   try {
-    JSON.parse(argumentsJson);
-    return argumentsJson;
+    return JSON.parse(argumentsJson) as unknown;
   } catch {
-    return JSON.stringify(argumentsJson);
+    return argumentsJson;
   }
 }

@@ -171,8 +171,6 @@ export class RunSession {
   async commitToolOutcome(unredacted: ToolOutcomeCommit): Promise<void> {
     const commit = this.redactor.active ? redactedOutcome(unredacted, this.redactor) : unredacted;
     this.control = await this.store.commitToolOutcome(commit);
-    const settle = (invocation: InvocationState): InvocationState =>
-      invocation.id !== commit.invocationId ? invocation : settledInvocation(invocation, commit);
     const now = this.deps.now();
     const artifacts = commit.artifacts.map((artifact) => ({
       id: artifact.id,
@@ -189,8 +187,8 @@ export class RunSession {
     }));
     this.history = {
       inherited: this.history.inherited,
-      steps: this.history.steps.map((step) => ({ ...step, invocations: step.invocations.map(settle) })),
-      artifacts: [...this.history.artifacts, ...artifacts],
+      steps: withSettled(this.history.steps, commit),
+      artifacts: artifacts.length === 0 ? this.history.artifacts : [...this.history.artifacts, ...artifacts],
     };
   }
 
@@ -263,6 +261,24 @@ export class RunSession {
     const log = this.store.observationLog(this.fence, invocationId);
     return (stream, text) => log.append(stream, text);
   }
+}
+
+/**
+ * The steps with one call settled. Only the step holding the call is rebuilt, found from the
+ * newest (where a result almost always belongs): settling stays O(1) as the history grows.
+ */
+function withSettled(steps: RunHistory["steps"], commit: ToolOutcomeCommit): RunHistory["steps"] {
+  for (let s = steps.length - 1; s >= 0; s--) {
+    const step = steps[s]!;
+    const at = step.invocations.findIndex((invocation) => invocation.id === commit.invocationId);
+    if (at < 0) continue;
+    const invocations: InvocationState[] = [...step.invocations];
+    invocations[at] = settledInvocation(invocations[at]!, commit);
+    const settled = [...steps];
+    settled[s] = { ...step, invocations };
+    return settled;
+  }
+  return steps;
 }
 
 function redactedOutcome(commit: ToolOutcomeCommit, redactor: RunRedactor): ToolOutcomeCommit {

@@ -38,7 +38,7 @@ export async function takeTurn(session: RunSession): Promise<Next> {
     steps: history.steps,
     inherited: { requests: session.messages.filter((m) => m.inherited), steps: history.inherited },
   });
-  const refs = Object.fromEntries([...history.inherited, ...history.steps].flatMap((s) => s.invocations).map((i) => [i.providerCallId, i.id] as const));
+  const refs = callRefs(session);
   const messages = compactToolResults(transcript, refs, deps.compaction ?? DEFAULT_COMPACTION);
   const tools = catalog.map((t) => t.spec);
 
@@ -142,6 +142,34 @@ export async function takeTurn(session: RunSession): Promise<Next> {
     summary: `${pending.length} tool call(s) to dispatch`,
   });
   return dispatchCalls(session, pending);
+}
+
+interface CallRefs {
+  readonly inherited: RunSession["history"]["inherited"];
+  steps: number;
+  readonly refs: Record<string, string>;
+}
+
+const refsBySession = new WeakMap<RunSession, CallRefs>();
+
+/**
+ * Each tool call id the transcript shows, mapped to the ledger id compaction points at (a later
+ * call reusing an id wins). Steps only grow within a claim and a step's ids never change, so
+ * only the steps committed since the last turn are added: no walk of the whole history per turn.
+ */
+function callRefs(session: RunSession): Readonly<Record<string, string>> {
+  const { inherited, steps } = session.history;
+  let cached = refsBySession.get(session);
+  if (cached === undefined || cached.inherited !== inherited || cached.steps > steps.length) {
+    // No prototype: a call id such as "__proto__" is a key like any other, as with Object.fromEntries.
+    cached = { inherited, steps: 0, refs: Object.create(null) as Record<string, string> };
+    for (const step of inherited) for (const invocation of step.invocations) cached.refs[invocation.providerCallId] = invocation.id;
+    refsBySession.set(session, cached);
+  }
+  for (; cached.steps < steps.length; cached.steps++) {
+    for (const invocation of steps[cached.steps]!.invocations) cached.refs[invocation.providerCallId] = invocation.id;
+  }
+  return cached.refs;
 }
 
 /** Records a turn the model got wrong and tells it why; too many in a row fail the run. */
