@@ -28,6 +28,10 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     describe: "emission commit latency with 1 and with 2,000 open Subscribe streams (every stream must receive every emission of its connector)",
     load: () => import("./subscribe.js"),
   },
+  graph: {
+    describe: "WorkGraph admission of a 1,000-node proposal, against parsing it and a bare topological sort (scheduler figures not built yet)",
+    load: () => import("./graph.js"),
+  },
   sandbox: {
     describe: "warm-pool acquisition, exec round trip and observation streaming on a real Docker engine and sandbox agent, against raw dockerode",
     load: () => import("./sandbox.js"),

@@ -42,20 +42,29 @@ function structure(proposal: WorkGraphProposal, reasons: AdmissionRejection[]): 
     }
   });
   const n = proposal.nodes.length;
-  const successorSets: Set<number>[] = Array.from({ length: n }, () => new Set<number>());
+  const successors: number[][] = Array.from({ length: n }, () => []);
   proposal.edges.forEach((edge, i) => {
     const from = indexOf.get(edge.from);
     const to = indexOf.get(edge.to);
     if (from === undefined) reasons.push({ code: "unknown_endpoint", edge: i, from: edge.from, to: edge.to, missing: edge.from });
     if (to === undefined && edge.to !== edge.from) reasons.push({ code: "unknown_endpoint", edge: i, from: edge.from, to: edge.to, missing: edge.to });
-    if (from !== undefined && to !== undefined) successorSets[from]!.add(to);
+    if (from !== undefined && to !== undefined) successors[from]!.push(to);
   });
-  const successors = successorSets.map((set) => [...set].sort((a, b) => a - b));
+  for (const list of successors) sortUnique(list);
   const predecessors: number[][] = Array.from({ length: n }, () => []);
   successors.forEach((list, u) => {
     for (const v of list) predecessors[v]!.push(u);
   });
   return { indexOf, successors, predecessors };
+}
+
+/** Sorts ascending and drops repeats, in place (a repeated edge is one edge). */
+function sortUnique(list: number[]): void {
+  if (list.length < 2) return;
+  list.sort((a, b) => a - b);
+  let kept = 1;
+  for (let i = 1; i < list.length; i++) if (list[i] !== list[kept - 1]) list[kept++] = list[i]!;
+  list.length = kept;
 }
 
 /** Checks a proposal against the root's ceilings, tools, policy and remaining budget. */
@@ -118,9 +127,22 @@ export function admitWorkGraph(proposal: WorkGraphProposal, context: AdmissionCo
   }
 
   if (reasons.length > 0 || order === undefined || levels === undefined) return { admitted: false, reasons };
-  const admitted = order.map(
-    (i): AdmittedWorkNode => ({ ...nodes[i]!, dependsOn: predecessors[i]!.map((p) => nodes[p]!.key), level: levels.total[i]! }),
-  );
+  const admitted = order.map((i): AdmittedWorkNode => {
+    const node = nodes[i]!;
+    return {
+      key: node.key,
+      kind: node.kind,
+      objective: node.objective,
+      tools: node.tools,
+      budget: node.budget,
+      needsWorkspace: node.needsWorkspace,
+      consumes: node.consumes,
+      produces: node.produces,
+      subject: node.subject,
+      dependsOn: predecessors[i]!.map((p) => nodes[p]!.key),
+      level: levels.total[i]!,
+    };
+  });
   return { admitted: true, graph: { nodes: admitted, depth, width, committed, revisions, replans } };
 }
 
