@@ -61,6 +61,8 @@ const READER = sandboxAgent("reader", [turn([exec({ command: "sleep 5" })]), tur
   readOnlyCommands: ["sleep"],
   labels: ["pool=doomed"],
 });
+// A write whose output the ledger refuses to store (a trigger stands in for a failing database).
+const SPOILED = sandboxAgent("spoiled", [turn([exec({ command: "echo poison-observation; echo more" })]), turn([], "never")], { labels: ["pool=spoiled"] });
 const WRITER = sandboxAgent("writer", [turn([exec({ command: "sleep 5" })]), turn([], "never")], { labels: ["pool=doomed"] });
 // Both are writes (chained commands). One finishes while the control plane is down, one after it is back.
 const QUICK = sandboxAgent("quick", [turn([exec({ command: "echo started; sleep 1; echo finished-while-down" })]), turn([], "quick survived")]);
@@ -118,7 +120,7 @@ describe.skipIf(skip)("sandbox faults", () => {
   beforeAll(async () => {
     keel = await startTestKeel({
       workers: 4,
-      agents: [HOSTILE, READER, WRITER],
+      agents: [HOSTILE, READER, WRITER, SPOILED],
       env: {
         KEEL_SANDBOX_KEEP_MS: "0",
         KEEL_SANDBOX_SWEEP_MS: "200",
@@ -210,6 +212,30 @@ describe.skipIf(skip)("sandbox faults", () => {
     const restarted = await startSandboxAgent({ url: keel.url, token: doomedToken, hostId, dataDir, labels: ["pool=doomed"], log: agent.log });
     await restarted.waitForLog((entry) => entry["msg"] === "reaped workspaces the control plane no longer knows");
     await waitFor("the orphaned containers to be gone", () => (containersOfHost(hostId).length === 0 ? true : undefined), 20_000);
+  });
+
+  it("records a write whose output could not be stored as unknown_outcome, never failed", async () => {
+    const hostId = uniqueHostId("spoiled");
+    hosts.push(hostId);
+    await startSandboxAgent({ url: keel.url, token: await keel.hostToken(hostId, { labels: { pool: "spoiled" } }), hostId, dataDir: await tempDir("spoiled"), labels: ["pool=spoiled"] });
+    const db = new pg.Client({ connectionString: keel.databaseUrl });
+    await db.connect();
+    try {
+      await db.query(`CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.text LIKE '%poison-observation%' THEN RAISE EXCEPTION 'disk full (test)'; END IF; RETURN NEW; END $$`);
+      await db.query("CREATE TRIGGER refuse_poison BEFORE INSERT ON observations FOR EACH ROW EXECUTE FUNCTION refuse_poison()");
+      const runId = await submit(keel.url, keel.tokens.connector, "spoiled");
+      const run = await settled(keel.url, keel.tokens.operator, runId);
+      // The command ran; only its record is missing. A failed write would invite running it again.
+      expect(run.status).toBe(RunStatus.WAITING);
+      const [write] = await invocations(keel.url, keel.tokens.operator, runId);
+      expect(write).toMatchObject({ status: ToolInvocationStatus.UNKNOWN_OUTCOME });
+      const { rows } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
+      expect(rows.map((r) => r.summary).join("\n")).toMatch(/the command ran \(exit code 0\) but its output could not be recorded: disk full \(test\)/);
+    } finally {
+      await db.query("DROP TRIGGER IF EXISTS refuse_poison ON observations; DROP FUNCTION IF EXISTS refuse_poison()").catch(() => undefined);
+      await db.end();
+    }
   });
 
   it("re-attaches to an exec that outlived a control-plane restart and commits its real outcome", async () => {

@@ -4,6 +4,7 @@
 
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
+import { LeaseLostError } from "../domain/errors.js";
 import { grantedSecrets, redactOutputTail, redactSecrets, type GrantedSecret, type ObservationText } from "../domain/sandbox.js";
 import type { SandboxDispatcher, SandboxExecResult, WorkspaceGrant } from "../tools/sandbox-dispatcher.js";
 import { ToolOutcomeUnknownError } from "../tools/tool-registry.js";
@@ -184,7 +185,15 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
       if (error instanceof HostUnavailableError) throw new Error(`${error.message}; the command was not sent`);
       throw error;
     }
-    await pump.finish(outcome.outputTruncated);
+    try {
+      await pump.finish(outcome.outputTruncated);
+    } catch (error) {
+      // The command ran to its end; only its record is incomplete. "Failed" would invite the
+      // model to run a write again, so its outcome is unknown (a read's is interrupted).
+      if (error instanceof LeaseLostError) throw error;
+      const why = error instanceof Error ? error.message : String(error);
+      throw new ToolOutcomeUnknownError(`the command ran (exit code ${outcome.exitCode}) but its output could not be recorded: ${why}`);
+    }
     const tail = new TextDecoder().decode(outcome.outputTail);
     return {
       outcome,
