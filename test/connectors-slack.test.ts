@@ -1,19 +1,22 @@
 // The Slack connector (Slack's own SocketModeClient and WebClient) between a real Keel and a local
 // Slack that speaks the Web API and the Socket Mode protocol: what a Slack user would see (reactions,
 // thread posts) and what Keel recorded (runs, edits, answers, delivery statuses).
+import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { startSlackConnector, type ConnectorEvent, type RunningConnector } from "../connectors/slack/connector.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
-import { scriptedAgent, scriptedTurn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
+import { scriptedAgent, scriptedModel, scriptedTurn, toolCall, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { defineTool } from "../control-plane/src/tools/tool-registry.js";
 import { DeliveryStatus, EmissionKind, type Emission } from "../gen/keel/v1/emission_service_pb.js";
 import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { keelClients } from "../connectors/shared/keel-client.js";
-import { waitFor } from "./support/child-processes.js";
+import { ROOT, waitFor } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
 import { BOT_USER_ID, startFakeSlack, type FakeSlack } from "./support/fake-slack.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
@@ -22,14 +25,48 @@ const ALICE = "UALICE";
 const BOB = "UBOB";
 const LIFECYCLE = ["hourglass_flowing_sand", "eyes", "brain", "white_check_mark"];
 
+/** Read tools that hold a run until the test opens them (test.<name>_gate.v1). */
+function createGate(name: string) {
+  let open: () => void = () => undefined;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  const tool = defineTool<Record<string, never>>({
+    name: `test.${name}_gate`,
+    version: 1,
+    description: "Waits until the test opens it (a read).",
+    parameters: z.object({}),
+    effect: "read",
+    execute: (_args, context) =>
+      new Promise((resolve, reject) => {
+        void opened.then(() => resolve({ ok: true, text: "opened" }));
+        context.signal.addEventListener("abort", () => reject(new Error("stopped")), { once: true });
+      }),
+  });
+  return { tool, open: () => open(), fullName: `test.${name}_gate.v1` };
+}
+const longGate = createGate("long");
+const editGate = createGate("edit");
+const gatedAgent = (id: string, gate: { fullName: string }, reply: string) => ({
+  ...scriptedAgent(id, [scriptedTurn("", [toolCall(gate.fullName, {})]), scriptedTurn(reply)]),
+  tools: toolGrants([gate.fullName]),
+});
+// Triage says long, with the copy to post at once; the run then waits at its gate.
+const longAgent = gatedAgent("long", longGate, "All done.");
+const LONG_AGENT = {
+  ...longAgent,
+  models: { ...longAgent.models, fast: scriptedModel([scriptedTurn(JSON.stringify({ duration: "long", shape: "loop", ack_text: "On it: this one takes a while." }))]) },
+};
+
 let keel: TestKeel;
 let dir: string;
 beforeAll(async () => {
   keel = await startTestKeel({
+    tools: [longGate.tool, editGate.tool],
+    progress: { tickMs: 20 },
     agents: [
+      LONG_AGENT,
       DEMO_AGENT,
-      // Slow enough that an edit made while it thinks finds the run working.
-      scriptedAgent("slow", [scriptedTurn("Translated: {{message}}", [], { delayMs: 4_000 })]),
+      // Held at its gate, so an edit finds the run working.
+      gatedAgent("slow", editGate, "Translated: {{message}}"),
       scriptedAgent("asker", [scriptedTurn("", [toolCall("keel.ask_user.v1", { question: "Which colour?" })]), scriptedTurn("Painted it.")]),
     ],
   });
@@ -122,6 +159,17 @@ async function emissionsOf(connector: string, count: number): Promise<Emission[]
   return seen;
 }
 
+/** The first `count` emissions of `connector` once the connector has acknowledged every one (it reacts, then acknowledges). */
+const acknowledged = (connector: string, count: number) =>
+  waitFor(
+    `${count} acknowledged emissions of ${connector}`,
+    async () => {
+      const emissions = await emissionsOf(connector, count);
+      return emissions.length === count && emissions.every((emission) => emission.deliveryStatus !== DeliveryStatus.PENDING) ? emissions : undefined;
+    },
+    30_000,
+  );
+
 const runs = () => connectClient(RunService, keel.url, keel.tokens.operator);
 const submittedRun = (events: ConnectorEvent[], messageId: string, type: "submitted" | "edited" | "answered" = "submitted") =>
   waitFor(`${type} ${messageId}`, async () => (events.find((event) => event.direction === "in" && event.type === type && event.messageId === messageId) as { runId?: string } | undefined)?.runId, 20_000);
@@ -167,7 +215,7 @@ describe("slack connector over Socket Mode", () => {
       const submitted = h.events.filter((event) => event.direction === "in" && event.type === "submitted");
       expect(submitted.map((event) => (event as { messageId?: string }).messageId)).toEqual([ts, reply]);
       // Every emission reached Slack and was acknowledged DELIVERED: two runs of five each.
-      const emissions = await emissionsOf("slack-main", 10);
+      const emissions = await acknowledged("slack-main", 10);
       expect(emissions.map((emission) => DeliveryStatus[emission.deliveryStatus])).toEqual(Array.from({ length: 10 }, () => "DELIVERED"));
     } finally {
       await h.stop();
@@ -179,7 +227,7 @@ describe("slack connector over Socket Mode", () => {
     try {
       const ts = await mention(h.slack, "C2", ALICE, "translate to german");
       const first = await submittedRun(h.events, ts);
-      await waitFor("🧠 on the mention", async () => (h.slack.reactionsOn("C2", ts).includes("brain") ? true : undefined), 30_000);
+      await waitFor("the run at its gate", async () => ((await runs().listRunSteps({ runId: first })).steps.length > 0 ? true : undefined), 30_000);
       await h.slack.deliver({
         type: "message",
         subtype: "message_changed",
@@ -192,6 +240,7 @@ describe("slack connector over Socket Mode", () => {
       const editRun = await submittedRun(h.events, ts, "edited");
       expect(editRun).not.toBe(first);
       expect((await runs().getRun({ runId: first })).run?.supersededByRunId).toBe(editRun);
+      editGate.open();
       await waitFor("the reply to the edit", async () => h.slack.posts.find((post) => post.text.includes("dutch")), 30_000);
       await settledOn(h.slack, "C2", ts);
       expect(h.slack.posts.map((post) => [post.threadTs, post.text])).toEqual([[ts, "Translated: (edited message) translate to dutch"]]);
@@ -208,6 +257,7 @@ describe("slack connector over Socket Mode", () => {
       });
       expect(edits()).toBe(before);
     } finally {
+      editGate.open();
       await h.stop();
     }
   });
@@ -232,6 +282,28 @@ describe("slack connector over Socket Mode", () => {
     }
   });
 
+  it("a long run shows its progress notice in the thread before the reply, between ⏳ and ✅", async () => {
+    const h = await harness("long", "slack-long");
+    try {
+      const ts = await mention(h.slack, "C5", ALICE, "rebuild the index");
+      const notice = await waitFor("the progress notice", async () => h.slack.posts.find((post) => post.text.includes("On it: this one takes a while.")), 30_000);
+      expect(notice).toMatchObject({ channel: "C5", threadTs: ts, text: "_On it: this one takes a while._" });
+      expect(h.slack.reactionsOn("C5", ts)).not.toContain("white_check_mark");
+      longGate.open();
+      await settledOn(h.slack, "C5", ts);
+      expect(added(h.slack, ts)).toEqual(LIFECYCLE);
+      expect(h.slack.posts.map((post) => [post.threadTs, post.text])).toEqual([
+        [ts, "_On it: this one takes a while._"],
+        [ts, "All done."],
+      ]);
+      const order = h.slack.calls.map((call) => `${call.method} ${call.args["name"] ?? call.args["text"] ?? ""}`);
+      expect(order.indexOf("chat.postMessage All done.")).toBeLessThan(order.indexOf("reactions.add white_check_mark"));
+    } finally {
+      longGate.open();
+      await h.stop();
+    }
+  });
+
   it("a post that timed out after sending is AMBIGUOUS and never re-sent, across a restart and a rewound cursor", async () => {
     const h = await harness("demo", "slack-ambiguous", 1_000);
     try {
@@ -241,7 +313,7 @@ describe("slack connector over Socket Mode", () => {
       const postCalls = () => h.slack.calls.filter((call) => call.method === "chat.postMessage").length;
       expect(postCalls()).toBe(1);
       expect(h.slack.posts).toHaveLength(0);
-      const emissions = await emissionsOf("slack-ambiguous", 5);
+      const emissions = await acknowledged("slack-ambiguous", 5);
       const reply = emissions.find((emission) => emission.kind === EmissionKind.REPLY);
       expect(reply?.deliveryStatus).toBe(DeliveryStatus.AMBIGUOUS);
       expect(emissions.filter((emission) => emission.kind === EmissionKind.ACK).map((emission) => emission.deliveryStatus)).toEqual(
@@ -268,6 +340,63 @@ describe("slack connector over Socket Mode", () => {
       expect(h.slack.posts).toEqual([{ channel: "C4", ts: expect.any(String) as string, threadTs: ts, text: "Hello from Keel. You said: again" }]);
     } finally {
       await h.stop();
+    }
+  });
+
+  it("the program: killed between posting and acknowledging, it restarts and reports the post AMBIGUOUS, never re-sent", async () => {
+    const slack = await startFakeSlack();
+    const stateFile = path.join(dir, "slack-process.json");
+    const program = () => {
+      const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "connectors", "slack", "main.ts")], {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          KEEL_URL: keel.url,
+          KEEL_TOKEN: keel.tokens.connector,
+          KEEL_AGENT: "demo",
+          SLACK_CONNECTOR: "slack-process",
+          SLACK_APP_TOKEN: slack.appToken,
+          SLACK_BOT_TOKEN: slack.botToken,
+          SLACK_API_URL: slack.apiUrl,
+          SLACK_STATE_FILE: stateFile,
+          SLACK_CALL_TIMEOUT_MS: "60000",
+        },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let output = "";
+      child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
+      child.stderr.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      const ready = waitFor("the connector program to connect", async () => (output.includes('"slack connected"') ? true : undefined), 60_000);
+      return { child, exited, ready, output: () => output };
+    };
+    let running: ReturnType<typeof program> | undefined;
+    const kill = async (child: ChildProcess) => {
+      child.kill("SIGKILL");
+      await running?.exited;
+    };
+    try {
+      running = program();
+      await running.ready;
+      slack.stallNext("chat.postMessage");
+      const ts = await mention(slack, "C6", ALICE, "careful now");
+      await waitFor("the post to reach Slack", async () => (slack.calls.some((call) => call.method === "chat.postMessage") ? true : undefined), 30_000);
+      await kill(running.child);
+      expect(slack.reactionsOn("C6", ts)).not.toContain("white_check_mark");
+
+      running = program();
+      await running.ready;
+      await settledOn(slack, "C6", ts);
+      expect(slack.calls.filter((call) => call.method === "chat.postMessage")).toHaveLength(1);
+      const emissions = await acknowledged("slack-process", 5);
+      const reply = emissions.find((emission) => emission.kind === EmissionKind.REPLY);
+      expect(reply?.deliveryStatus).toBe(DeliveryStatus.AMBIGUOUS);
+      expect(emissions.filter((emission) => emission.kind === EmissionKind.ACK).every((emission) => emission.deliveryStatus === DeliveryStatus.DELIVERED)).toBe(true);
+      running.child.kill("SIGTERM");
+      expect(await running.exited).toBe(0);
+    } finally {
+      if (running !== undefined && running.child.exitCode === null) await kill(running.child);
+      await slack.close();
     }
   });
 });

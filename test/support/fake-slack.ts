@@ -72,6 +72,7 @@ export async function startFakeSlack(): Promise<FakeSlack> {
   const stalls = new Map<string, number>();
   const held: ServerResponse[] = [];
   let connectionCount = 0;
+  let closed = false;
   let tsCounter = 0;
   const nextTs = () => `${1_800_000_000 + ++tsCounter}.${String(tsCounter).padStart(6, "0")}`;
 
@@ -172,7 +173,7 @@ export async function startFakeSlack(): Promise<FakeSlack> {
     for (let attempt = 0; ; attempt++) {
       let socket: WebSocket | undefined;
       while ((socket = [...sockets].find((candidate) => candidate.readyState === candidate.OPEN)) === undefined) {
-        if (Date.now() > deadline) throw new Error(`no Socket Mode connection to deliver ${String(event["type"])} to`);
+        if (Date.now() > deadline || closed) throw new Error(`no Socket Mode connection to deliver ${String(event["type"])} to`);
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
       const open = socket;
@@ -226,6 +227,7 @@ export async function startFakeSlack(): Promise<FakeSlack> {
     stallNext: (method) => stalls.set(method, (stalls.get(method) ?? 0) + 1),
     askToReconnect: () => sockets.forEach((ws) => ws.send(JSON.stringify({ type: "disconnect", reason: "refresh_requested", debug_info: { host: "fake-slack" } }))),
     close: async () => {
+      closed = true;
       held.forEach((response) => response.destroy());
       sockets.forEach((ws) => ws.terminate());
       wss.close();
