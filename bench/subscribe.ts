@@ -163,6 +163,15 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
         Array.from({ length: Math.ceil(options.streams / STREAMS_PER_TOKEN) }, async (_, i) => (await keel.app.tokens.create("connector", `bench-subscribe-${i}`, { scope: { kind: "connector", connectors: connectors, agents: "any" } })).secret),
       );
       await emitRound(50, targets); // warm-up, before any stream
+      /**
+       * Waits, by a condition rather than a fixed sleep, until every stream is open and at its tail:
+       * one emission per connector, received by all its streams. Opening 2,000 streams (token checks,
+       * catch-up reads, the response headers sent with the first message) is then done before timing.
+       */
+      const prime = async (clients: StreamClients, to: readonly string[], since: (connector: string) => readonly string[]): Promise<void> => {
+        await emitRound(to.length, targets.filter((t) => to.includes(t.connector)));
+        await clients.check(since, to, 120_000);
+      };
       /** What each connector was sent after this point. */
       const sentSince = () => {
         const from = new Map([...sent].map(([c, texts]) => [c, texts.length]));
@@ -171,8 +180,9 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
 
       const one = new StreamClients();
       const first = connectors.slice(0, 1);
+      const primedOne = sentSince();
       await one.open({ url: keel.url, tokens, connectors: first, streams: 1, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION, streamsPerToken: STREAMS_PER_TOKEN });
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      await prime(one, first, primedOne);
       const sentToOne = sentSince();
       // Every emission goes to the one stream's connector, so each is read and delivered, as in the crowd.
       const singleCost = startCost();
@@ -182,9 +192,10 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       progress(`1 stream: ${single.n} emission commits, all delivered; ${singleCost(single.n)}; clients ${(oneCpu / single.n).toFixed(0)} us CPU per delivery; ${one.pinning}`);
 
       const many = new StreamClients();
-      const sentToMany = sentSince();
+      const primedMany = sentSince();
       await many.open({ url: keel.url, tokens, connectors, streams: options.streams, afterSeq: String(await lastSeq(keel)), streamsPerSession: STREAMS_PER_SESSION, streamsPerToken: STREAMS_PER_TOKEN });
-      await new Promise((resolve) => setTimeout(resolve, 3_000)); // every stream open and idle at the tail
+      await prime(many, connectors, primedMany);
+      const sentToMany = sentSince();
       const crowdedCost = startCost();
       const crowded = summarize(await emitRound(options.emissions, targets));
       const manyCpu = await many.check(sentToMany, connectors, 60_000);

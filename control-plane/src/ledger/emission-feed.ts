@@ -153,7 +153,8 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
         const upTo = horizon > cursor ? horizon : await readHorizon();
         const rows = await rowsUpTo(connector, cursor, upTo);
         for (const row of rows) {
-          await pacer.take();
+          const turn = pacer.take();
+          if (turn !== undefined) await turn;
           yield row;
           cursor = row.seq;
         }
@@ -176,7 +177,8 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
             while (member.queue.length > 0 && !signal.aborted) {
               const row = member.queue.shift() as EmissionRecord;
               if (row.seq <= cursor) continue;
-              await pacer.take();
+              const turn = pacer.take();
+              if (turn !== undefined) await turn;
               yield row;
               cursor = row.seq;
             }
