@@ -111,6 +111,9 @@ describe("admitWorkGraph", () => {
     expect(reasonsOf(admitWorkGraph(deep, context({ ceilings })))).toEqual([{ code: "too_deep", depth: 3, limit: 2, path: ["a", "b", "c"] }]);
     const many = { nodes: [node("a"), node("b"), node("c"), node("d")], edges: edges("a>b", "c>d") };
     expect(reasonsOf(admitWorkGraph(many, context({ ceilings })))).toEqual([{ code: "too_many_nodes", count: 4, limit: 3 }]);
+    // Past the node ceiling the quadratic rules are not computed: the count alone rejects.
+    const crowd = { nodes: ["a", "b", "c", "d", "e", "f"].map((key) => node(key)), edges: [] };
+    expect(reasonsOf(admitWorkGraph(crowd, context({ ceilings })))).toEqual([{ code: "too_many_nodes", count: 6, limit: 3 }]);
     const one = { nodes: [node("a")], edges: [] };
     expect(reasonsOf(admitWorkGraph(one, context({ ceilings, purpose: "revision", revisionsSoFar: 1 })))).toEqual([
       { code: "too_many_revisions", revisions: 2, limit: 1 },

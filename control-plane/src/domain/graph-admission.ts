@@ -8,8 +8,9 @@
 //      artifact types, human gates before gated effects;
 //   4. the budget, one reason per dimension in budget.ts's order.
 // Rules that need a partial order (depth, parallelism, ancestry) are skipped while the edges
-// form a cycle, which is reported; parallelism is also skipped past the node ceiling, whose
-// reason already rejects, so a huge proposal never buys a quadratic computation.
+// form a cycle, which is reported; parallelism and verify-subject ancestry are also skipped past
+// the node ceiling, whose reason already rejects, so a huge proposal never buys a quadratic
+// computation.
 import { mayAdvertise, type ToolFacts } from "./policy.js";
 import {
   SLICE_DIMENSIONS,
@@ -84,7 +85,8 @@ export function admitWorkGraph(proposal: WorkGraphProposal, context: AdmissionCo
   // The partial order, when there is one.
   const order = cycle === undefined ? topologicalOrder(successors) : undefined;
   const levels = order === undefined ? undefined : longestPaths(successors, order, () => 1);
-  const reach = order === undefined ? undefined : new Reach(successors, order);
+  // Reachability costs n² bits: only within the node ceiling (whose own reason rejects beyond it).
+  const reach = order === undefined || n > ceilings.maxNodes ? undefined : new Reach(successors, order);
   let depth = 0;
   let width = 0;
   if (levels !== undefined) {
@@ -96,7 +98,7 @@ export function admitWorkGraph(proposal: WorkGraphProposal, context: AdmissionCo
       reasons.push({ code: "too_deep", depth, limit: ceilings.maxDepth, path: pathTo(levels, deepest).map((i) => nodes[i]!.key) });
     }
   }
-  if (reach !== undefined && n <= ceilings.maxNodes) {
+  if (reach !== undefined) {
     // A human gate waits on a person and occupies no worker, so it does not count.
     width = widestAntichain(reach, nodes.map((node) => node.kind !== "human_gate"));
     if (width > ceilings.maxParallelism) reasons.push({ code: "too_parallel", width, limit: ceilings.maxParallelism });
