@@ -9,7 +9,7 @@ import { AckState, EmissionKind, EmissionService, type Emission } from "../gen/k
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import type { AgentSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
+import type { AgentSpec, ModelSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { scriptedModel, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { defineTool, type ToolDefinition } from "../control-plane/src/tools/tool-registry.js";
@@ -68,6 +68,8 @@ const report = (...calls: [kind: string, text: string][]) =>
   turn("", calls.map(([kind, text]) => ({ toolName: "keel.report_progress.v1", argumentsJson: JSON.stringify({ kind, text }) })));
 const replyTurn = turn("Done: {{message}}");
 
+const models = (primary: ScriptedTurn[], fast: ModelSpec) => ({ primary: scriptedModel(primary), fast, decision: scriptedModel([turn("unclear")]) });
+
 function agent(id: string, duration: string, turns: ScriptedTurn[], ackText: string | null = null): AgentSpec {
   return {
     ...DEMO_AGENT,
@@ -92,6 +94,12 @@ beforeAll(async () => {
     progress: { tickMs: 20 },
     agents: [
       agent("p-default", "default", [gateTurn("default"), replyTurn]),
+      { ...agent("p-offschema", "default", [gateTurn("offschema"), replyTurn]), models: models([gateTurn("offschema"), replyTurn], scriptedModel([turn("that looks long to me")])) },
+      {
+        ...agent("p-slow", "default", [gateTurn("slow"), replyTurn]),
+        models: models([gateTurn("slow"), replyTurn], scriptedModel([{ ...turn('{"duration":"long","shape":"loop","ack_text":"late"}'), delayMs: 3_000 }], { timeoutMs: 300 })),
+      },
+      agent("p-cancel", "default", [gateTurn("cancel"), replyTurn]),
       agent("p-long", "long", [gateTurn("long"), replyTurn], "On it: this one takes a few minutes."),
       agent("p-trivial", "trivial", [gateTurn("trivial"), replyTurn]),
       agent("p-checkpoint", "default", [
@@ -168,23 +176,35 @@ async function settled(runId: string): Promise<RunStatus> {
 const quiet = () => sleep(300);
 
 describe("progress cadence", () => {
-  it("default: the first notice after 60 s of silence, then every 3 min, with the facts", async () => {
-    const runId = await submit("p-default");
-    await gate.reached("default");
+  it.each([
+    ["p-default", "default", null],
+    ["p-offschema", "offschema", /JSON/],
+    ["p-slow", "slow", /within 300 ms/],
+  ])("%s: the first notice after 60 s of silence, then every 3 min, with the facts", async (agentId, name, fellBack) => {
+    const runId = await submit(agentId);
+    await gate.reached(name);
     await triaged(runId);
+    // A classifier that answered off-schema or too late leaves the default, and the same cadence.
+    const { rows: stored } = await db.query<{ triage_duration: string; triage_fallback: string | null }>(
+      "SELECT triage_duration, triage_fallback FROM runs WHERE id = $1",
+      [runId],
+    );
+    expect(stored[0]?.triage_duration).toBe("default");
+    if (fellBack === null) expect(stored[0]?.triage_fallback).toBeNull();
+    else expect(stored[0]?.triage_fallback).toMatch(fellBack);
     clock.advance(59 * S);
     await quiet();
     expect(await notices([runId])).toEqual([]);
     clock.advance(1 * S);
     const [first] = await noticeCount(runId, 1);
-    expect(first).toMatchObject({ seq: 1, source: "deadline", text: "Still on it: running test.gate.v1 `default` for 1 min." });
+    expect(first).toMatchObject({ seq: 1, source: "deadline", text: `Still on it: running test.gate.v1 \`${name}\` for 1 min.` });
     clock.advance(179 * S);
     await quiet();
     expect(await notices([runId])).toHaveLength(1);
     clock.advance(1 * S);
     const second = (await noticeCount(runId, 2))[1];
-    expect(second).toMatchObject({ seq: 2, source: "deadline", text: "Still on it: running test.gate.v1 `default` for 4 min." });
-    gate.open("default");
+    expect(second).toMatchObject({ seq: 2, source: "deadline", text: `Still on it: running test.gate.v1 \`${name}\` for 4 min.` });
+    gate.open(name);
     expect(await settled(runId)).toBe(RunStatus.SUCCEEDED);
     expect((await notices([runId])).map((n) => n.idempotency_key)).toEqual([1, 2].map((seq) => `progress:${runId}:${seq}`));
   });
@@ -247,6 +267,24 @@ describe("progress cadence", () => {
     gate.open("cp2");
     expect(await settled(runId)).toBe(RunStatus.SUCCEEDED);
     expect(await notices([runId])).toHaveLength(3);
+  });
+});
+
+describe("stale attempts", () => {
+  it("a run whose cancellation was asked for sends no notice, whatever the clock says", async () => {
+    const runId = await submit("p-cancel");
+    await gate.reached("cancel");
+    await triaged(runId);
+    const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
+    await ingress.cancelRun({ runId, actor: { id: "alice" }, reason: "not needed" });
+    await until(async () => (await db.query("SELECT 1 FROM runs WHERE id = $1 AND cancel_requested_by_actor_id IS NOT NULL", [runId])).rowCount === 1, "the cancellation");
+    clock.advance(60 * S);
+    await quiet();
+    clock.advance(180 * S);
+    await quiet();
+    gate.open("cancel");
+    expect(await settled(runId)).toBe(RunStatus.CANCELLED);
+    expect(await notices([runId])).toEqual([]);
   });
 });
 
