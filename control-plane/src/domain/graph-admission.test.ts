@@ -394,6 +394,47 @@ describe("admission properties", () => {
     );
   });
 
+  it("lists reasons by group (structure, ceilings, nodes in proposal order, budget)", () => {
+    const group: Record<AdmissionRejection["code"], number> = {
+      empty_graph: 0,
+      duplicate_node: 0,
+      unknown_endpoint: 0,
+      cycle: 0,
+      too_many_nodes: 1,
+      too_deep: 1,
+      too_parallel: 1,
+      too_many_revisions: 1,
+      too_many_replans: 1,
+      tool_not_available: 2,
+      tool_refused_by_policy: 2,
+      tools_on_control_node: 2,
+      invalid_slice: 2,
+      empty_slice: 2,
+      ungated_effect: 2,
+      join_needs_inputs: 2,
+      verify_without_subject: 2,
+      verify_subject_unknown: 2,
+      verify_subject_not_upstream: 2,
+      input_not_produced: 2,
+      budget_exceeded: 3,
+    };
+    fc.assert(
+      fc.property(anyArb, ([proposal, ctx]) => {
+        const reasons = reasonsOf(admitWorkGraph(proposal, ctx));
+        const rank = (r: AdmissionRejection): number => {
+          if (group[r.code] !== 2 || !("node" in r)) return 0;
+          return proposal.nodes.findIndex((n) => n.key === r.node);
+        };
+        for (let i = 1; i < reasons.length; i++) {
+          const [before, after] = [reasons[i - 1]!, reasons[i]!];
+          expect(group[before.code]).toBeLessThanOrEqual(group[after.code]);
+          if (group[before.code] === 2 && group[after.code] === 2) expect(rank(before)).toBeLessThanOrEqual(rank(after));
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it("the same proposal gives the same verdict and the same reasons in the same order", () => {
     fc.assert(
       fc.property(anyArb, ([proposal, ctx]) => {
