@@ -64,12 +64,14 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
       let settings: string;
       let keel: KeelPhase;
       let raw: number[];
+      let rawPerSecond: number;
       try {
         settings = await durabilitySettings(db);
         progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
 
         keel = await keelPhase(url, token, options, progress);
         raw = await rawPhase(db, options, progress);
+        rawPerSecond = await rawConcurrentPhase(postgres.url, options, progress);
       } finally {
         await db.end();
       }
@@ -90,8 +92,11 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
           ],
         ),
         "",
-        `throughput: ${throughput.toFixed(1)} messages/s (${keel.latencies.length} replies in ${(keel.wallMs / 1000).toFixed(2)} s)`,
-        `RESULT mode=${options.durability} p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)}`,
+        `throughput: ${throughput.toFixed(1)} messages/s (${keel.latencies.length} replies in ${(keel.wallMs / 1000).toFixed(2)} s); ` +
+          `raw txns ${rawPerSecond.toFixed(1)}/s over ${options.concurrency} connections`,
+        `targets: messages/s >= ${THROUGHPUT_TARGET}x raw txns/s (is ${(throughput / rawPerSecond).toFixed(2)}x) ${throughput / rawPerSecond >= THROUGHPUT_TARGET ? "met" : "MISSED"}`,
+        `RESULT mode=${options.durability} p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)} ` +
+          `messages_per_s=${throughput.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${(throughput / rawPerSecond).toFixed(2)}`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
     } finally {
@@ -240,6 +245,34 @@ async function rawPhase(db: pg.Client, options: Options, progress: (line: string
     }
   }
   return latencies;
+}
+
+/** The issue's bar (#16): messages/s with `concurrency` in flight against raw transactions/s over as many connections. */
+const THROUGHPUT_TARGET = 0.35;
+
+/** As many raw transactions as `--raw`, spread over `concurrency` connections: the throughput floor. */
+async function rawConcurrentPhase(url: string, options: Options, progress: (line: string) => void): Promise<number> {
+  const clients = await Promise.all(
+    Array.from({ length: options.concurrency }, async () => {
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      return client;
+    }),
+  );
+  try {
+    let next = 0;
+    const began = performance.now();
+    await Promise.all(
+      clients.map(async (client) => {
+        for (let i = next++; i < options.raw; i = next++) await rawTransaction(client, `raw-concurrent-${i}`, i, options.durability);
+      }),
+    );
+    const perSecond = options.raw / ((performance.now() - began) / 1000);
+    progress(`raw txns over ${options.concurrency} connections: ${perSecond.toFixed(1)}/s`);
+    return perSecond;
+  } finally {
+    await Promise.all(clients.map((client) => client.end()));
+  }
 }
 
 /**
