@@ -9,6 +9,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { startSlackConnector, type ConnectorEvent, type RunningConnector } from "../connectors/slack/connector.js";
+import { callSlack, slackWebClient } from "../connectors/slack/slack-call.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn, toolCall, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
@@ -396,6 +397,35 @@ describe("slack connector over Socket Mode", () => {
       expect(await running.exited).toBe(0);
     } finally {
       if (running !== undefined && running.child.exitCode === null) await kill(running.child);
+      await slack.close();
+    }
+  });
+});
+
+describe("what a Web API failure means for delivery (Slack's WebClient against the local Slack)", () => {
+  it("only a call that provably never reached Slack may be made again", async () => {
+    const slack = await startFakeSlack();
+    try {
+      const web = slackWebClient({ token: slack.botToken, slackApiUrl: slack.apiUrl, timeoutMs: 1_000 });
+      const post = { channel: "C9", text: "hi" };
+      expect(await callSlack(web, "chat.postMessage", post)).toMatchObject({ kind: "ok" });
+      expect(await callSlack(web, "chat.postMessage", { text: "hi" })).toEqual({ kind: "refused", error: "channel_not_found" });
+      expect(await callSlack(web, "reactions.add", { channel: "C9", timestamp: "1.1", name: "eyes" })).toMatchObject({ kind: "ok" });
+      expect(await callSlack(web, "reactions.add", { channel: "C9", timestamp: "1.1", name: "eyes" })).toEqual({ kind: "refused", error: "already_reacted" });
+      slack.failNext("chat.postMessage", 429);
+      expect(await callSlack(web, "chat.postMessage", post)).toEqual({ kind: "not-sent", reason: "rate limited", retryAfterMs: 1_000 });
+      slack.failNext("chat.postMessage", 500);
+      expect(await callSlack(web, "chat.postMessage", post)).toMatchObject({ kind: "ambiguous", reason: "Slack answered HTTP 500" });
+      slack.stallNext("chat.postMessage");
+      expect(await callSlack(web, "chat.postMessage", post)).toMatchObject({ kind: "ambiguous" });
+      // Nothing listens on a closed port: the request never left.
+      const closed = await startFakeSlack();
+      await closed.close();
+      const nowhere = slackWebClient({ token: slack.botToken, slackApiUrl: closed.apiUrl, timeoutMs: 1_000 });
+      expect(await callSlack(nowhere, "chat.postMessage", post)).toEqual({ kind: "not-sent", reason: "ECONNREFUSED", retryAfterMs: 0 });
+      // Each call above reached the local Slack exactly once: the client itself never retried.
+      expect(slack.calls.filter((call) => call.method === "chat.postMessage")).toHaveLength(5);
+    } finally {
       await slack.close();
     }
   });

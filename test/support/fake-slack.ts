@@ -54,6 +54,8 @@ export interface FakeSlack {
   deliver(event: Record<string, unknown>, timeoutMs?: number): Promise<void>;
   /** Reads the next call of `method` and never answers it (the connection is held open). */
   stallNext(method: string): void;
+  /** Answers the next call of `method` with this HTTP status (429 with Retry-After: 1) instead of acting on it. */
+  failNext(method: string, status: number): void;
   /** Sends Slack's `disconnect` message on every open socket. */
   askToReconnect(): void;
   close(): Promise<void>;
@@ -70,6 +72,7 @@ export async function startFakeSlack(): Promise<FakeSlack> {
   const sockets = new Set<WebSocket>();
   const pendingAcks = new Map<string, () => void>();
   const stalls = new Map<string, number>();
+  const failures = new Map<string, number[]>();
   const held: ServerResponse[] = [];
   let connectionCount = 0;
   let closed = false;
@@ -115,6 +118,11 @@ export async function startFakeSlack(): Promise<FakeSlack> {
     if (stalled > 0) {
       stalls.set(method, stalled - 1);
       held.push(response);
+      return;
+    }
+    const failure = failures.get(method)?.shift();
+    if (failure !== undefined) {
+      response.writeHead(failure, failure === 429 ? { "retry-after": "1" } : {}).end(failure === 429 ? "" : "upstream trouble");
       return;
     }
     const token = (request.headers.authorization ?? "").replace(/^Bearer /, "") || (args["token"] ?? "");
@@ -225,6 +233,7 @@ export async function startFakeSlack(): Promise<FakeSlack> {
     nextTs,
     deliver,
     stallNext: (method) => stalls.set(method, (stalls.get(method) ?? 0) + 1),
+    failNext: (method, status) => failures.set(method, [...(failures.get(method) ?? []), status]),
     askToReconnect: () => sockets.forEach((ws) => ws.send(JSON.stringify({ type: "disconnect", reason: "refresh_requested", debug_info: { host: "fake-slack" } }))),
     close: async () => {
       closed = true;
