@@ -276,6 +276,8 @@ describe("slack connector over Socket Mode", () => {
       const answer = await threadReply(h.slack, "C3", ALICE, "blue", ts);
       expect(await submittedRun(h.events, answer, "answered")).toBe(runId);
       await waitFor("the reply", async () => h.slack.posts.find((post) => post.text === "Painted it."), 30_000);
+      // Bob's message is a run of its own, queued behind the one that asked (one root run per thread at a time).
+      expect(h.slack.posts.slice(0, 2).map((post) => post.text)).toEqual([`<@${ALICE}> Which colour?`, "Painted it."]);
       const { steps } = await runs().listRunSteps({ runId });
       expect(steps[0]?.toolInvocations[0]).toMatchObject({ toolName: "keel.ask_user.v1", resultText: `Answer from ${ALICE}: blue` });
     } finally {
