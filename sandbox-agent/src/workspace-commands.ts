@@ -54,6 +54,24 @@ export function createWorkspaceCommands(options: WorkspaceCommandsOptions): Work
   const { backend, limits, log, stopping, workspaces } = options;
   const running = new Map<string, { readonly workspaceId: string; readonly abort: AbortController }>();
   const recent = new Map<string, { result: ResultInit; at: number }>();
+  /** The highest run-lease epoch each workspace has seen on an exec or a write. */
+  const epochs = new Map<string, bigint>();
+
+  /**
+   * The fence: a command from a worker whose lease was since taken over (a lower epoch than one
+   * already seen here) is refused, so a stale worker cannot act after its successor. Epoch 0 is
+   * a command that carries none (a control plane from before the fence).
+   */
+  const staleness = (command: WorkspaceCommand, workspaceId: string): string | undefined => {
+    const epoch = command.leaseEpoch;
+    if (epoch === 0n) return undefined;
+    const highest = epochs.get(workspaceId) ?? 0n;
+    if (epoch < highest) {
+      return `refused: the run's lease has moved on to epoch ${highest} in workspace ${workspaceId}; this command is from epoch ${epoch}, a worker that lost it`;
+    }
+    epochs.set(workspaceId, epoch);
+    return undefined;
+  };
 
   const sendResult = (result: ResultInit): void => {
     options.send({ message: { case: "result", value: result } });
@@ -127,6 +145,7 @@ export function createWorkspaceCommands(options: WorkspaceCommandsOptions): Work
         case "release":
           await backend.release(action.value.workspaceId);
           workspaces.delete(action.value.workspaceId);
+          epochs.delete(action.value.workspaceId);
           log.info({ commandId, workspaceId: action.value.workspaceId }, "workspace released");
           sendResult({ commandId, ok: true });
           return;
@@ -135,6 +154,11 @@ export function createWorkspaceCommands(options: WorkspaceCommandsOptions): Work
           if (running.has(commandId)) return;
           const done = recent.get(commandId);
           if (done !== undefined) return sendResult(done.result);
+          const stale = staleness(command, action.value.workspaceId);
+          if (stale !== undefined) {
+            log.warn({ commandId, workspaceId: action.value.workspaceId, leaseEpoch: String(command.leaseEpoch) }, "stale exec refused");
+            return sendResult({ commandId, ok: false, error: stale, errorReason: "stale_lease" });
+          }
           log.info({ commandId, workspaceId: action.value.workspaceId }, "exec started");
           await exec(commandId, action.value);
           return;
@@ -152,10 +176,13 @@ export function createWorkspaceCommands(options: WorkspaceCommandsOptions): Work
           sendResult({ commandId, ok: true, data });
           return;
         }
-        case "writeFile":
+        case "writeFile": {
+          const stale = staleness(command, action.value.workspaceId);
+          if (stale !== undefined) return sendResult({ commandId, ok: false, error: stale, errorReason: "stale_lease" });
           await backend.writeFile(action.value.workspaceId, action.value.path, action.value.content);
           sendResult({ commandId, ok: true });
           return;
+        }
         case "listFiles": {
           const entries = await backend.listFiles(action.value.workspaceId, action.value.path);
           sendResult({ commandId, ok: true, data: new TextEncoder().encode(JSON.stringify(entries)) });

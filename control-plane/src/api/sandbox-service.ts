@@ -245,6 +245,6 @@ function actionToProto(action: HostCommand["action"]): CommandAction {
 
 function commandToProto(command: HostCommand): AttachResponse {
   return create(AttachResponseSchema, {
-    message: { case: "command", value: create(WorkspaceCommandSchema, { commandId: command.commandId, action: actionToProto(command.action) }) },
+    message: { case: "command", value: create(WorkspaceCommandSchema, { commandId: command.commandId, action: actionToProto(command.action), leaseEpoch: BigInt(command.leaseEpoch ?? 0) }) },
   });
 }

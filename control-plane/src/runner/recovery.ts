@@ -85,6 +85,7 @@ async function reattach(session: RunSession, tool: RegisteredTool | undefined, i
       signal: context.signal,
       grant: deps.tools.grantFor(claimed.agent, invocation.toolName),
       agent: claimed.agent,
+      leaseEpoch: claimed.epoch,
       observe: session.observe(invocation.id),
     });
   } catch (error) {

@@ -67,6 +67,7 @@ async function dispatch(session: RunSession, intent: InvocationIntent, rest: rea
       signal: context.signal,
       grant: deps.tools.grantFor(claimed.agent, intent.toolName),
       agent: claimed.agent,
+      leaseEpoch: claimed.epoch,
       observe: session.observe(intent.id),
     });
     outcome = result.ok ? "succeeded" : "failed";

@@ -41,6 +41,8 @@ export type HostAction =
 export interface HostCommand {
   readonly commandId: string;
   readonly action: HostAction;
+  /** The sending worker's run-lease epoch, for the host's fence (execs and writes). */
+  readonly leaseEpoch?: number;
 }
 
 export type OutputStreamName = "stdout" | "stderr";

@@ -74,12 +74,12 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
     redactSecrets(outcome.error || `failed (${outcome.errorReason || "no reason given"})`, secrets);
 
   /** Sends a file command; a host lost mid-call leaves the outcome unknown. */
-  const fileCommand = async (workspaceId: string, action: HostCommand["action"], signal: AbortSignal): Promise<CommandOutcome> => {
+  const fileCommand = async (workspaceId: string, action: HostCommand["action"], signal: AbortSignal, leaseEpoch?: number): Promise<CommandOutcome> => {
     const ws = known.get(workspaceId);
     if (ws === undefined) throw new Error(`workspace ${workspaceId} was not acquired through this control plane`);
     let outcome: CommandOutcome;
     try {
-      outcome = await hub.send(ws.hostId, { commandId: randomUUID(), action }, {}, signal, FILE_TIMEOUT_MS);
+      outcome = await hub.send(ws.hostId, { commandId: randomUUID(), action, ...(leaseEpoch === undefined ? {} : { leaseEpoch }) }, {}, signal, FILE_TIMEOUT_MS);
     } catch (error) {
       if (error instanceof HostLostError) throw new ToolOutcomeUnknownError(error.message);
       throw error;
@@ -252,6 +252,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
               timeoutMs: command.timeoutMs,
               maxOutputBytes: Math.min(command.maxOutputBytes, options.maxOutputBytes),
             },
+            ...(command.leaseEpoch === undefined ? {} : { leaseEpoch: command.leaseEpoch }),
           },
           watch,
           signal,
@@ -281,8 +282,8 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
       return (await fileCommand(workspaceId, { kind: "read_file", workspaceId, path, maxBytes }, signal)).data;
     },
 
-    async writeFile(workspaceId, path, content, signal) {
-      await fileCommand(workspaceId, { kind: "write_file", workspaceId, path, content }, signal);
+    async writeFile(workspaceId, path, content, signal, leaseEpoch) {
+      await fileCommand(workspaceId, { kind: "write_file", workspaceId, path, content }, signal, leaseEpoch);
     },
 
     async listFiles(workspaceId, path, signal) {

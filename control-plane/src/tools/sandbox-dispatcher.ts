@@ -20,6 +20,8 @@ export interface SandboxExec {
   readonly env: Readonly<Record<string, string>>;
   readonly timeoutMs: number;
   readonly maxOutputBytes: number;
+  /** The calling worker's run-lease epoch: the host refuses it once a later holder has acted. */
+  readonly leaseEpoch?: number;
 }
 
 export interface SandboxExecResult {
@@ -43,7 +45,7 @@ export interface SandboxDispatcher {
    */
   exec(workspaceId: string, commandId: string, command: SandboxExec, onOutput: (stream: "stdout" | "stderr", text: ObservationText) => Promise<void>, signal: AbortSignal): Promise<SandboxExecResult>;
   readFile(workspaceId: string, path: string, maxBytes: number, signal: AbortSignal): Promise<Uint8Array>;
-  writeFile(workspaceId: string, path: string, content: Uint8Array, signal: AbortSignal): Promise<void>;
+  writeFile(workspaceId: string, path: string, content: Uint8Array, signal: AbortSignal, leaseEpoch?: number): Promise<void>;
   listFiles(workspaceId: string, path: string, signal: AbortSignal): Promise<readonly { path: string; type: string; sizeBytes: number }[]>;
   /**
    * Waits for the outcome of an exec that outlived the worker (or the control-plane process)

@@ -151,6 +151,7 @@ export function createSandboxTools(options: SandboxToolOptions): ToolDefinition[
             env: args.env ?? {},
             timeoutMs: args.timeout_ms ?? options.defaultExecTimeoutMs,
             maxOutputBytes: options.maxOutputBytes,
+            ...(context.leaseEpoch === undefined ? {} : { leaseEpoch: context.leaseEpoch }),
           },
           (stream, text) => context.observe(stream, text),
           context.signal,
@@ -202,7 +203,7 @@ export function createSandboxTools(options: SandboxToolOptions): ToolDefinition[
         const content = new TextEncoder().encode(args.content);
         // The name itself may be a link: a write replaces it, never writes through it.
         await refuseLinksUnderPathRules(dispatcher, context, workspaceId, path, false);
-        await dispatcher.writeFile(workspaceId, path, content, context.signal);
+        await dispatcher.writeFile(workspaceId, path, content, context.signal, context.leaseEpoch);
         return { ok: true, text: `wrote ${content.byteLength} bytes to ${path}` };
       });
     },

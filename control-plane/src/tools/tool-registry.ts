@@ -32,6 +32,8 @@ export interface ToolExecutionContext {
   readonly grant: ToolGrant | undefined;
   /** The run's agent as the run sees it (its sandbox settings, secret grants and policy). */
   readonly agent: AgentSpec;
+  /** The worker's run-lease epoch: effects sent to a sandbox host carry it as their fence. */
+  readonly leaseEpoch?: number;
   /** Persists a chunk of what the tool sees as it arrives (bytes: valid UTF-8 without NUL, see ObservationText). */
   observe(stream: string, text: ObservationText): Promise<void>;
 }
