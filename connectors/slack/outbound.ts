@@ -120,6 +120,8 @@ export async function runOutbound(options: OutboundOptions, signal: AbortSignal)
     else if (emission.kind !== EmissionKind.REPLY) text = `[${kindName(emission.kind)}] ${text}`;
     const outcome = await call("chat.postMessage", { channel, text, ...(threadTs === undefined ? {} : { thread_ts: threadTs }) });
     if (outcome === undefined) return undefined;
+    // A question nobody can have seen expects no answer; one that may have landed still does.
+    if (emission.kind === EmissionKind.QUESTION && (outcome.kind === "refused" || outcome.kind === "not-sent")) state.setQuestion(emission.conversationId, undefined);
     switch (outcome.kind) {
       case "ok":
         state.addThread(emission.conversationId);
