@@ -100,6 +100,16 @@ beforeAll(async () => {
         models: models([gateTurn("slow"), replyTurn], scriptedModel([{ ...turn('{"duration":"long","shape":"loop","ack_text":"late"}'), delayMs: 3_000 }], { timeoutMs: 300 })),
       },
       agent("p-cancel", "default", [gateTurn("cancel"), replyTurn]),
+      {
+        ...agent("p-summary", "default", [gateTurn("summary"), replyTurn]),
+        models: models(
+          [gateTurn("summary"), replyTurn],
+          scriptedModel([
+            turn(JSON.stringify({ duration: "default", shape: "loop", ack_text: null }), [], { inputTokens: 1, outputTokens: 1 }),
+            turn(JSON.stringify({ summary: "Halfway through the parser's tests; nothing has failed yet." }), [], { inputTokens: 5, outputTokens: 7 }),
+          ]),
+        ),
+      },
       agent("p-long", "long", [gateTurn("long"), replyTurn], "On it: this one takes a few minutes."),
       agent("p-trivial", "trivial", [gateTurn("trivial"), replyTurn]),
       agent("p-checkpoint", "default", [
@@ -267,6 +277,37 @@ describe("progress cadence", () => {
     gate.open("cp2");
     expect(await settled(runId)).toBe(RunStatus.SUCCEEDED);
     expect(await notices([runId])).toHaveLength(3);
+  });
+});
+
+describe("the fast model's summary", () => {
+  it("words a cadence notice without a checkpoint, recorded and counted as a side call", async () => {
+    const runId = await submit("p-summary");
+    await gate.reached("summary");
+    await triaged(runId);
+    clock.advance(60 * S);
+    expect((await noticeCount(runId, 1))[0]).toMatchObject({ source: "deadline", text: "Halfway through the parser's tests; nothing has failed yet." });
+    gate.open("summary");
+    expect(await settled(runId)).toBe(RunStatus.SUCCEEDED);
+    const { rows } = await db.query<{ purpose: string; role: string; finish_reason: string; step_id: string | null }>(
+      "SELECT purpose, role, finish_reason, step_id FROM model_calls WHERE run_id = $1 AND purpose IS NOT NULL ORDER BY created_at",
+      [runId],
+    );
+    expect(rows).toEqual([
+      { purpose: "triage", role: "fast", finish_reason: "stop", step_id: null },
+      { purpose: "progress", role: "fast", finish_reason: "stop", step_id: null },
+    ]);
+    const { rows: usage } = await db.query<{ side_usage: Record<string, number> }>("SELECT side_usage FROM runs WHERE id = $1", [runId]);
+    expect(usage[0]?.side_usage).toMatchObject({ modelCalls: 2, inputTokens: 6, outputTokens: 8 });
+  });
+
+  it("an off-schema answer leaves the facts, and the call is still counted", async () => {
+    // p-default's fast model answers every call with its triage JSON: no summary in it.
+    const { rows } = await db.query<{ finish_reason: string }>(
+      "SELECT m.finish_reason FROM model_calls m JOIN runs r ON r.id = m.run_id WHERE r.agent_id = 'p-default' AND m.purpose = 'progress'",
+    );
+    expect(rows.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(rows.map((r) => r.finish_reason))).toEqual(new Set(["off_schema"]));
   });
 });
 

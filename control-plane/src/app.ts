@@ -44,6 +44,7 @@ import { askUserTool } from "./tools/ask-user-tool.js";
 import { createReportProgressTool } from "./tools/report-progress-tool.js";
 import { createProgressRepository } from "./ledger/progress.repository.js";
 import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
+import { createProgressSummarizer } from "./progress/progress-summary.js";
 import { createSandboxTools } from "./tools/sandbox-tools.js";
 import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.js";
 
@@ -168,6 +169,7 @@ export async function buildApp(
     clock,
     log: logger.child({ component: "progress" }),
     ...(options.progress === undefined ? {} : { options: options.progress }),
+    summarizer: createProgressSummarizer({ providers: sideProviders, ledger: modelCalls, log: logger.child({ component: "progress" }) }),
   });
   const tools = createToolRegistry([askUserTool, createReportProgressTool(progress), ...sandboxTools, ...(options.tools ?? [])]);
   let sweeping: Promise<void> | undefined;

@@ -68,7 +68,7 @@ export function withSideUsage(usage: RunUsage, side: SideCallUsage): RunUsage {
 }
 
 export type SideCallRole = "fast" | "decision";
-export type SideCallPurpose = "triage" | "follow_up" | "consent";
+export type SideCallPurpose = "triage" | "follow_up" | "consent" | "progress";
 
 /** A fast- or decision-model call made beside the loop, as the ledger records it (no step). */
 export interface SideModelCall {

@@ -1,6 +1,7 @@
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import type { Clock } from "../domain/clock.js";
+import { DEMO_AGENT } from "../fixtures/demo-agent.js";
 import { createProgressSupervisors, type NoticeReservation, type ProgressLedger, type ProgressSnapshot, type SupervisedRun } from "./progress-supervisor.js";
 
 class ManualClock implements Clock {
@@ -55,7 +56,18 @@ function fakeLedger() {
 }
 
 function run(signal: AbortSignal): SupervisedRun {
-  return { runId: "run-1", epoch: 1, workerId: "w", startedAt: new Date(0), replyToMessageId: undefined, addressedActorIds: [], cadence: undefined, signal };
+  return {
+    runId: "run-1",
+    epoch: 1,
+    workerId: "w",
+    startedAt: new Date(0),
+    replyToMessageId: undefined,
+    addressedActorIds: [],
+    agent: DEMO_AGENT,
+    requestText: "a long task",
+    cadence: undefined,
+    signal,
+  };
 }
 
 describe("progress supervisor", () => {

@@ -4,8 +4,10 @@
 // that takes a run over (or a restarted process) keeps the cadence. The rules are
 // domain/progress.ts; the ledger side is ledger/progress.repository.ts.
 import type { Logger } from "pino";
+import type { AgentSpec } from "../domain/agent.js";
 import type { Clock } from "../domain/clock.js";
 import {
+  activityText,
   nextNotice,
   noticeText,
   progressCadence,
@@ -17,6 +19,7 @@ import {
   type ProgressState,
 } from "../domain/progress.js";
 import { TRIAGE_TIMEOUT_MS, type TriageDuration } from "../domain/triage.js";
+import type { ProgressSummarizer } from "./progress-summary.js";
 
 /** What the ledger holds about a subject's progress and its run's current activity. */
 export interface ProgressSnapshot {
@@ -65,6 +68,9 @@ export interface SupervisedRun {
   readonly startedAt: Date;
   readonly replyToMessageId: string | undefined;
   readonly addressedActorIds: readonly string[];
+  /** The run's agent (its fast model words a notice) and what was asked. */
+  readonly agent: AgentSpec;
+  readonly requestText: string;
   /** The agent's cadence setting, which may only lower the delays. */
   readonly cadence: Partial<ProgressCadence> | undefined;
   /** The claim's signal: lease loss or shutdown stops the supervisor. */
@@ -103,6 +109,8 @@ export interface ProgressDeps {
   readonly clock: Clock;
   readonly log: Logger;
   readonly options?: ProgressOptions;
+  /** The fast model's line for cadence notices without a checkpoint; without it, the facts. */
+  readonly summarizer?: ProgressSummarizer;
 }
 
 const DEFAULT_TICK_MS = 1_000;
@@ -129,12 +137,14 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
         dirty = true;
         wake?.();
       };
+      const stopping = new AbortController();
       const stopNow = (): void => {
         stopped = true;
+        stopping.abort();
         wake?.();
       };
       pokes.set(run.runId, poke);
-      if (run.signal.aborted) stopped = true;
+      if (run.signal.aborted) stopNow();
       else run.signal.addEventListener("abort", stopNow, { once: true });
       const sleep = (ms: number): Promise<void> =>
         new Promise((resolve) => {
@@ -151,6 +161,8 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
 
       // Past this (real time) without a triage, the run is treated as triaged default: the classifier is only an optimization.
       const triageGiveUpAt = Date.now() + 2 * TRIAGE_TIMEOUT_MS;
+
+      let summarized: { readonly seq: number; readonly text: string | undefined } | undefined;
 
       async function loop(): Promise<void> {
         // Most runs end well within this: they cost a timer, not a read.
@@ -203,6 +215,18 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
           }
           const covers = decision.source === "triage_ack" ? [] : snapshot.candidates.map((c) => c.ref);
           const seq = snapshot.lastSeq + 1;
+          let text = noticeText(decision.source, state, snapshot.activity, now);
+          // A cadence notice with no checkpoint may read better in the fast model's words: once per seq, bounded.
+          if (deps.summarizer !== undefined && decision.source === "deadline" && snapshot.candidates.length === 0) {
+            if (summarized?.seq !== seq) {
+              const facts = activityText(snapshot.activity, now);
+              const input = { runId: run.runId, agent: run.agent, requestText: run.requestText, facts, callIndex: seq };
+              summarized = { seq, text: await deps.summarizer.summarize(input, stopping.signal).catch(() => undefined) };
+            }
+            if (summarized.text !== undefined) text = summarized.text;
+            // A reply may have started committing meanwhile: look again.
+            if (stopped || held > 0) continue;
+          }
           const attempt = deps.ledger.reserve({
             runId: run.runId,
             epoch: run.epoch,
@@ -211,7 +235,7 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
             seq,
             source: decision.source,
             covers,
-            text: noticeText(decision.source, state, snapshot.activity, now),
+            text,
             at: now,
             idempotencyKey: progressKey(snapshot.subject, seq),
             replyToMessageId: run.replyToMessageId,

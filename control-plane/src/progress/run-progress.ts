@@ -13,6 +13,8 @@ export function supervisedRun(claimed: ClaimedRun, context: { readonly workerId:
     startedAt: claimed.startedAt,
     replyToMessageId: claimed.replyToMessageId,
     addressedActorIds: [...new Set(claimed.messages.map((m) => m.actorId))],
+    agent: claimed.agent,
+    requestText: claimed.messages.map((m) => m.text).join("\n"),
     cadence: claimed.agent.progress,
     signal: context.signal,
   };
