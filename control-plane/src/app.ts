@@ -31,6 +31,7 @@ import { createRunQueryRepository } from "./ledger/run-query.repository.js";
 import { createRetentionRepository } from "./ledger/retention.repository.js";
 import { startRetentionSweeper, type RetentionSweeper } from "./retention-sweeper.js";
 import { createRunControlRepository } from "./ledger/run-control.repository.js";
+import { createRunForkRepository } from "./ledger/run-fork.repository.js";
 import { createRunRepository } from "./ledger/run.repository.js";
 import { createSqlPool, type SqlPool } from "./ledger/sql.js";
 import { createOpenAiModelProvider } from "./models/openai-model-provider.js";
@@ -131,6 +132,15 @@ export async function buildApp(
   const sideProviders = { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) };
   const triage = createTriager({ ledger: modelCalls, providers: sideProviders, log: logger.child({ component: "triage" }) });
 
+  // One supervisor per claimed root run, reading and reserving its notices in the ledger.
+  const progress = createProgressSupervisors({
+    ledger: createProgressRepository(ledger.sql),
+    clock,
+    log: logger.child({ component: "progress" }),
+    ...(options.progress === undefined ? {} : { options: options.progress }),
+    summarizer: createProgressSummarizer({ providers: sideProviders, ledger: modelCalls, log: logger.child({ component: "progress" }) }),
+  });
+
   // Sandbox hosts attach to this process; exec-class tools reach them through the dispatcher.
   const sandboxLog = logger.child({ component: "sandbox" });
   const leases = createSandboxRepository(ledger.sql);
@@ -157,19 +167,15 @@ export async function buildApp(
     sandboxLog,
   );
   const sandboxTools = createSandboxTools({
-    dispatcher,
+    // A run's workspace feeds its progress supervisor: the ledger says whether a notice has covered it yet.
+    dispatcher: {
+      ...dispatcher,
+      workspaceFor: (grant, signal) => dispatcher.workspaceFor(grant, signal).then((id) => (progress.checkpoint(grant.runId), id)),
+    },
     env,
     defaultExecTimeoutMs: config.sandbox.defaultExecTimeoutMs,
     maxExecTimeoutMs: config.sandbox.maxExecTimeoutMs,
     maxOutputBytes: config.sandbox.maxOutputBytes,
-  });
-  // One supervisor per claimed root run, reading and reserving its notices in the ledger.
-  const progress = createProgressSupervisors({
-    ledger: createProgressRepository(ledger.sql),
-    clock,
-    log: logger.child({ component: "progress" }),
-    ...(options.progress === undefined ? {} : { options: options.progress }),
-    summarizer: createProgressSummarizer({ providers: sideProviders, ledger: modelCalls, log: logger.child({ component: "progress" }) }),
   });
   const tools = createToolRegistry([askUserTool, createReportProgressTool(progress), ...sandboxTools, ...(options.tools ?? [])]);
   let sweeping: Promise<void> | undefined;
@@ -199,7 +205,7 @@ export async function buildApp(
         maxMessageTextBytes: config.maxTextBytes,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), feed: emissionFeed, maxStreamsPerToken: config.maxStreamsPerToken }),
-      runs: createRunService({ runs: runQueries, control, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
+      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({
         agents,
         bounds: {

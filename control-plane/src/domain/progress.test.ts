@@ -155,6 +155,11 @@ describe("progress copy", () => {
       "running sandbox.exec.v1 `npm test` for 2 min 10 s",
     );
     expect(activityText({ kind: "awaiting_input", askedOf: ["bob"] }, now)).toBe("waiting for an answer from bob");
+    expect(activityText({ kind: "tool", toolName: "sandbox.exec.v1", detail: "ls", since: now }, now)).toBe("running sandbox.exec.v1 `ls`");
+    const workspace: ProgressState = { startedAt: new Date(0), triage: "default", ackText: undefined, lastNoticeAt: undefined, noticesSent: 0, candidates: [{ ref: "workspace", kind: "workspace", text: "" }] };
+    expect(noticeText("workspace", workspace, { kind: "tool", toolName: "sandbox.exec.v1", detail: "npm test", since: now }, now)).toBe(
+      "Working in a sandbox workspace: running sandbox.exec.v1 `npm test`",
+    );
     expect(formatDuration(45 * S)).toBe("45 s");
     expect(formatDuration(3 * MIN)).toBe("3 min");
     expect(formatDuration(63 * MIN)).toBe("1 h 3 min");

@@ -129,7 +129,9 @@ export function activityText(activity: ProgressActivity, now: Date): string {
   switch (activity.kind) {
     case "tool": {
       const detail = activity.detail === undefined || activity.detail.trim() === "" ? "" : ` \`${clip(activity.detail, MAX_DETAIL_CHARS)}\``;
-      return `running ${activity.toolName}${detail} for ${formatDuration(now.getTime() - activity.since.getTime())}`;
+      const ms = now.getTime() - activity.since.getTime();
+      // Under a second is "just started": "for 0 s" would read like a bug.
+      return `running ${activity.toolName}${detail}${ms < 1000 ? "" : ` for ${formatDuration(ms)}`}`;
     }
     case "thinking":
       return `thinking (for ${formatDuration(now.getTime() - activity.since.getTime())})`;
@@ -145,7 +147,7 @@ const KIND_LABEL: Record<ProgressCandidate["kind"], string> = {
   milestone: "Done so far",
   replan: "Change of plan",
   wait: "Waiting",
-  workspace: "Workspace ready",
+  workspace: "Working in a sandbox workspace",
 };
 
 /**
