@@ -199,8 +199,8 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
             continue;
           }
           if (decision.kind === "wait") {
-            // Still waiting for triage: look again at the next tick.
-            if (snapshot.triage === undefined) dirty = true;
+            // Still waiting for triage (within its bound): look again at the next tick.
+            if (triage === undefined) dirty = true;
             await sleep(Math.max(1, Math.min(tickMs, decision.until.getTime() - now.getTime())));
             continue;
           }
