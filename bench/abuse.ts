@@ -2,21 +2,25 @@
 // one. A real Keel (embedded PostgreSQL, the HTTP/2 server on loopback, in-process workers);
 // an authorized connector sends SubmitMessage at a steady pace and its latency is measured
 // idle, then while a separate attacker process (bench/abuse-flood.ts) floods unauthenticated
-// 4 MiB uploads, calls with random tokens at --rate per second, and both. Printed side by
-// side with the ratio to idle (target: p99 under 2x), and the server's RSS before and after.
+// 4 MiB uploads, calls with random tokens at --rate per second, and both. The phases take turns
+// in --rounds slices, each measured only once its attacker is up. Printed side by side with the
+// ratio to idle (target: p99 under 2x), the attack rates the server met, and its RSS.
+// With two CPUs or more the server side and the attacker are pinned to different CPUs (--pin),
+// as a remote attacker would not share the server's cores; the header says what ran where.
 //
-//   npm run bench -- abuse [--seconds 10] [--rate 5000] [--uploaders 8] [--pace-ms 20] [--durability strict|relaxed]
-import { spawn } from "node:child_process";
+//   npm run bench -- abuse [--seconds 10] [--rate 5000] [--uploaders 8] [--pace-ms 20] [--rounds 3] [--durability strict|relaxed] [--pin auto|on|off] [--profile DIR]
 import { performance } from "node:perf_hooks";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { MAX_UNAUTHENTICATED_PER_CONNECTION } from "../control-plane/src/api/auth-gate.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
-import { benchDurability, DURABILITY_OPTION, ms, startBenchKeel, summarize, table, withBenchPostgres, type Stats } from "./support.js";
+import { startAttack, type AttackMode, type RunningAttack } from "./abuse/attacker.js";
+import { pinForAbuse } from "./abuse/pinning.js";
+import { phaseProfiler, type PhaseProfiler } from "./abuse/profile.js";
+import { benchDurability, DURABILITY_OPTION, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Stats } from "./support.js";
 
-const FLOOD_SCRIPT = fileURLToPath(new URL("./abuse-flood.ts", import.meta.url));
 const MIB = 1024 * 1024;
 const CONNECTOR = "abuse-bench";
 
@@ -25,6 +29,11 @@ interface Options {
   readonly rate: number;
   readonly uploaders: number;
   readonly paceMs: number;
+  /** Each phase's time is split into this many slices, the phases taking turns. */
+  readonly rounds: number;
+  /** A folder for one CPU profile of this process per phase. */
+  readonly profile: string | undefined;
+  readonly pin: "auto" | "on" | "off";
 }
 
 function parseOptions(args: readonly string[]): Options & { durability: string | undefined } {
@@ -35,6 +44,9 @@ function parseOptions(args: readonly string[]): Options & { durability: string |
       rate: { type: "string", default: "5000" },
       uploaders: { type: "string", default: "8" },
       "pace-ms": { type: "string", default: "20" },
+      rounds: { type: "string", default: "3" },
+      profile: { type: "string" },
+      pin: { type: "string", default: "auto" },
       ...DURABILITY_OPTION,
     },
   });
@@ -48,44 +60,48 @@ function parseOptions(args: readonly string[]): Options & { durability: string |
     rate: positive("rate", values.rate, 0),
     uploaders: positive("uploaders", values.uploaders, 0),
     paceMs: positive("pace-ms", values["pace-ms"], 1),
+    rounds: Math.floor(positive("rounds", values.rounds, 1)),
+    profile: values.profile,
+    pin: pinMode(values.pin),
     durability: values.durability,
   };
 }
 
-interface Phase {
-  readonly name: string;
-  readonly stats: Stats;
-  readonly rssPeakBytes: number;
-  readonly attacker: Record<string, number> | undefined;
+function pinMode(value: string): Options["pin"] {
+  if (value !== "auto" && value !== "on" && value !== "off") throw new Error(`--pin must be auto, on or off, not ${JSON.stringify(value)}`);
+  return value;
 }
 
-/** Runs the attacker for `seconds`; resolves with its counts. */
-function attack(url: string, mode: "uploads" | "tokens" | "both", options: Options): Promise<Record<string, number>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", FLOOD_SCRIPT, url, mode, String(options.seconds), String(options.rate), String(options.uploaders)], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      try {
-        if (code !== 0) throw new Error(`the attacker exited with ${code}`);
-        resolve(JSON.parse(out.trim().split("\n").pop() ?? "{}") as Record<string, number>);
-      } catch (error) {
-        reject(error instanceof Error ? error : new Error(String(error)));
-      }
-    });
-  });
+interface Phase {
+  readonly name: string;
+  readonly mode: AttackMode | undefined;
+  readonly latencies: number[];
+  rssPeakBytes: number;
+  /** Milliseconds measured, over all its slices. */
+  measuredMs: number;
+  /** CPU milliseconds this process (Keel and its authorized client) and PostgreSQL used meanwhile. */
+  keelCpuMs: number;
+  postgresCpuMs: number;
+  attacker: Record<string, number> | undefined;
+}
+
+function addCounts(into: Record<string, number> | undefined, counts: Record<string, number>): Record<string, number> {
+  const sum = { ...into };
+  for (const [key, value] of Object.entries(counts)) sum[key] = (sum[key] ?? 0) + value;
+  return sum;
 }
 
 export default async function abuse(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
   const durability = benchDurability(options.durability);
   const progress = (line: string) => process.stderr.write(`[abuse] ${line}\n`);
+  // Before PostgreSQL starts, so that it inherits the server's CPU.
+  const pinning = pinForAbuse(options.pin);
+  progress(pinning.describe);
 
   await withBenchPostgres("abuse", progress, async (postgres) => {
     const { app, config, url } = await startBenchKeel(postgres, DEMO_AGENT, durability);
+    const profiler: PhaseProfiler | undefined = options.profile === undefined ? undefined : phaseProfiler(options.profile);
     try {
       // A token scoped to the connector this bench speaks as, as a deployment would issue it.
       const { secret: token } = await app.tokens.create("connector", "abuse-bench", { scope: { kind: "connector", connectors: [CONNECTOR], agents: "any" } });
@@ -109,60 +125,90 @@ export default async function abuse(args: readonly string[]): Promise<void> {
         });
         return performance.now() - started;
       };
-      /** The authorized client, one call every paceMs for `seconds`, while sampling RSS. */
-      const measure = async (name: string, during?: Promise<Record<string, number>>): Promise<Phase> => {
-        const latencies: number[] = [];
-        let rssPeakBytes = process.memoryUsage().rss;
-        const sampler = setInterval(() => (rssPeakBytes = Math.max(rssPeakBytes, process.memoryUsage().rss)), 100);
-        const until = performance.now() + options.seconds * 1000;
+      const attackSettings = { url, rate: options.rate, uploaders: options.uploaders, perConnection: MAX_UNAUTHENTICATED_PER_CONNECTION, prefix: pinning.attackerPrefix };
+      /** The authorized client, one call every paceMs for `ms`, while sampling RSS into `phase`. */
+      const measure = async (phase: Phase, ms: number, label: string): Promise<void> => {
+        const attack: RunningAttack | undefined = phase.mode === undefined ? undefined : await startAttack(phase.mode, attackSettings);
+        const stopProfile = await profiler?.start();
+        const sampler = setInterval(() => (phase.rssPeakBytes = Math.max(phase.rssPeakBytes, process.memoryUsage().rss)), 100);
+        const started = performance.now();
+        const [keelCpu, postgresCpu] = [nodeCpuMs(), postgresCpuMs(postgres.dataDir)];
+        const before = phase.latencies.length;
         try {
-          while (performance.now() < until) {
+          while (performance.now() < started + ms) {
             const next = performance.now() + options.paceMs;
-            latencies.push(await submitOne());
+            phase.latencies.push(await submitOne());
             const wait = next - performance.now();
             if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
           }
-          const attacker = during === undefined ? undefined : await during;
-          progress(`${name}: ${latencies.length} calls${attacker === undefined ? "" : `; attacker ${JSON.stringify(attacker)}`}`);
-          return { name, stats: summarize(latencies), rssPeakBytes, attacker };
         } finally {
           clearInterval(sampler);
+          phase.measuredMs += performance.now() - started;
+          phase.keelCpuMs += nodeCpuMs() - keelCpu;
+          phase.postgresCpuMs += postgresCpuMs(postgres.dataDir) - postgresCpu;
         }
+        const profile = stopProfile === undefined ? undefined : await stopProfile(label);
+        const counts = attack === undefined ? undefined : await attack.stop();
+        if (counts !== undefined) phase.attacker = addCounts(phase.attacker, counts);
+        progress(`${label}: ${phase.latencies.length - before} calls${counts === undefined ? "" : `; attacker ${JSON.stringify(counts)}`}`);
+        if (profile !== undefined) progress(profile);
       };
 
-      await measure("warm-up");
+      const phase = (name: string, mode: AttackMode | undefined): Phase => ({ name, mode, latencies: [], rssPeakBytes: 0, measuredMs: 0, attacker: undefined, keelCpuMs: 0, postgresCpuMs: 0 });
+      const phases = [
+        phase("idle", undefined),
+        phase("4 MiB unauthenticated uploads", "uploads"),
+        phase(`${options.rate}/s random-token calls`, "tokens"),
+        phase("both at once", "both"),
+      ];
+      await measure(phase("warm-up", undefined), 2_000, "warm-up");
       const rssBefore = process.memoryUsage().rss;
-      const phases: Phase[] = [await measure("idle")];
-      phases.push(await measure("4 MiB unauthenticated uploads", attack(url, "uploads", options)));
-      phases.push(await measure(`${options.rate}/s random-token calls`, attack(url, "tokens", options)));
-      phases.push(await measure("both at once", attack(url, "both", options)));
+      // Interleaved slices: a busy machine's noise falls on every phase alike, not on whichever
+      // phase happened to run while something else did.
+      const sliceMs = (options.seconds * 1000) / options.rounds;
+      for (let round = 1; round <= options.rounds; round++) {
+        for (const p of phases) await measure(p, sliceMs, `${p.name} (round ${round}/${options.rounds})`);
+      }
       const rssAfter = process.memoryUsage().rss;
 
-      const idle = phases[0]!.stats;
-      const rows = phases.map((phase) => [
-        phase.name,
-        String(phase.stats.n),
-        ms(phase.stats.p50),
-        ms(phase.stats.p99),
-        `${(phase.stats.p99 / idle.p99).toFixed(2)}x`,
-        (phase.rssPeakBytes / MIB).toFixed(0),
-        phase.attacker === undefined ? "-" : String((phase.attacker["uploadsRefused"] ?? 0) + (phase.attacker["tokenCallsRefused"] ?? 0)),
-        phase.attacker === undefined ? "-" : String(phase.attacker["uploadsReset"] ?? 0),
+      const idle = summarize(phases[0]!.latencies);
+      const count = (p: Phase, ...keys: string[]) => keys.reduce((sum, key) => sum + (p.attacker?.[key] ?? 0), 0);
+      const perSecond = (p: Phase, ...keys: string[]) => (p.attacker === undefined ? "-" : ((count(p, ...keys) * 1000) / p.measuredMs).toFixed(0));
+      const results = phases.map((p) => ({ p, stats: summarize(p.latencies) }));
+      const rows = results.map(({ p, stats }: { p: Phase; stats: Stats }) => [
+        p.name,
+        String(stats.n),
+        ms(stats.p50),
+        ms(stats.p99),
+        `${(stats.p99 / idle.p99).toFixed(2)}x`,
+        (p.rssPeakBytes / MIB).toFixed(0),
+        `${((p.keelCpuMs / p.measuredMs) * 100).toFixed(0)}%`,
+        `${((p.postgresCpuMs / p.measuredMs) * 100).toFixed(0)}%`,
+        perSecond(p, "uploadsSent", "tokenCallsSent"),
+        perSecond(p, "uploadsRefused", "tokenCallsRefused"),
+        perSecond(p, "uploadsReset"),
+        perSecond(p, "callsLostToGoaway"),
+        perSecond(p, "tokenCallsOther"),
+        perSecond(p, "connections"),
       ]);
       const lines = [
-        `SubmitMessage latency of an authorized connector (ms), one call every ${options.paceMs} ms for ${options.seconds} s per phase`,
+        `SubmitMessage latency of an authorized connector (ms), one call every ${options.paceMs} ms, ${options.seconds} s per phase in ${options.rounds} interleaved rounds`,
+        `CPUs: ${pinning.describe}`,
+        `attacker: ${options.rate} random-token calls/s on ${MAX_UNAUTHENTICATED_PER_CONNECTION} calls per connection (the server's limit), ${options.uploaders} connections of 8 concurrent 4 MiB uploads`,
+        "attacker columns, per second: calls sent; answered Unauthenticated; reset before an answer; unanswered as the server shed their connection; other outcomes; connections opened",
         "",
-        ...table(["phase", "calls", "p50", "p99", "p99/idle", "peak RSS MiB", "unauthenticated", "reset"], rows),
+        ...table(["phase", "calls", "p50", "p99", "p99/idle", "peak RSS MiB", "Keel CPU", "PG CPU", "sent/s", "refused/s", "reset/s", "shed/s", "other/s", "conns/s"], rows),
         "",
         `server RSS before the attacks ${(rssBefore / MIB).toFixed(0)} MiB, after ${(rssAfter / MIB).toFixed(0)} MiB`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
-      const worst = Math.max(...phases.slice(1).map((phase) => phase.stats.p99 / idle.p99));
+      const worst = Math.max(...results.slice(1).map(({ stats }) => stats.p99 / idle.p99));
       process.stdout.write(
         `RESULT abuse idle_p99_ms=${ms(idle.p99)} worst_p99_ratio=${worst.toFixed(2)} target_ratio=2 ` +
           `rss_before_mib=${(rssBefore / MIB).toFixed(0)} rss_after_mib=${(rssAfter / MIB).toFixed(0)}\n`,
       );
     } finally {
+      profiler?.close();
       await app.stop();
     }
   });
