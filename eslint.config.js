@@ -29,7 +29,7 @@ const layerRule = (files, patterns) => ({
 });
 
 export default defineConfig(
-  { ignores: ["gen/**", "node_modules/**", ".keel/**", "control-plane/src/ledger/migrations/**"] },
+  { ignores: ["gen/**", "node_modules/**", ".keel/**", "control-plane/src/ledger/migrations/**", "dashboard/dist/**"] },
   ...tseslint.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked.map((config) => ({ ...config, files: TS_FILES })),
   {

@@ -14,6 +14,7 @@ import { IngressService } from "../../../gen/keel/v1/ingress_service_pb.js";
 import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
 import { authGate, type AuthGate } from "./auth-gate.js";
+import { dashboardAssets } from "./dashboard-assets.js";
 import { authInterceptor, defaultDeadlineInterceptor, type TokenVerifier } from "./auth.js";
 import { errorMappingInterceptor } from "./error-mapping.js";
 import { nulStringInterceptor } from "./request-strings.js";
@@ -96,6 +97,8 @@ export function createKeelServer(
   // Connect links every in-flight RPC to this signal (one listener each, removed when the RPC
   // ends), so more than 10 concurrent RPCs is normal, not a leak: no MaxListeners warning.
   setMaxListeners(0, shutdown.signal);
+  // The dashboard's page and assets (no token: they hold no data) come before the other plain paths.
+  const dashboard = dashboardAssets();
   const handler = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
       router.service(IngressService, services.ingress);
@@ -112,7 +115,9 @@ export function createKeelServer(
     writeMaxBytes: limits.maxMessageBytes,
     maxTimeoutMs: limits.maxDeadlineMs,
     shutdownSignal: shutdown.signal,
-    fallback,
+    fallback: (request, response) => {
+      if (!dashboard(request, response)) fallback(request, response);
+    },
   });
 
   const h2Limits = limits.http2 ?? DEFAULT_HTTP2_LIMITS;

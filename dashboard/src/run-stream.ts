@@ -1,0 +1,138 @@
+// One run, kept current by RunService.WatchRun: the page loads the run, its steps and artifacts
+// once, then each streamed event fetches only what it names (the step it touched) and refreshes
+// the run's header at most a few times a second. A dropped stream resumes after the last seq.
+import { useEffect, useRef, useState } from "preact/hooks";
+import type { Artifact, Run, RunEvent, RunStep } from "../../gen/keel/v1/run_pb.js";
+import { runService } from "./client.js";
+import { errorText, isTerminal } from "./format.js";
+
+/** Events kept on screen; older ones are in the ledger (and `keel inspect`). */
+const MAX_EVENTS = 300;
+const RUN_REFRESH_MS = 250;
+const RECONNECT_MS = 1_000;
+
+export interface RunView {
+  readonly run: Run | undefined;
+  /** Ordered by step index. */
+  readonly steps: readonly RunStep[];
+  readonly events: readonly RunEvent[];
+  readonly artifacts: readonly Artifact[];
+  readonly error: string;
+  readonly live: boolean;
+  /** Replaces the run with one an action returned. */
+  readonly setRun: (run: Run) => void;
+  /** Fetches one step again (after an action changed it). */
+  readonly refreshStep: (stepId: string) => void;
+}
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+  });
+
+export function useRunStream(runId: string): RunView {
+  const [run, setRun] = useState<Run | undefined>(undefined);
+  const [steps, setSteps] = useState<ReadonlyMap<string, RunStep>>(new Map());
+  const [events, setEvents] = useState<readonly RunEvent[]>([]);
+  const [artifacts, setArtifacts] = useState<readonly Artifact[]>([]);
+  const [error, setError] = useState("");
+  const [live, setLive] = useState(false);
+  const refetch = useRef<(stepId: string) => void>(() => undefined);
+  const ordered = useRef<{ map: ReadonlyMap<string, RunStep>; list: readonly RunStep[] }>({ map: new Map(), list: [] });
+
+  useEffect(() => {
+    const stop = new AbortController();
+    const { signal } = stop;
+    const upsertSteps = (fresh: readonly RunStep[]) =>
+      setSteps((before) => {
+        const next = new Map(before);
+        for (const step of fresh) next.set(step.id, step);
+        return next;
+      });
+
+    let refreshDue: ReturnType<typeof setTimeout> | undefined;
+    const refreshRun = async () => {
+      const reply = await runService.getRun({ runId }, { signal });
+      if (reply.run !== undefined) setRun(reply.run);
+    };
+    const scheduleRefresh = () => {
+      refreshDue ??= setTimeout(() => {
+        refreshDue = undefined;
+        refreshRun().catch((caught: unknown) => signal.aborted || setError(errorText(caught)));
+      }, RUN_REFRESH_MS);
+    };
+
+    const pendingSteps = new Set<string>();
+    let fetching = false;
+    const fetchSteps = async () => {
+      if (fetching) return;
+      fetching = true;
+      try {
+        while (pendingSteps.size > 0 && !signal.aborted) {
+          const ids = [...pendingSteps];
+          pendingSteps.clear();
+          const fresh = await Promise.all(ids.map((stepId) => runService.getRunStep({ runId, stepId }, { signal })));
+          upsertSteps(fresh.flatMap((reply) => (reply.step === undefined ? [] : [reply.step])));
+        }
+      } finally {
+        fetching = false;
+      }
+    };
+
+    refetch.current = (stepId) => {
+      pendingSteps.add(stepId);
+      fetchSteps().catch((caught: unknown) => signal.aborted || setError(errorText(caught)));
+    };
+
+    const loadAll = async () => {
+      const [runReply, artifactReply] = await Promise.all([runService.getRun({ runId }, { signal }), runService.listArtifacts({ runId }, { signal })]);
+      if (runReply.run !== undefined) setRun(runReply.run);
+      setArtifacts(artifactReply.artifacts);
+      let pageToken = "";
+      do {
+        const page = await runService.listRunSteps({ runId, pageToken }, { signal });
+        upsertSteps(page.steps);
+        pageToken = page.nextPageToken;
+      } while (pageToken !== "" && !signal.aborted);
+    };
+
+    const watch = async () => {
+      let afterSeq = 0n;
+      await loadAll();
+      while (!signal.aborted) {
+        try {
+          setLive(true);
+          for await (const { event } of runService.watchRun({ runId, afterSeq }, { signal })) {
+            if (event === undefined) continue;
+            afterSeq = event.seq;
+            setEvents((before) => [...before.slice(-(MAX_EVENTS - 1)), event]);
+            if (event.stepId !== "") refetch.current(event.stepId);
+            scheduleRefresh();
+          }
+          // The server ends the stream once a settled run has nothing left to say.
+          setLive(false);
+          await refreshRun();
+          setArtifacts((await runService.listArtifacts({ runId }, { signal })).artifacts);
+          const latest = await runService.getRun({ runId }, { signal });
+          if (latest.run !== undefined && isTerminal(latest.run.status)) return;
+        } catch (caught) {
+          if (signal.aborted) return;
+          setLive(false);
+          setError(errorText(caught));
+          await sleep(RECONNECT_MS, signal);
+          setError("");
+        }
+      }
+    };
+    watch().catch((caught: unknown) => signal.aborted || setError(errorText(caught)));
+    return () => {
+      stop.abort();
+      clearTimeout(refreshDue);
+    };
+  }, [runId]);
+
+  // Sorting only when the set of steps changed keeps a streaming page cheap to re-render.
+  if (ordered.current.map !== steps) ordered.current = { map: steps, list: [...steps.values()].sort((a, b) => a.index - b.index) };
+  return { run, steps: ordered.current.list, events, artifacts, error, live, setRun, refreshStep: (stepId) => refetch.current(stepId) };
+}

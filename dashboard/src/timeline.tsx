@@ -1,0 +1,154 @@
+// A run's steps, oldest first. Each step is a <details> row: its summary has a fixed height so a
+// streaming run only ever appends; the browser skips laying out rows off screen.
+import { useState } from "preact/hooks";
+import { ResolvedOutcome, ToolInvocationStatus, type RunStep, type ToolInvocation } from "../../gen/keel/v1/run_pb.js";
+import { runService } from "./client.js";
+import { count, dateOf, effectLabel, errorText, ms, outcomeLabel, prettyJson, roleLabel, statusLabel, toolStatusLabel, usd } from "./format.js";
+import { Transcript } from "./transcript.js";
+
+export function Timeline(props: { readonly steps: readonly RunStep[]; readonly actor: string; readonly onResolved: (stepId: string) => void }) {
+  if (props.steps.length === 0) return <p class="muted">No steps yet.</p>;
+  return (
+    <ol class="timeline" aria-label="steps">
+      {props.steps.map((step) => (
+        <StepRow key={step.id} step={step} actor={props.actor} onResolved={props.onResolved} />
+      ))}
+    </ol>
+  );
+}
+
+function StepRow(props: { readonly step: RunStep; readonly actor: string; readonly onResolved: (stepId: string) => void }) {
+  const { step } = props;
+  const call = step.modelCall;
+  const tools = step.toolInvocations;
+  const needsOperator = tools.some(awaitsResolution);
+  return (
+    <li class="step" data-step-index={step.index}>
+      <details>
+        <summary>
+          <span class="idx">#{step.index}</span>
+          <span class="clip">{call === undefined ? "no model call" : `${roleLabel(call.role)} · ${call.model || call.provider}`}</span>
+          <span class="clip">{tools.map((t) => `${t.toolName} → ${toolStatusLabel(t.status)}`).join(", ")}</span>
+          <span class="num">{call?.usage === undefined ? "" : `${count(call.usage.inputTokens)}/${count(call.usage.outputTokens)} tok`}</span>
+          <span class="num">{call === undefined ? "" : ms(call.latencyMs)}</span>
+          <span class={`badge s-${statusLabel(step.runStatusAfter)}`}>{statusLabel(step.runStatusAfter)}</span>
+          {needsOperator ? <span class="badge s-waiting">needs operator</span> : <span />}
+        </summary>
+        <div class="step-body">
+          {call === undefined ? null : (
+            <section class="model-call" aria-label="model call">
+              <h3>
+                Model call · {roleLabel(call.role)} · {call.provider}/{call.model}
+              </h3>
+              <dl class="facts">
+                <dt>Tokens</dt>
+                <dd>
+                  {count(call.usage?.inputTokens ?? 0)} in / {count(call.usage?.outputTokens ?? 0)} out
+                </dd>
+                <dt>Cost</dt>
+                <dd>{usd(call.costMicroUsd)}</dd>
+                <dt>Latency</dt>
+                <dd>{ms(call.latencyMs)}</dd>
+                <dt>Finish</dt>
+                <dd>{call.finishReason || "—"}</dd>
+              </dl>
+              <details>
+                <summary>Request transcript</summary>
+                <Transcript requestJson={call.requestJson} />
+              </details>
+              <h4>Response</h4>
+              {call.responseText === "" ? <p class="muted">(no text)</p> : <div class="text response">{call.responseText}</div>}
+              {call.toolCallsJson === "" || call.toolCallsJson === "[]" ? null : <pre class="block">{prettyJson(call.toolCallsJson)}</pre>}
+            </section>
+          )}
+          {tools.map((tool) => (
+            <ToolCall key={tool.id} tool={tool} actor={props.actor} onResolved={props.onResolved} />
+          ))}
+        </div>
+      </details>
+    </li>
+  );
+}
+
+const awaitsResolution = (tool: ToolInvocation) => tool.status === ToolInvocationStatus.UNKNOWN_OUTCOME && tool.resolvedOutcome === ResolvedOutcome.UNSPECIFIED;
+
+function ToolCall(props: { readonly tool: ToolInvocation; readonly actor: string; readonly onResolved: (stepId: string) => void }) {
+  const { tool } = props;
+  return (
+    <section class="tool-call" aria-label={`tool call ${tool.toolName}`} data-tool-status={toolStatusLabel(tool.status)}>
+      <h3>
+        Tool call #{tool.ordinal} · <span class="mono">{tool.toolName}.v{tool.toolVersion}</span> · {effectLabel(tool.effect)} ·{" "}
+        <span class="tool-status">{toolStatusLabel(tool.status)}</span>
+      </h3>
+      <pre class="block">{prettyJson(tool.argumentsJson)}</pre>
+      <dl class="facts">
+        <dt>Duration</dt>
+        <dd>{tool.durationMs === 0 ? "—" : ms(tool.durationMs)}</dd>
+        <dt>Finished</dt>
+        <dd>{dateOf(tool.finishedAt)?.toLocaleTimeString() ?? "—"}</dd>
+        {tool.refusalReason === "" ? null : (
+          <>
+            <dt>Refused</dt>
+            <dd>{tool.refusalReason}</dd>
+          </>
+        )}
+        {tool.resolvedOutcome === ResolvedOutcome.UNSPECIFIED ? null : (
+          <>
+            <dt>Resolved</dt>
+            <dd class="resolution">
+              {outcomeLabel(tool.resolvedOutcome)} by {tool.resolvedByActorId}: {tool.resolutionReason}
+            </dd>
+          </>
+        )}
+      </dl>
+      {tool.resultText === "" ? null : <pre class="block result">{tool.resultText}</pre>}
+      {tool.observations.length === 0 ? null : (
+        <details>
+          <summary>{tool.observations.length} observations</summary>
+          <pre class="block">{tool.observations.map((o) => `[${o.stream}] ${o.text}${o.truncated ? " …(truncated)" : ""}`).join("\n")}</pre>
+        </details>
+      )}
+      {awaitsResolution(tool) ? <ResolveForm tool={tool} actor={props.actor} onResolved={props.onResolved} /> : null}
+    </section>
+  );
+}
+
+/** An unknown write outcome: the operator says whether the write took effect, and why they think so. */
+function ResolveForm(props: { readonly tool: ToolInvocation; readonly actor: string; readonly onResolved: (stepId: string) => void }) {
+  const [reason, setReason] = useState("");
+  const [error, setError] = useState("");
+  const [busy, setBusy] = useState(false);
+  const resolve = async (outcome: ResolvedOutcome) => {
+    if (reason.trim() === "") {
+      setError("Say why: the reason is recorded with your name.");
+      return;
+    }
+    setBusy(true);
+    try {
+      await runService.resolveUnknownOutcome({ runId: props.tool.runId, toolInvocationId: props.tool.id, outcome, actor: { id: props.actor }, reason: reason.trim() });
+      props.onResolved(props.tool.stepId);
+    } catch (caught) {
+      setError(errorText(caught));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="resolve" onSubmit={(e) => e.preventDefault()} aria-label="resolve unknown outcome">
+      <p>The outcome of this write is unknown. Did it take effect?</p>
+      <label>
+        Reason
+        <input name="resolve-reason" value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
+      </label>
+      <button type="button" disabled={busy} onClick={() => void resolve(ResolvedOutcome.APPLIED)}>
+        Applied
+      </button>
+      <button type="button" disabled={busy} onClick={() => void resolve(ResolvedOutcome.NOT_APPLIED)}>
+        Not applied
+      </button>
+      <span class="error" role="alert">
+        {error}
+      </span>
+    </form>
+  );
+}
