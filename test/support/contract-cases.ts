@@ -296,6 +296,22 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       invalid: [{ request: { run_id: seed.liveRunId, reason: "no actor" }, field: "actor" }],
       notFound: { ...live, run_id: MISSING_UUID },
     },
+    "keel.v1.RunService/CancelRun": {
+      role: "operator",
+      // A settled run refuses, saying how it ended, the same every time.
+      valid: settled,
+      expect: Code.FailedPrecondition,
+      invalid: [{ request: { ...live, reason: "" }, field: "reason" }],
+      notFound: { ...settled, run_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/ForkRun": {
+      role: "operator",
+      // The seeded runs have no committed step to fork from.
+      valid: { ...settled, step_index: 0 },
+      expect: Code.FailedPrecondition,
+      invalid: [{ request: { ...settled, step_index: 0, reason: " " }, field: "reason" }],
+      notFound: { ...settled, step_index: 0, run_id: MISSING_UUID },
+    },
 
     // --- AgentService: admins define agents.
     "keel.v1.AgentService/PutAgent": {

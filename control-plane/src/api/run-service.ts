@@ -1,13 +1,14 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { ResolvedOutcomeSchema, RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
-import { InvalidArgumentError, NotFoundError } from "../domain/errors.js";
+import { InvalidArgumentError, NotFoundError, UnimplementedError } from "../domain/errors.js";
 import type { RunControl } from "../runner/run-control.js";
 import { optionalExternalId, requireSlug, requireUuid } from "../domain/ids.js";
 import type { RunRecord } from "../domain/records.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
 import { DEFAULT_STEPS_PAGE_BYTES, parseRunsPageToken, parseStepsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
+import type { RunForks } from "../ledger/run-fork.repository.js";
 import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
 import { cursorOf, pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
 
@@ -16,6 +17,8 @@ export interface RunServiceDeps {
   readonly control: RunControl;
   readonly hub: NotificationHub;
   readonly pollMs: number;
+  /** Operator forks; absent, ForkRun answers Unimplemented. */
+  readonly forks?: RunForks;
   /** The server's limit on one message: a ListRunSteps page reads at most half of it in records. */
   readonly maxReplyBytes?: number;
 }
@@ -34,6 +37,12 @@ function requireStepsPageToken(token: string): string {
     throw new InvalidArgumentError("page_token", "is not a page token from ListRunSteps");
   }
   return token;
+}
+
+/** Actions that stop or branch a run must say why: the reason is what the ledger keeps of the operator's intent. */
+function requireGivenReason(reason: string): string {
+  if (reason.trim() === "") throw new InvalidArgumentError("reason", "is required");
+  return reason;
 }
 
 export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunService> {
@@ -136,5 +145,15 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     pauseRun: operatorAction((runId, actorId, reason) => deps.control.pause(runId, actorId, reason)),
     resumeRun: operatorAction((runId, actorId, reason) => deps.control.resume(runId, actorId, reason)),
     requeueRun: operatorAction((runId, actorId, reason) => deps.control.requeue(runId, actorId, reason)),
+    // The connector cancel's path: stops at the next safe point, recorded with the operator and reason.
+    cancelRun: operatorAction((runId, actorId, reason) => deps.control.cancel(runId, actorId, requireGivenReason(reason))),
+    async forkRun(request) {
+      const runId = requireUuid("run_id", request.runId);
+      const actor = requireActor("actor", request.actor);
+      const reason = requireGivenReason(requireReason("reason", request.reason));
+      if (deps.forks === undefined) throw new UnimplementedError("RunService.ForkRun is not configured on this server");
+      const forkId = await deps.forks.fork({ sourceRunId: runId, stepIndex: request.stepIndex, actorId: actor.id, reason });
+      return { run: runToProto(await mustGetRun(forkId)) };
+    },
   };
 }

@@ -47,6 +47,9 @@ export interface RunRecord {
   readonly leaseEpoch: number;
   readonly paused: boolean;
   readonly cancelledByActorId: string | undefined;
+  /** An operator's fork: where it starts from, and why; and on any run, the forks taken from it. */
+  readonly fork: { readonly fromRunId: string; readonly atStep: number; readonly reason: string } | undefined;
+  readonly forkRunIds: readonly string[];
   readonly createdAt: Date;
   readonly updatedAt: Date;
   readonly finishedAt: Date | undefined;

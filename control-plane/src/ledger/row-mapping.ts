@@ -50,6 +50,11 @@ export function toRunRecord(row: RunRow, triggers: readonly TriggerRecord[]): Ru
     leaseEpoch: Number(row.lease_epoch),
     paused: row.paused,
     cancelledByActorId: optional(row.cancel_requested_by_actor_id),
+    fork:
+      row.forked_from_run_id === null
+        ? undefined
+        : { fromRunId: row.forked_from_run_id, atStep: Number(row.forked_at_step ?? 0), reason: row.fork_reason ?? "" },
+    forkRunIds: row.fork_run_ids,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
     finishedAt: optionalDate(row.finished_at),

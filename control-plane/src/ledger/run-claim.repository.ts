@@ -72,7 +72,10 @@ interface ClaimParams extends CandidateParams {
   readonly previousStatus: RunStatus;
 }
 
-/** The start rule again under the lock, the lease, its event and the run's input, in one statement. */
+/**
+ * The start rule again under the lock, the lease, its event and the run's input, in one statement.
+ * A fork (run-fork.repository.ts) is offered the tools of its source's connector; its emissions stay its own.
+ */
 const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
   WITH claimed AS (
     UPDATE runs r SET
@@ -85,11 +88,12 @@ const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
         ELSE ${raw(LEASE_EXPIRED)} END
     RETURNING r.id, r.status, r.lease_epoch, r.step_count, r.usage, r.connector, r.started_at, r.event_seq,
       r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.requested_by_actor_id, r.reply_to_message_id, r.commit_boundary,
-      coalesce(r.logical_request_id, r.id) AS logical_request_id, r.trigger_count, r.inherits_from_run_id, a.spec),
+      coalesce(r.logical_request_id, r.id) AS logical_request_id, r.trigger_count, r.inherits_from_run_id, a.spec,
+      coalesce((SELECT f.connector FROM runs f WHERE f.id = r.forked_from_run_id), r.connector) AS tools_connector),
   event AS (
     INSERT INTO run_events (run_id, seq, kind, status, summary)
     SELECT id, event_seq, 'status_changed', 'running', ${(p) => p.summary}::text || ' at epoch ' || lease_epoch FROM claimed)
-  SELECT claimed.id, claimed.lease_epoch, claimed.step_count, claimed.usage, claimed.connector, claimed.started_at,
+  SELECT claimed.id, claimed.lease_epoch, claimed.step_count, claimed.usage, claimed.tools_connector AS connector, claimed.started_at,
     claimed.cancel_requested_by_actor_id, claimed.superseded_by_run_id, claimed.requested_by_actor_id, claimed.reply_to_message_id,
     claimed.commit_boundary, claimed.logical_request_id, claimed.trigger_count, claimed.inherits_from_run_id, claimed.spec,
     ${(p) => p.previousStatus}::text AS previous_status,

@@ -12,14 +12,20 @@ const runId = (p: { readonly runId: string }) => p.runId;
 const artifactsOfRun = statement<{ runId: string }, ArtifactRow>("history_artifacts")`
   SELECT ${raw(ARTIFACT_COLUMNS("a"))} FROM artifacts a WHERE a.run_id = ${runId}::uuid ORDER BY a.created_at`;
 
-/** The runs this one inherits from, oldest first, and whether each was continued or superseded. */
-const inheritanceChain = statement<{ runId: string }, { id: string; depth: number; continued: boolean }>("history_inheritance_chain")`
+/**
+ * The runs this one inherits from, oldest first, and whether each was continued or superseded, or
+ * forked by an operator (then the step its heir starts after).
+ */
+const inheritanceChain = statement<{ runId: string }, { id: string; depth: number; continued: boolean; forked_at_step: number | null }>(
+  "history_inheritance_chain",
+)`
   WITH RECURSIVE chain(id, heir_id, depth) AS (
     SELECT r.inherits_from_run_id, r.id, 1 FROM runs r WHERE r.id = ${runId}::uuid AND r.inherits_from_run_id IS NOT NULL
     UNION ALL
     SELECT p.inherits_from_run_id, p.id, c.depth + 1 FROM chain c JOIN runs p ON p.id = c.id
     WHERE p.inherits_from_run_id IS NOT NULL AND c.depth < 64)
-  SELECT c.id, c.depth, h.continuation_of_run_id IS NOT DISTINCT FROM c.id AS continued
+  SELECT c.id, c.depth, h.continuation_of_run_id IS NOT DISTINCT FROM c.id AS continued,
+    CASE WHEN h.forked_from_run_id = c.id THEN h.forked_at_step END AS forked_at_step
   FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`;
 
 interface StepRow {
@@ -66,7 +72,10 @@ export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistor
       // Each ancestor passes on what it inherited plus the completed prefix of its own work.
       let inherited: StepState[] = [];
       for (const ancestor of chain) {
-        const own = inheritablePrefix(await stepsOf(sql, ancestor.id), ancestor.continued ? "all_settled" : "replayable_only");
+        // A fork keeps its source's settled work up to the chosen step, effects included, as a continuation does.
+        const cap = ancestor.forked_at_step;
+        const steps = (await stepsOf(sql, ancestor.id)).filter((step) => cap === null || step.index <= cap);
+        const own = inheritablePrefix(steps, ancestor.continued || cap !== null ? "all_settled" : "replayable_only");
         // Provider call ids restart with every run; prefixed, inherited ones never collide with the heir's.
         inherited = [...inherited, ...own.map((step) => withCallPrefix(step, `inherited${ancestor.depth}_`))];
       }
@@ -76,7 +85,7 @@ export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistor
 }
 
 /** A run's committed steps with their model turns and tool calls, in order. */
-async function stepsOf(sql: Sql, id: string): Promise<StepState[]> {
+export async function stepsOf(sql: Pick<Sql, "run">, id: string): Promise<StepState[]> {
   const [steps, invocations] = await Promise.all([sql.run(stepsOfRun, { runId: id }), sql.run(invocationsOfRun, { runId: id })]);
   return steps.map(
     (step): StepState => ({

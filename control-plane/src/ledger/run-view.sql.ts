@@ -31,7 +31,9 @@ const QUEUE_POSITION = `CASE WHEN r.status <> 'queued' OR r.paused THEN 0
         AND (o.created_at, o.id) < (r.created_at, r.id)) END::int`;
 
 const RUN_VIEW_COLUMNS = raw(`${RUN_COLUMNS("r")}, c.external_id AS external_conversation_id,
-    waiting.reason AS effective_wait_reason, ${QUEUE_POSITION} AS queue_position`);
+    waiting.reason AS effective_wait_reason, ${QUEUE_POSITION} AS queue_position,
+    r.forked_from_run_id, r.forked_at_step, r.fork_reason,
+    ARRAY(SELECT f.id::text FROM runs f WHERE f.forked_from_run_id = r.id ORDER BY f.created_at, f.id) AS fork_run_ids`);
 
 const RUN_VIEW_FROM = fragment<RunViewParams>`runs r JOIN conversations c ON c.id = r.conversation_id JOIN agents a ON a.id = r.agent_id
     CROSS JOIN LATERAL (SELECT ${WAIT_REASON} AS reason) waiting`;

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file keel/v1/run_service.proto.
  */
 export const file_keel_v1_run_service: GenFile = /*@__PURE__*/
-  fileDesc("ChlrZWVsL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdrZWVsLnYxIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIisKDkdldFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIocBCg9MaXN0UnVuc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEiIKBnN0YXR1cxgDIAEoDjISLmtlZWwudjEuUnVuU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgEIAEoDRISCgpwYWdlX3Rva2VuGAUgASgJIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLmtlZWwudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJMChNMaXN0UnVuU3RlcHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSJQChRMaXN0UnVuU3RlcHNSZXNwb25zZRIfCgVzdGVwcxgBIAMoCzIQLmtlZWwudjEuUnVuU3RlcBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiNAoRR2V0UnVuU3RlcFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg8KB3N0ZXBfaWQYAiABKAkiNAoSR2V0UnVuU3RlcFJlc3BvbnNlEh4KBHN0ZXAYASABKAsyEC5rZWVsLnYxLlJ1blN0ZXAiJgoUTGlzdEFydGlmYWN0c1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJIj0KFUxpc3RBcnRpZmFjdHNSZXNwb25zZRIkCglhcnRpZmFjdHMYASADKAsyES5rZWVsLnYxLkFydGlmYWN0IjQKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEIjQKEFdhdGNoUnVuUmVzcG9uc2USIAoFZXZlbnQYASABKAsyES5rZWVsLnYxLlJ1bkV2ZW50IiUKE0dldFdvcmtHcmFwaFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjkKFEdldFdvcmtHcmFwaFJlc3BvbnNlEiEKBWdyYXBoGAEgASgLMhIua2VlbC52MS5Xb3JrR3JhcGgipAEKHFJlc29sdmVVbmtub3duT3V0Y29tZVJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhoKEnRvb2xfaW52b2NhdGlvbl9pZBgCIAEoCRIpCgdvdXRjb21lGAMgASgOMhgua2VlbC52MS5SZXNvbHZlZE91dGNvbWUSHQoFYWN0b3IYBCABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgFIAEoCSJsCh1SZXNvbHZlVW5rbm93bk91dGNvbWVSZXNwb25zZRIwCg90b29sX2ludm9jYXRpb24YASABKAsyFy5rZWVsLnYxLlRvb2xJbnZvY2F0aW9uEhkKA3J1bhgCIAEoCzIMLmtlZWwudjEuUnVuIlAKD1BhdXNlUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSHQoFYWN0b3IYAiABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgDIAEoCSItChBQYXVzZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIlEKEFJlc3VtZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLgoRUmVzdW1lUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwua2VlbC52MS5SdW4iUgoRUmVxdWV1ZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLwoSUmVxdWV1ZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuMrAGCgpSdW5TZXJ2aWNlEjkKBkdldFJ1bhIWLmtlZWwudjEuR2V0UnVuUmVxdWVzdBoXLmtlZWwudjEuR2V0UnVuUmVzcG9uc2USPwoITGlzdFJ1bnMSGC5rZWVsLnYxLkxpc3RSdW5zUmVxdWVzdBoZLmtlZWwudjEuTGlzdFJ1bnNSZXNwb25zZRJLCgxMaXN0UnVuU3RlcHMSHC5rZWVsLnYxLkxpc3RSdW5TdGVwc1JlcXVlc3QaHS5rZWVsLnYxLkxpc3RSdW5TdGVwc1Jlc3BvbnNlEkUKCkdldFJ1blN0ZXASGi5rZWVsLnYxLkdldFJ1blN0ZXBSZXF1ZXN0Ghsua2VlbC52MS5HZXRSdW5TdGVwUmVzcG9uc2USTgoNTGlzdEFydGlmYWN0cxIdLmtlZWwudjEuTGlzdEFydGlmYWN0c1JlcXVlc3QaHi5rZWVsLnYxLkxpc3RBcnRpZmFjdHNSZXNwb25zZRJBCghXYXRjaFJ1bhIYLmtlZWwudjEuV2F0Y2hSdW5SZXF1ZXN0Ghkua2VlbC52MS5XYXRjaFJ1blJlc3BvbnNlMAESSwoMR2V0V29ya0dyYXBoEhwua2VlbC52MS5HZXRXb3JrR3JhcGhSZXF1ZXN0Gh0ua2VlbC52MS5HZXRXb3JrR3JhcGhSZXNwb25zZRJmChVSZXNvbHZlVW5rbm93bk91dGNvbWUSJS5rZWVsLnYxLlJlc29sdmVVbmtub3duT3V0Y29tZVJlcXVlc3QaJi5rZWVsLnYxLlJlc29sdmVVbmtub3duT3V0Y29tZVJlc3BvbnNlEj8KCFBhdXNlUnVuEhgua2VlbC52MS5QYXVzZVJ1blJlcXVlc3QaGS5rZWVsLnYxLlBhdXNlUnVuUmVzcG9uc2USQgoJUmVzdW1lUnVuEhkua2VlbC52MS5SZXN1bWVSdW5SZXF1ZXN0Ghoua2VlbC52MS5SZXN1bWVSdW5SZXNwb25zZRJFCgpSZXF1ZXVlUnVuEhoua2VlbC52MS5SZXF1ZXVlUnVuUmVxdWVzdBobLmtlZWwudjEuUmVxdWV1ZVJ1blJlc3BvbnNlYgZwcm90bzM", [file_keel_v1_run, file_keel_v1_work_graph]);
+  fileDesc("ChlrZWVsL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdrZWVsLnYxIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIisKDkdldFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIocBCg9MaXN0UnVuc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEiIKBnN0YXR1cxgDIAEoDjISLmtlZWwudjEuUnVuU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgEIAEoDRISCgpwYWdlX3Rva2VuGAUgASgJIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLmtlZWwudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJMChNMaXN0UnVuU3RlcHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSJQChRMaXN0UnVuU3RlcHNSZXNwb25zZRIfCgVzdGVwcxgBIAMoCzIQLmtlZWwudjEuUnVuU3RlcBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiNAoRR2V0UnVuU3RlcFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg8KB3N0ZXBfaWQYAiABKAkiNAoSR2V0UnVuU3RlcFJlc3BvbnNlEh4KBHN0ZXAYASABKAsyEC5rZWVsLnYxLlJ1blN0ZXAiJgoUTGlzdEFydGlmYWN0c1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJIj0KFUxpc3RBcnRpZmFjdHNSZXNwb25zZRIkCglhcnRpZmFjdHMYASADKAsyES5rZWVsLnYxLkFydGlmYWN0IjQKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEIjQKEFdhdGNoUnVuUmVzcG9uc2USIAoFZXZlbnQYASABKAsyES5rZWVsLnYxLlJ1bkV2ZW50IiUKE0dldFdvcmtHcmFwaFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjkKFEdldFdvcmtHcmFwaFJlc3BvbnNlEiEKBWdyYXBoGAEgASgLMhIua2VlbC52MS5Xb3JrR3JhcGgipAEKHFJlc29sdmVVbmtub3duT3V0Y29tZVJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhoKEnRvb2xfaW52b2NhdGlvbl9pZBgCIAEoCRIpCgdvdXRjb21lGAMgASgOMhgua2VlbC52MS5SZXNvbHZlZE91dGNvbWUSHQoFYWN0b3IYBCABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgFIAEoCSJsCh1SZXNvbHZlVW5rbm93bk91dGNvbWVSZXNwb25zZRIwCg90b29sX2ludm9jYXRpb24YASABKAsyFy5rZWVsLnYxLlRvb2xJbnZvY2F0aW9uEhkKA3J1bhgCIAEoCzIMLmtlZWwudjEuUnVuIlAKD1BhdXNlUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSHQoFYWN0b3IYAiABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgDIAEoCSItChBQYXVzZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIlEKEFJlc3VtZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLgoRUmVzdW1lUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwua2VlbC52MS5SdW4iUgoRUmVxdWV1ZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLwoSUmVxdWV1ZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIlsKGlJ1blNlcnZpY2VDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIdCgVhY3RvchgCIAEoCzIOLmtlZWwudjEuQWN0b3ISDgoGcmVhc29uGAMgASgJIjgKG1J1blNlcnZpY2VDYW5jZWxSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5rZWVsLnYxLlJ1biJjCg5Gb3JrUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEgoKc3RlcF9pbmRleBgCIAEoDRIdCgVhY3RvchgDIAEoCzIOLmtlZWwudjEuQWN0b3ISDgoGcmVhc29uGAQgASgJIiwKD0ZvcmtSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5rZWVsLnYxLlJ1bjLGBwoKUnVuU2VydmljZRI5CgZHZXRSdW4SFi5rZWVsLnYxLkdldFJ1blJlcXVlc3QaFy5rZWVsLnYxLkdldFJ1blJlc3BvbnNlEj8KCExpc3RSdW5zEhgua2VlbC52MS5MaXN0UnVuc1JlcXVlc3QaGS5rZWVsLnYxLkxpc3RSdW5zUmVzcG9uc2USSwoMTGlzdFJ1blN0ZXBzEhwua2VlbC52MS5MaXN0UnVuU3RlcHNSZXF1ZXN0Gh0ua2VlbC52MS5MaXN0UnVuU3RlcHNSZXNwb25zZRJFCgpHZXRSdW5TdGVwEhoua2VlbC52MS5HZXRSdW5TdGVwUmVxdWVzdBobLmtlZWwudjEuR2V0UnVuU3RlcFJlc3BvbnNlEk4KDUxpc3RBcnRpZmFjdHMSHS5rZWVsLnYxLkxpc3RBcnRpZmFjdHNSZXF1ZXN0Gh4ua2VlbC52MS5MaXN0QXJ0aWZhY3RzUmVzcG9uc2USQQoIV2F0Y2hSdW4SGC5rZWVsLnYxLldhdGNoUnVuUmVxdWVzdBoZLmtlZWwudjEuV2F0Y2hSdW5SZXNwb25zZTABEksKDEdldFdvcmtHcmFwaBIcLmtlZWwudjEuR2V0V29ya0dyYXBoUmVxdWVzdBodLmtlZWwudjEuR2V0V29ya0dyYXBoUmVzcG9uc2USZgoVUmVzb2x2ZVVua25vd25PdXRjb21lEiUua2VlbC52MS5SZXNvbHZlVW5rbm93bk91dGNvbWVSZXF1ZXN0GiYua2VlbC52MS5SZXNvbHZlVW5rbm93bk91dGNvbWVSZXNwb25zZRI/CghQYXVzZVJ1bhIYLmtlZWwudjEuUGF1c2VSdW5SZXF1ZXN0Ghkua2VlbC52MS5QYXVzZVJ1blJlc3BvbnNlEkIKCVJlc3VtZVJ1bhIZLmtlZWwudjEuUmVzdW1lUnVuUmVxdWVzdBoaLmtlZWwudjEuUmVzdW1lUnVuUmVzcG9uc2USRQoKUmVxdWV1ZVJ1bhIaLmtlZWwudjEuUmVxdWV1ZVJ1blJlcXVlc3QaGy5rZWVsLnYxLlJlcXVldWVSdW5SZXNwb25zZRJWCglDYW5jZWxSdW4SIy5rZWVsLnYxLlJ1blNlcnZpY2VDYW5jZWxSdW5SZXF1ZXN0GiQua2VlbC52MS5SdW5TZXJ2aWNlQ2FuY2VsUnVuUmVzcG9uc2USPAoHRm9ya1J1bhIXLmtlZWwudjEuRm9ya1J1blJlcXVlc3QaGC5rZWVsLnYxLkZvcmtSdW5SZXNwb25zZWIGcHJvdG8z", [file_keel_v1_run, file_keel_v1_work_graph]);
 
 /**
  * @generated from message keel.v1.GetRunRequest
@@ -501,6 +501,111 @@ export const RequeueRunResponseSchema: GenMessage<RequeueRunResponse> = /*@__PUR
   messageDesc(file_keel_v1_run_service, 21);
 
 /**
+ * Named apart from IngressService's CancelRunRequest, which shares the package.
+ *
+ * @generated from message keel.v1.RunServiceCancelRunRequest
+ */
+export type RunServiceCancelRunRequest = Message<"keel.v1.RunServiceCancelRunRequest"> & {
+  /**
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * @generated from field: keel.v1.Actor actor = 2;
+   */
+  actor?: Actor | undefined;
+
+  /**
+   * Required: why the operator stops the run; recorded with the cancellation.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message keel.v1.RunServiceCancelRunRequest.
+ * Use `create(RunServiceCancelRunRequestSchema)` to create a new message.
+ */
+export const RunServiceCancelRunRequestSchema: GenMessage<RunServiceCancelRunRequest> = /*@__PURE__*/
+  messageDesc(file_keel_v1_run_service, 22);
+
+/**
+ * @generated from message keel.v1.RunServiceCancelRunResponse
+ */
+export type RunServiceCancelRunResponse = Message<"keel.v1.RunServiceCancelRunResponse"> & {
+  /**
+   * The run as read after the request committed: cancelled, or still running until its next safe point.
+   *
+   * @generated from field: keel.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+};
+
+/**
+ * Describes the message keel.v1.RunServiceCancelRunResponse.
+ * Use `create(RunServiceCancelRunResponseSchema)` to create a new message.
+ */
+export const RunServiceCancelRunResponseSchema: GenMessage<RunServiceCancelRunResponse> = /*@__PURE__*/
+  messageDesc(file_keel_v1_run_service, 23);
+
+/**
+ * @generated from message keel.v1.ForkRunRequest
+ */
+export type ForkRunRequest = Message<"keel.v1.ForkRunRequest"> & {
+  /**
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The source run's step (RunStep.index) whose committed work the fork ends its inherited transcript with.
+   *
+   * @generated from field: uint32 step_index = 2;
+   */
+  stepIndex: number;
+
+  /**
+   * @generated from field: keel.v1.Actor actor = 3;
+   */
+  actor?: Actor | undefined;
+
+  /**
+   * Required: what the operator is trying out; recorded on the fork.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message keel.v1.ForkRunRequest.
+ * Use `create(ForkRunRequestSchema)` to create a new message.
+ */
+export const ForkRunRequestSchema: GenMessage<ForkRunRequest> = /*@__PURE__*/
+  messageDesc(file_keel_v1_run_service, 24);
+
+/**
+ * @generated from message keel.v1.ForkRunResponse
+ */
+export type ForkRunResponse = Message<"keel.v1.ForkRunResponse"> & {
+  /**
+   * The new run, queued (or already claimed) with a fresh budget.
+   *
+   * @generated from field: keel.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+};
+
+/**
+ * Describes the message keel.v1.ForkRunResponse.
+ * Use `create(ForkRunResponseSchema)` to create a new message.
+ */
+export const ForkRunResponseSchema: GenMessage<ForkRunResponse> = /*@__PURE__*/
+  messageDesc(file_keel_v1_run_service, 25);
+
+/**
  * Operators read and steer runs.
  *
  * @generated from service keel.v1.RunService
@@ -595,6 +700,27 @@ export const RunService: GenService<{
     methodKind: "unary";
     input: typeof RequeueRunRequestSchema;
     output: typeof RequeueRunResponseSchema;
+  },
+  /**
+   * Stops a run at its next safe point, as a connector's cancel does, on an operator's word.
+   *
+   * @generated from rpc keel.v1.RunService.CancelRun
+   */
+  cancelRun: {
+    methodKind: "unary";
+    input: typeof RunServiceCancelRunRequestSchema;
+    output: typeof RunServiceCancelRunResponseSchema;
+  },
+  /**
+   * Starts a new run from a committed step of an existing one: its transcript up to and including
+   * that step, a fresh budget, and a private conversation (its reply is recorded, never sent).
+   *
+   * @generated from rpc keel.v1.RunService.ForkRun
+   */
+  forkRun: {
+    methodKind: "unary";
+    input: typeof ForkRunRequestSchema;
+    output: typeof ForkRunResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_keel_v1_run_service, 0);

@@ -23,6 +23,7 @@ export const RunEntity = defineEntity({
     { name: "runs_parent_run_id_index", expression: 'create index "runs_parent_run_id_index" on "runs" ("parent_run_id") where "parent_run_id" is not null' },
     { name: "runs_root_run_id_index", expression: 'create index "runs_root_run_id_index" on "runs" ("root_run_id") where "root_run_id" is not null' },
     { name: "runs_superseded_by_run_id_index", expression: 'create index "runs_superseded_by_run_id_index" on "runs" ("superseded_by_run_id") where "superseded_by_run_id" is not null' },
+    { name: "runs_forked_from_run_id_index", expression: 'create index "runs_forked_from_run_id_index" on "runs" ("forked_from_run_id") where "forked_from_run_id" is not null' },
     { name: "runs_inherits_from_run_id_index", expression: 'create index "runs_inherits_from_run_id_index" on "runs" ("inherits_from_run_id") where "inherits_from_run_id" is not null' },
     // At most one continuation per exhausted run: one "yes" buys one fresh run.
     { name: "runs_continuation_of_run_id_unique", expression: 'create unique index "runs_continuation_of_run_id_unique" on "runs" ("continuation_of_run_id") where "continuation_of_run_id" is not null' },
@@ -50,6 +51,10 @@ export const RunEntity = defineEntity({
     triggerCount: p.integer().default(0),
     /** The run whose completed work this one starts from (the run it superseded, or the exhausted run it continues). */
     inheritsFromRunId: () => references(RunEntity, "inherits_from_run_id").nullable(),
+    /** An operator's fork (RunService.ForkRun): the source run, the source step it starts after, and why. */
+    forkedFromRunId: () => references(RunEntity, "forked_from_run_id").nullable(),
+    forkedAtStep: p.integer().nullable(),
+    forkReason: p.text().nullable(),
     requestedByActorId: () => references(ActorEntity, "requested_by_actor_id"),
     replyToMessageId: p.text().nullable(),
     budget: p.json<Record<string, number>>(),

@@ -73,6 +73,10 @@ export interface RunRow extends RunColumns {
   /** For a queued run, why it has not started as of the read; the stored reason otherwise. */
   effective_wait_reason: WaitReason | null;
   queue_position: number;
+  forked_from_run_id: string | null;
+  forked_at_step: number | null;
+  fork_reason: string | null;
+  fork_run_ids: string[];
 }
 
 export interface RunTriggerRow {
