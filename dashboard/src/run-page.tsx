@@ -30,24 +30,25 @@ export function RunPage(props: { readonly runId: string; readonly actor: string 
             <RunFacts run={run} />
             <h2>Timeline</h2>
             <Timeline steps={view.steps} actor={props.actor} onResolved={view.refreshStep} />
-            <h2>Artifacts</h2>
-            {view.artifacts.length === 0 ? (
-              <p class="muted">None.</p>
-            ) : (
-              <ul class="artifacts">
-                {view.artifacts.map((a) => (
-                  <li key={a.id}>
-                    <span class="mono">{a.type}</span> v{a.schemaVersion} · {a.provenance === 0 ? "" : ["", "model", "observed", "verified"][a.provenance]} ·{" "}
-                    {a.inlineData || a.reference}
-                  </li>
-                ))}
-              </ul>
-            )}
           </div>
           <aside class="run-side">
             <ActionsPanel run={run} actor={props.actor} onChanged={view.setRun} />
             <BudgetPanel run={run} />
             <Events events={view.events} />
+            <section class="panel" aria-labelledby="artifacts-title">
+              <h2 id="artifacts-title">Artifacts</h2>
+              {view.artifacts.length === 0 ? (
+                <p class="muted">None.</p>
+              ) : (
+                <ul class="artifacts">
+                  {view.artifacts.map((a) => (
+                    <li key={a.id}>
+                      <span class="mono">{a.type}</span> v{a.schemaVersion} · {["", "model", "observed", "verified"][a.provenance] ?? ""} · {a.inlineData || a.reference}
+                    </li>
+                  ))}
+                </ul>
+              )}
+            </section>
           </aside>
         </div>
       )}

@@ -2,7 +2,7 @@
 // once, then each streamed event fetches only what it names (the step it touched) and refreshes
 // the run's header at most a few times a second. A dropped stream resumes after the last seq.
 import { useEffect, useRef, useState } from "preact/hooks";
-import type { Artifact, Run, RunEvent, RunStep } from "../../gen/keel/v1/run_pb.js";
+import { ResolvedOutcome, ToolInvocationStatus, type Artifact, type Run, type RunEvent, type RunStep } from "../../gen/keel/v1/run_pb.js";
 import { runService } from "./client.js";
 import { errorText, isTerminal } from "./format.js";
 
@@ -25,6 +25,12 @@ export interface RunView {
   readonly refreshStep: (stepId: string) => void;
 }
 
+/** A step whose tool calls may still change without an event naming the step (requeue, resolution). */
+const unsettled = (step: RunStep) =>
+  step.toolInvocations.some(
+    (tool) => tool.status === ToolInvocationStatus.PENDING || (tool.status === ToolInvocationStatus.UNKNOWN_OUTCOME && tool.resolvedOutcome === ResolvedOutcome.UNSPECIFIED),
+  );
+
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
     const timer = setTimeout(resolve, ms);
@@ -38,6 +44,8 @@ export function useRunStream(runId: string): RunView {
   const [artifacts, setArtifacts] = useState<readonly Artifact[]>([]);
   const [error, setError] = useState("");
   const [live, setLive] = useState(false);
+  const latestSteps = useRef<ReadonlyMap<string, RunStep>>(steps);
+  latestSteps.current = steps;
   const refetch = useRef<(stepId: string) => void>(() => undefined);
   const ordered = useRef<{ map: ReadonlyMap<string, RunStep>; list: readonly RunStep[] }>({ map: new Map(), list: [] });
 
@@ -108,6 +116,7 @@ export function useRunStream(runId: string): RunView {
             afterSeq = event.seq;
             setEvents((before) => [...before.slice(-(MAX_EVENTS - 1)), event]);
             if (event.stepId !== "") refetch.current(event.stepId);
+            else for (const step of latestSteps.current.values()) if (unsettled(step)) refetch.current(step.id);
             scheduleRefresh();
           }
           // The server ends the stream once a settled run has nothing left to say.

@@ -77,7 +77,7 @@ function ToolCall(props: { readonly tool: ToolInvocation; readonly actor: string
   return (
     <section class="tool-call" aria-label={`tool call ${tool.toolName}`} data-tool-status={toolStatusLabel(tool.status)}>
       <h3>
-        Tool call #{tool.ordinal} · <span class="mono">{tool.toolName}.v{tool.toolVersion}</span> · {effectLabel(tool.effect)} ·{" "}
+        Tool call #{tool.ordinal} · <span class="mono">{tool.toolName}</span> · {effectLabel(tool.effect)} ·{" "}
         <span class="tool-status">{toolStatusLabel(tool.status)}</span>
       </h3>
       <pre class="block">{prettyJson(tool.argumentsJson)}</pre>

@@ -1,0 +1,293 @@
+// The operator dashboard end to end: a real Keel (HTTP/1.1 listener, as browsers use), scripted
+// agents, and Debian's chromium driven by playwright-core. Every wait is on a DOM condition or a
+// run status, never a fixed sleep. Skips with a reason when chromium is absent;
+// KEEL_REQUIRE_BROWSER=1 (CI) fails instead. Screenshots go to test-output/dashboard/.
+import { execFileSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { mkdtemp } from "node:fs/promises";
+import http from "node:http";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { chromium, type Browser, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { ResolvedOutcome, RunStatus, WaitReason, type Run } from "../gen/keel/v1/run_pb.js";
+import { RunService } from "../gen/keel/v1/run_service_pb.js";
+import { ensureDashboardBuilt } from "../dashboard/ensure-built.js";
+import { DASHBOARD_CSP } from "../control-plane/src/api/dashboard-assets.js";
+import { toolCall as call, scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { defineTool } from "../control-plane/src/tools/tool-registry.js";
+import { ROOT } from "./support/child-processes.js";
+import { connectClient } from "./support/clients.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { createTestTools } from "./support/test-tools.js";
+
+const REQUIRED = process.env["KEEL_REQUIRE_BROWSER"] === "1";
+const CHROMIUM = (() => {
+  try {
+    return execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim() || undefined;
+  } catch {
+    return undefined;
+  }
+})();
+if (CHROMIUM === undefined && !REQUIRED) console.log("skipping the dashboard browser test: Debian's chromium is not installed (apt-get install chromium)");
+
+const SHOTS = path.join(ROOT, "test-output", "dashboard");
+/** Generous: the whole suite shares two cores. */
+const UI_TIMEOUT_MS = 30_000;
+const OPERATOR = "olivia";
+const TOOLS = ["test.echo.v1", "test.append_line.v1", "test.flaky_write.v1", "test.hold.v1"];
+
+/** A write that never answers until its worker is fenced out or stops: its outcome can only be unknown. */
+const flakyWrite = defineTool<{ key: string }>({
+  name: "test.flaky_write",
+  version: 1,
+  description: "A write whose connection is lost.",
+  parameters: z.object({ key: z.string() }),
+  effect: "write",
+  execute(_args, context) {
+    return new Promise((_resolve, reject) => {
+      const stop = () => reject(new Error("lost connection"));
+      if (context.signal.aborted) stop();
+      else context.signal.addEventListener("abort", stop, { once: true });
+    });
+  },
+});
+
+/** A read that answers only when the test releases it: the run is mid-step for as long as needed. */
+let release: () => void = () => undefined;
+const released = new Promise<void>((resolve) => (release = resolve));
+const holdRead = defineTool<{ text: string }>({
+  name: "test.hold",
+  version: 1,
+  description: "A read that waits for the test.",
+  parameters: z.object({ text: z.string() }),
+  effect: "read",
+  async execute(args, context) {
+    await new Promise<void>((resolve, reject) => {
+      void released.then(resolve);
+      context.signal.addEventListener("abort", () => reject(new Error("aborted")), { once: true });
+    });
+    return { ok: true, text: `held ${args.text}` };
+  },
+});
+
+/** The status of a GET whose request target is sent exactly as given. */
+function rawStatus(base: string, target: string): Promise<number> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const request = http.get({ host: hostname, port, path: target }, (response) => {
+      response.resume();
+      resolve(response.statusCode ?? 0);
+    });
+    request.once("error", reject);
+  });
+}
+
+describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in chromium", () => {
+  let keel: TestKeel;
+  let browser: Browser;
+  let page: Page;
+
+  beforeAll(async () => {
+    if (CHROMIUM === undefined) throw new Error("KEEL_REQUIRE_BROWSER=1 but chromium is not installed");
+    mkdirSync(SHOTS, { recursive: true });
+    await ensureDashboardBuilt();
+    keel = await startTestKeel({
+      tools: [...createTestTools({ effectsDir: await mkdtemp(path.join(tmpdir(), "keel-dashboard-effects-")) }), flakyWrite, holdRead],
+      // The flaky write keeps one worker until the server stops.
+      workers: 3,
+      agents: [
+        scriptedAgent(
+          "dash-steps",
+          [
+            turn("", [call("test.echo.v1", { text: "look around" })], { inputTokens: 120, outputTokens: 16, delayMs: 200 }),
+            turn("", [call("test.append_line.v1", { key: "k1" })], { inputTokens: 180, outputTokens: 12, delayMs: 200 }),
+            turn("done: {{message}}", [], { inputTokens: 220, outputTokens: 9 }),
+          ],
+          { tools: toolGrants(TOOLS) },
+        ),
+        scriptedAgent("dash-hold", [turn("", [call("test.hold.v1", { text: "wait" })]), turn("went on after the pause")], { tools: toolGrants(TOOLS) }),
+        scriptedAgent("dash-flaky", [turn("", [call("test.flaky_write.v1", { key: "k7" })]), turn("went on after recovery")], { tools: toolGrants(TOOLS) }),
+      ],
+    });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+    page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    page.setDefaultTimeout(UI_TIMEOUT_MS);
+  });
+
+  afterAll(async () => {
+    release();
+    await browser?.close();
+    await keel?.stop();
+  });
+
+  const runs = () => connectClient(RunService, keel.url, keel.tokens.operator);
+
+  async function submit(agentId: string, text: string): Promise<string> {
+    const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
+    const tag = Math.random().toString(36).slice(2, 10);
+    const { runId } = await ingress.submitMessage({ agentId, conversationId: `dash-${tag}`, actor: { id: "alice" }, messageId: `m-${tag}`, text, connector: "dash-test" });
+    return runId;
+  }
+
+  async function waitForRun(runId: string, done: (run: Run) => boolean): Promise<Run> {
+    const deadline = Date.now() + UI_TIMEOUT_MS;
+    for (;;) {
+      const { run } = await runs().getRun({ runId });
+      if (run !== undefined && done(run)) return run;
+      if (Date.now() > deadline) throw new Error(`run ${runId} never reached the expected state (last: ${RunStatus[run?.status ?? 0]})`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  const row = (runId: string) => page.locator(`tr[data-run-id="${runId}"]`);
+  const runStatus = () => page.getByTestId("run-status");
+
+  async function openRun(runId: string) {
+    await page.goto(`${keel.http1Url}/#/`);
+    await row(runId).locator("a.run-link").click();
+    await page.getByRole("heading", { name: `Run ${runId}` }).waitFor();
+  }
+
+  async function act(button: string, reason: string) {
+    await page.locator('input[name="action-reason"]').fill(reason);
+    await page.getByRole("button", { name: button, exact: true }).click();
+  }
+
+  it("serves the page and its assets with a strict policy, and nothing outside the build", async () => {
+    const index = await fetch(`${keel.http1Url}/`);
+    expect(index.status).toBe(200);
+    expect(index.headers.get("content-security-policy")).toBe(DASHBOARD_CSP);
+    expect(index.headers.get("cache-control")).toBe("no-cache");
+    const html = await index.text();
+    const script = /src="(\/assets\/[^"]+\.js)"/.exec(html)?.[1];
+    expect(script).toBeDefined();
+    const asset = await fetch(`${keel.http1Url}${script!}`);
+    expect(asset.status).toBe(200);
+    expect(asset.headers.get("content-type")).toBe("text/javascript; charset=utf-8");
+    expect(asset.headers.get("cache-control")).toContain("immutable");
+    // Sent as raw request targets: fetch would normalise the dots away before they reach the server.
+    for (const probe of ["/assets/../../package.json", "/assets/..%2f..%2fpackage.json", "/assets/%2e%2e/index.html", "/assets/.env", "/assets/sub/x.js", "/dashboard/dist/index.html"]) {
+      expect(await rawStatus(keel.http1Url, probe), probe).toBe(404);
+    }
+    expect((await fetch(`${keel.http1Url}/healthz`)).status).toBe(200);
+  });
+
+  it("refuses a wrong token, signs in with an operator token kept out of the URL", async () => {
+    await page.goto(`${keel.http1Url}/`);
+    await page.getByLabel("Operator token").fill("kt_not_a_real_token");
+    await page.getByLabel(/Your name/).fill(OPERATOR);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByRole("alert").first().textContent(), { timeout: UI_TIMEOUT_MS }).toContain("cannot read runs");
+
+    await page.getByLabel("Operator token").fill(keel.tokens.operator);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    expect(page.url()).not.toContain(keel.tokens.operator);
+    expect(await page.evaluate('sessionStorage.getItem("keel.token")')).toBe(keel.tokens.operator);
+    await expect.poll(() => page.getByTestId("actor").textContent()).toBe(OPERATOR);
+  });
+
+  it("shows a scripted run stream to completion in the table and opens its steps", async () => {
+    const runId = await submit("dash-steps", "tidy the repo");
+    await row(runId).and(page.locator('[data-status="succeeded"]')).waitFor();
+    expect(await row(runId).locator("td").nth(2).textContent()).toBe("dash-steps");
+    await page.screenshot({ path: path.join(SHOTS, "runs.png") });
+
+    // The status filter asks the server: a succeeded run is not among the failed ones.
+    await page.getByLabel("Status").selectOption({ label: "failed" });
+    await row(runId).waitFor({ state: "detached" });
+    await page.getByLabel("Status").selectOption({ label: "any" });
+    await row(runId).waitFor();
+
+    await openRun(runId);
+    await expect.poll(() => runStatus().textContent()).toBe("succeeded");
+    await expect.poll(() => page.getByTestId("final-reply").textContent()).toBe("done: tidy the repo");
+    const steps = page.locator("li.step");
+    await expect.poll(() => steps.count()).toBe(3);
+    await steps.nth(0).locator("summary").first().click();
+    const firstTool = steps.nth(0).locator("section.tool-call");
+    await expect.poll(() => firstTool.textContent()).toContain("test.echo.v1");
+    expect(await firstTool.textContent()).toContain('"text": "look around"');
+    expect(await firstTool.locator(".tool-status").textContent()).toBe("succeeded");
+    const model = steps.nth(0).locator("section.model-call");
+    expect(await model.textContent()).toMatch(/120 in \/ 16 out/);
+    await model.getByText("Request transcript").click();
+    await expect.poll(() => model.locator(".transcript").textContent()).toContain("tidy the repo");
+    await steps.nth(1).locator("summary").first().click();
+    await expect.poll(() => steps.nth(1).locator(".tool-call").textContent()).toContain("appended k1");
+    await expect.poll(() => page.locator(".artifacts").textContent()).toContain("line v1 · observed · k1");
+    await page.screenshot({ path: path.join(SHOTS, "run-steps.png"), fullPage: true });
+    await page.emulateMedia({ colorScheme: "dark" });
+    await page.screenshot({ path: path.join(SHOTS, "run-steps-dark.png") });
+    await page.emulateMedia({ colorScheme: "light" });
+  });
+
+  it("pauses a run mid-step, streams it parking, and resumes it to completion", async () => {
+    const runId = await submit("dash-hold", "hold on");
+    await waitForRun(runId, (run) => run.status === RunStatus.AWAITING_TOOL);
+    await openRun(runId);
+    await expect.poll(() => runStatus().textContent()).toBe("awaiting_tool");
+    await page.locator('[data-live="yes"]').waitFor();
+    // Layout shifts from here on are the streaming page's own (the first render is done).
+    // (Page scripts as strings: this file is typed without the DOM library.)
+    await page.evaluate(`
+      window.shift = 0;
+      new PerformanceObserver((list) => {
+        for (const entry of list.getEntries()) if (!entry.hadRecentInput) window.shift += entry.value;
+      }).observe({ type: "layout-shift" });
+    `);
+
+    await act("Pause", "checking the disk first");
+    await page.getByTestId("run-paused").waitFor();
+    expect((await runs().getRun({ runId })).run?.paused).toBe(true);
+
+    // The step ends; at its safe point the worker parks the paused run, and the page streams it.
+    release();
+    await expect.poll(() => runStatus().textContent(), { timeout: UI_TIMEOUT_MS }).toBe("queued");
+    await expect.poll(() => page.getByTestId("wait-reason").textContent()).toContain("paused");
+    await expect.poll(() => page.locator(".events").textContent()).toContain(`paused by ${OPERATOR}: checking the disk first`);
+    await page.screenshot({ path: path.join(SHOTS, "run-paused.png") });
+
+    await act("Resume", "disk is fine");
+    await expect.poll(() => runStatus().textContent(), { timeout: UI_TIMEOUT_MS }).toBe("succeeded");
+    await expect.poll(() => page.getByTestId("final-reply").textContent()).toBe("went on after the pause");
+    await expect.poll(() => page.locator(".events").textContent()).toContain(`resumed by ${OPERATOR}: disk is fine`);
+    await expect.poll(() => page.locator("li.step").count()).toBe(2);
+    const shift = Number(await page.evaluate("window.shift"));
+    console.log(`dashboard: cumulative layout shift while the run streamed = ${shift.toFixed(4)}`);
+    expect(shift).toBeLessThan(0.1);
+  });
+
+  it("requeues a run stuck in a write and resolves its unknown outcome", async () => {
+    const runId = await submit("dash-flaky", "write k7");
+    await waitForRun(runId, (run) => run.status === RunStatus.AWAITING_TOOL);
+    await openRun(runId);
+    await expect.poll(() => runStatus().textContent()).toBe("awaiting_tool");
+
+    await act("Requeue", "worker stuck");
+    await expect.poll(() => runStatus().textContent(), { timeout: UI_TIMEOUT_MS }).toBe("waiting");
+    await expect.poll(() => page.getByTestId("wait-reason").textContent()).toContain("unknown_write_outcome");
+    const step = page.locator("li.step").first();
+    await expect.poll(() => step.textContent()).toContain("needs operator");
+    await step.locator("summary").first().click();
+    const form = step.getByRole("form", { name: "resolve unknown outcome" });
+    await form.waitFor();
+    await page.screenshot({ path: path.join(SHOTS, "unknown-outcome.png") });
+
+    await form.getByRole("button", { name: "Not applied" }).click();
+    await expect.poll(() => form.getByRole("alert").textContent()).toContain("reason");
+    await form.getByLabel("Reason").fill("no k7 line on the remote");
+    await form.getByRole("button", { name: "Not applied" }).click();
+    await expect.poll(() => step.locator(".resolution").textContent(), { timeout: UI_TIMEOUT_MS }).toBe(`not_applied by ${OPERATOR}: no k7 line on the remote`);
+    await expect.poll(() => runStatus().textContent(), { timeout: UI_TIMEOUT_MS }).toBe("succeeded");
+    await expect.poll(() => page.getByTestId("final-reply").textContent()).toBe("went on after recovery");
+
+    const { steps } = await runs().listRunSteps({ runId });
+    expect(steps[0]?.toolInvocations[0]).toMatchObject({ resolvedOutcome: ResolvedOutcome.NOT_APPLIED, resolvedByActorId: OPERATOR });
+    expect((await runs().getRun({ runId })).run?.waitReason).toBe(WaitReason.UNSPECIFIED);
+    await page.screenshot({ path: path.join(SHOTS, "resolved.png"), fullPage: true });
+  });
+});
