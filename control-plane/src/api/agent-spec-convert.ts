@@ -23,6 +23,7 @@ import {
   type Policy,
   type ToolEffect,
 } from "../domain/agent.js";
+import type { ProgressCadence } from "../domain/progress.js";
 import { InvalidArgumentError } from "../domain/errors.js";
 import { requireSlug } from "../domain/ids.js";
 import { fromEnum, toEnum } from "./convert.js";
@@ -192,8 +193,19 @@ export function agentSpecFromProto(spec: AgentSpecProto | undefined, bounds: Age
       }),
     },
     maxConcurrentRootRuns: upTo("agent.max_concurrent_root_runs", spec.maxConcurrentRootRuns, LIMITS.maxConcurrentRootRuns) || DEFAULT_MAX_CONCURRENT_ROOT_RUNS,
+    ...progressFromProto(spec.progress),
     revision: 0,
   };
+}
+
+/** Only the delays asked for (non-zero); domain/progress.ts ignores any that would not lower the default. */
+function progressFromProto(progress: AgentSpecProto["progress"]): Pick<AgentSpec, "progress"> {
+  if (progress === undefined) return {};
+  const asked: { -readonly [K in keyof ProgressCadence]?: number } = {};
+  if (progress.firstAfterMs > 0) asked.firstAfterMs = progress.firstAfterMs;
+  if (progress.everyMs > 0) asked.everyMs = progress.everyMs;
+  if (progress.minGapMs > 0) asked.minGapMs = progress.minGapMs;
+  return Object.keys(asked).length === 0 ? {} : { progress: asked };
 }
 
 function modelToProto(model: ModelSpec) {
@@ -254,5 +266,8 @@ export function agentSpecToProto(spec: AgentSpec): AgentSpecProto {
     sandbox: { image: spec.sandbox.image, labels: [...spec.sandbox.labels], secrets: spec.sandbox.secrets.map((s) => ({ ...s })) },
     maxConcurrentRootRuns: spec.maxConcurrentRootRuns,
     revision: BigInt(spec.revision),
+    ...(spec.progress === undefined
+      ? {}
+      : { progress: { firstAfterMs: spec.progress.firstAfterMs ?? 0, everyMs: spec.progress.everyMs ?? 0, minGapMs: spec.progress.minGapMs ?? 0 } }),
   });
 }
