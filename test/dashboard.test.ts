@@ -37,7 +37,7 @@ const SHOTS = path.join(ROOT, "test-output", "dashboard");
 /** Generous: the whole suite shares two cores. */
 const UI_TIMEOUT_MS = 30_000;
 const OPERATOR = "olivia";
-const TOOLS = ["test.echo.v1", "test.append_line.v1", "test.flaky_write.v1", "test.hold.v1"];
+const TOOLS = ["test.echo.v1", "test.append_line.v1", "test.flaky_write.v1", "test.hold.v1", "keel.ask_user.v1"];
 
 /** A write that never answers until its worker is fenced out or stops: its outcome can only be unknown. */
 const flakyWrite = defineTool<{ key: string }>({
@@ -109,6 +109,7 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in 
           { tools: toolGrants(TOOLS) },
         ),
         scriptedAgent("dash-hold", [turn("", [call("test.hold.v1", { text: "wait" })]), turn("went on after the pause")], { tools: toolGrants(TOOLS) }),
+        scriptedAgent("dash-ask", [turn("", [call("keel.ask_user.v1", { question: "which branch?" })]), turn("thanks")], { tools: toolGrants(TOOLS) }),
         scriptedAgent("dash-flaky", [turn("", [call("test.flaky_write.v1", { key: "k7" })]), turn("went on after recovery")], { tools: toolGrants(TOOLS) }),
       ],
     });
@@ -223,6 +224,19 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in 
     await page.emulateMedia({ colorScheme: "dark" });
     await page.screenshot({ path: path.join(SHOTS, "run-steps-dark.png") });
     await page.emulateMedia({ colorScheme: "light" });
+
+    // Fork from the first step: the page moves to the new run, and the two link to each other.
+    const fork = steps.nth(0).getByRole("form", { name: "fork from step 0" });
+    await fork.getByLabel("Fork reason").fill("try without the echo");
+    await fork.getByRole("button", { name: "Fork from step 0" }).click();
+    await expect.poll(() => page.url()).not.toContain(runId);
+    const forkId = /#\/runs\/([0-9a-f-]{36})$/.exec(page.url())?.[1];
+    expect(forkId).toBeDefined();
+    await expect.poll(() => page.getByTestId("forked-from").textContent()).toBe(`${runId.slice(0, 8)} at step 0: try without the echo`);
+    const forked = (await runs().getRun({ runId: forkId! })).run;
+    expect(forked).toMatchObject({ forkedFromRunId: runId, forkedAtStep: 0, forkReason: "try without the echo" });
+    await page.getByTestId("forked-from").getByRole("link").click();
+    await expect.poll(() => page.getByTestId("forks").textContent()).toContain(forkId!.slice(0, 8));
   });
 
   it("pauses a run mid-step, streams it parking, and resumes it to completion", async () => {
@@ -259,6 +273,17 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in 
     const shift = Number(await page.evaluate("window.shift"));
     console.log(`dashboard: cumulative layout shift while the run streamed = ${shift.toFixed(4)}`);
     expect(shift).toBeLessThan(0.1);
+  });
+
+  it("cancels a run parked for input", async () => {
+    const runId = await submit("dash-ask", "ask me");
+    await waitForRun(runId, (run) => run.status === RunStatus.AWAITING_INPUT);
+    await openRun(runId);
+    await expect.poll(() => runStatus().textContent()).toBe("awaiting_input");
+    await act("Cancel", "asked the wrong team");
+    await expect.poll(() => runStatus().textContent(), { timeout: UI_TIMEOUT_MS }).toBe("cancelled");
+    expect((await runs().getRun({ runId })).run?.cancelledByActorId).toBe(OPERATOR);
+    await expect.poll(() => page.locator(".actions").textContent()).toContain("no actions apply");
   });
 
   it("requeues a run stuck in a write and resolves its unknown outcome", async () => {

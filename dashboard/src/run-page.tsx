@@ -101,6 +101,15 @@ function RunFacts(props: { readonly run: Run }) {
         <dd>
           <RunLink id={run.continuationOfRunId} />
         </dd>
+        <dt>Forked from</dt>
+        <dd data-testid="forked-from">
+          <RunLink id={run.forkedFromRunId} />
+          {run.forkedFromRunId === "" ? "" : ` at step ${run.forkedAtStep}: ${run.forkReason}`}
+        </dd>
+        <dt>Forks</dt>
+        <dd data-testid="forks">
+          {run.forkRunIds.length === 0 ? <span class="muted">—</span> : run.forkRunIds.map((id) => <RunLink key={id} id={id} />)}
+        </dd>
         <dt>Superseded by</dt>
         <dd>
           <RunLink id={run.supersededByRunId} />

@@ -67,9 +67,11 @@ export function BudgetPanel(props: { readonly run: Run }) {
   );
 }
 
-type Action = "pause" | "resume" | "requeue";
+type Action = "pause" | "resume" | "requeue" | "cancel";
 
-/** Pause, resume and requeue, each recorded with the operator's name and the reason given. */
+const DONE: Record<Action, string> = { pause: "paused", resume: "resumed", requeue: "requeued", cancel: "cancel requested" };
+
+/** Pause, resume, requeue and cancel, each recorded with the operator's name and the reason given. */
 export function ActionsPanel(props: { readonly run: Run; readonly actor: string; readonly onChanged: (run: Run) => void }) {
   const [reason, setReason] = useState("");
   const [message, setMessage] = useState("");
@@ -87,10 +89,10 @@ export function ActionsPanel(props: { readonly run: Run; readonly actor: string;
     setError("");
     try {
       const request = { runId: run.id, actor: { id: props.actor }, reason: reason.trim() };
-      const reply =
-        action === "pause" ? await runService.pauseRun(request) : action === "resume" ? await runService.resumeRun(request) : await runService.requeueRun(request);
+      const call = { pause: runService.pauseRun, resume: runService.resumeRun, requeue: runService.requeueRun, cancel: runService.cancelRun }[action];
+      const reply = await call(request);
       if (reply.run !== undefined) props.onChanged(reply.run);
-      setMessage(`${action}d by ${props.actor}`);
+      setMessage(`${DONE[action]} by ${props.actor}`);
       setReason("");
     } catch (caught) {
       setError(errorText(caught));
@@ -116,6 +118,9 @@ export function ActionsPanel(props: { readonly run: Run; readonly actor: string;
           </button>
           <button type="button" disabled={busy || terminal} onClick={() => void act("requeue")}>
             Requeue
+          </button>
+          <button type="button" class="danger" disabled={busy || terminal} onClick={() => void act("cancel")}>
+            Cancel
           </button>
         </div>
         <p class="muted small" role="status">

@@ -64,6 +64,7 @@ function StepRow(props: { readonly step: RunStep; readonly actor: string; readon
           {tools.map((tool) => (
             <ToolCall key={tool.id} tool={tool} actor={props.actor} onResolved={props.onResolved} />
           ))}
+          {step.committedAt === undefined ? null : <ForkForm step={step} actor={props.actor} />}
         </div>
       </details>
     </li>
@@ -145,6 +146,42 @@ function ResolveForm(props: { readonly tool: ToolInvocation; readonly actor: str
       </button>
       <button type="button" disabled={busy} onClick={() => void resolve(ResolvedOutcome.NOT_APPLIED)}>
         Not applied
+      </button>
+      <span class="error" role="alert">
+        {error}
+      </span>
+    </form>
+  );
+}
+
+/** A new run from this step: the transcript up to it, a fresh budget, the operator's reason. */
+function ForkForm(props: { readonly step: RunStep; readonly actor: string }) {
+  const [reason, setReason] = useState("");
+  const [error, setError] = useState("");
+  const [busy, setBusy] = useState(false);
+  const fork = async () => {
+    if (reason.trim() === "") {
+      setError("Say what the fork tries out: the reason is recorded on it.");
+      return;
+    }
+    setBusy(true);
+    try {
+      const reply = await runService.forkRun({ runId: props.step.runId, stepIndex: props.step.index, actor: { id: props.actor }, reason: reason.trim() });
+      if (reply.run !== undefined) window.location.hash = `#/runs/${reply.run.id}`;
+    } catch (caught) {
+      setError(errorText(caught));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="resolve fork" onSubmit={(e) => e.preventDefault()} aria-label={`fork from step ${props.step.index}`}>
+      <label>
+        Fork reason
+        <input name="fork-reason" value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
+      </label>
+      <button type="button" disabled={busy} onClick={() => void fork()}>
+        Fork from step {props.step.index}
       </button>
       <span class="error" role="alert">
         {error}
