@@ -182,7 +182,7 @@ async function waitFor(runId: string, done: (run: Run) => boolean, timeoutMs = 3
   throw new Error(`run ${runId} never got there; last ${last === undefined ? "?" : RunStatus[last.status]}`);
 }
 
-const ended = (run: Run) => [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXHAUSTED].includes(run.status);
+const ended = (run: Run) => [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.BUDGET_EXHAUSTED].includes(run.status);
 
 async function stepsOf(runId: string): Promise<RunStep[]> {
   return (await runs().listRunSteps({ runId, pageSize: 100 })).steps;

@@ -29,6 +29,7 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel token list | keel token revoke TOKEN_ID
   keel gc [--older-than 30d] [--dry-run]
   keel gc [--older-than 30d] [--dry-run]
+  keel replay RUN_ID | keel replay --all [--since 1d] [--limit N]
   keel sandbox-agent --control-plane URL --token T [--backend docker|process] [--host-id ID]
         [--capacity N] [--label k=v]... [--image I]... [--warm-pool N] [--disk-quota-mib N] [--data-dir D]
         [--allow-unsandboxed] [--ca F] [--tls-cert F --tls-key F] [--insecure]
@@ -36,6 +37,10 @@ const USAGE = `keel: a durable control plane for AI agent runs
 \`keel sandbox-agent\` runs a sandbox host: it attaches to the control plane (token role
 sandbox-host; KEEL_SANDBOX_TOKEN also works) and runs each run's workspace commands. The
 process backend needs bubblewrap; --allow-unsandboxed runs its commands unsandboxed (unsafe).
+
+\`keel replay\` re-runs recorded runs against the current code, policy and tools, with the
+recorded model turns and tool results (nothing is executed or written), and prints where they
+diverge; exit 1 on a divergence.
 
 \`keel resume\` lifts an operator's pause. \`keel recover\` lists runs waiting on a write whose
 outcome a stopped worker left unknown; with a run id it records what you found (applied or
@@ -187,6 +192,10 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       case "gc": {
         const { gcCommand } = await import("./cli/gc-command.js");
         return await gcCommand(rest, () => loadConfig(env), out);
+      }
+      case "replay": {
+        const { replayCommand } = await import("./cli/replay-command.js");
+        return await replayCommand(rest, () => loadConfig(env), out, { env });
       }
       case "sandbox-agent": {
         const { values } = parseArgs({
