@@ -262,8 +262,8 @@ describe("limits a client without a token meets", () => {
   it("gives a connection its large receive windows only once it made an authorized call", async () => {
     const session = await connectSession(keel.url);
     try {
-      // The protocol default: a client without a valid token can push 64 KiB per stream at most.
-      expect(session.remoteSettings.initialWindowSize).toBe(65_535);
+      // A client without a valid token can push 16 KiB per stream at most.
+      expect(session.remoteSettings.initialWindowSize).toBe(16 * 1024);
       const widened = new Promise<http2.Settings>((resolve) => session.once("remoteSettings", resolve));
       expect(await rawCall(session, "/keel.v1.RunService/ListRuns", keel.tokens.operator)).toBe("0");
       expect((await widened).initialWindowSize).toBe(4 * 1024 * 1024);

@@ -31,9 +31,12 @@ const CLOSE_GRACE_MS = 2_000;
  * stream and per connection) lets a client send only that much per round trip, which throttles a
  * streaming upload such as a sandbox host's Attach stream to a fraction of loopback speed. Memory
  * stays bounded: a stream whose reader stops (its consumer is behind) stops being credited, so at
- * most this much waits unread. A connection without a valid token keeps the default, so it can
- * push only 64 KiB of a body the server will never read.
+ * most this much waits unread. Until then a stream's window is 16 KiB (and the connection's the
+ * protocol default, 64 KiB): a connection without a valid token can push only that much of a
+ * body the server will never read. An authorized connection's first call waits one round trip
+ * for the wider window if its body is larger.
  */
+const FIRST_STREAM_WINDOW_BYTES = 16 * 1024;
 const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
 const SESSION_WINDOW_BYTES = 16 * 1024 * 1024;
 /** A TLS handshake that takes longer than this is dropped: a half-open handshake holds a socket. */
@@ -194,7 +197,7 @@ function createHttp2Server(
   const options: http2.ServerOptions = {
     maxSessionMemory: 64,
     maxHeaderListPairs: 128,
-    settings: { maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderBytes },
+    settings: { initialWindowSize: FIRST_STREAM_WINDOW_BYTES, maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderBytes },
   };
   const server =
     tls === undefined
