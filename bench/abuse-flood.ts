@@ -1,6 +1,8 @@
 // The attacker of the abuse bench, run as its own process so its CPU and memory are not the
 // server's: `node --import tsx bench/abuse-flood.ts URL MODE RATE UPLOADERS PER_CONNECTION`.
 // It prints "ready" once its first connections are up and attacks until its stdin closes.
+// MODE "spin" sends nothing and only keeps its CPU busy: the bench's control for what an attacker
+// costs the machine (the other CPU's share of everyone else's work) rather than the server.
 // MODE is "uploads" (unauthenticated 4 MiB bodies, 8 at a time on each of UPLOADERS connections),
 // "tokens" (unary calls with random bearer tokens at RATE per second) or "both". Prints one
 // JSON line with what it sent and how the server answered. The attacker knows the server's
@@ -204,9 +206,22 @@ async function tokens(url: string, rate: number, counts: Counts, ready: (first: 
   for (const connection of connections) connection.session.destroy();
 }
 
+/** Keeps this process's CPU busy, yielding every few milliseconds so stdin's end is seen. */
+async function spin(): Promise<void> {
+  while (attack.on) {
+    const until = performance.now() + 5;
+    while (performance.now() < until) {
+      // busy
+    }
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
 async function main(): Promise<void> {
   const [url, mode, rate, lanes, calls] = process.argv.slice(2);
-  if (url === undefined || (mode !== "uploads" && mode !== "tokens" && mode !== "both")) throw new Error("usage: abuse-flood.ts URL uploads|tokens|both RATE UPLOADERS PER_CONNECTION");
+  if (url === undefined || (mode !== "uploads" && mode !== "tokens" && mode !== "both" && mode !== "spin")) {
+    throw new Error("usage: abuse-flood.ts URL uploads|tokens|both|spin RATE UPLOADERS PER_CONNECTION");
+  }
   if (calls !== undefined && Number(calls) > 0) perConnection = Number(calls);
   const counts: Counts = {
     uploadsSent: 0,
@@ -224,8 +239,9 @@ async function main(): Promise<void> {
   const first: Promise<void>[] = [];
   const ready = (connection: Connection) => first.push(connected(connection));
   const attacking = Promise.all([
-    mode === "tokens" ? undefined : uploads(url, Number(lanes), counts, ready),
-    mode === "uploads" ? undefined : tokens(url, Number(rate), counts, ready),
+    mode === "tokens" || mode === "spin" ? undefined : uploads(url, Number(lanes), counts, ready),
+    mode === "uploads" || mode === "spin" ? undefined : tokens(url, Number(rate), counts, ready),
+    mode === "spin" ? spin() : undefined,
   ]);
   await Promise.all(first);
   process.stdout.write("ready\n");

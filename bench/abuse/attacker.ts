@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 
 const FLOOD_SCRIPT = fileURLToPath(new URL("../abuse-flood.ts", import.meta.url));
 
-export type AttackMode = "uploads" | "tokens" | "both";
+export type AttackMode = "uploads" | "tokens" | "both" | "spin";
 
 export interface AttackSettings {
   readonly url: string;
