@@ -7,7 +7,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { agentCeiling, startBlocker, type StartFacts } from "../control-plane/src/domain/run-start.js";
 import { RUN_STATUSES } from "../control-plane/src/domain/run.js";
-import { FACTS_SET, FACTS_SET_CTES, startBlockerSql } from "../control-plane/src/ledger/run-start.sql.js";
+import { claimStartLocksSql, FACTS_LOCKED, FACTS_SET, FACTS_SET_CTES, startBlockerSql } from "../control-plane/src/ledger/run-start.sql.js";
 import { raw, statement } from "../control-plane/src/ledger/sql.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
@@ -28,6 +28,17 @@ const blockersFromSetFacts = statement<Params, { id: string; reason: string | nu
   SELECT r.id, ${startBlockerSql<Params>({ now, installCeiling }, FACTS_SET)} AS reason
   FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
   WHERE r.status = 'queued'`;
+
+/**
+ * The same rule as a claim's re-check reads it: counts taken under the start locks for one agent.
+ * The generated install ceiling (at most 4) is below the slot count, so the locks are taken
+ * exclusively and the counts carry no margin: the answer must equal the domain's.
+ */
+const blockersFromLockedFacts = statement<Params & { agentId: string }, { id: string; reason: string | null }>("test_run_start_blockers_locked_facts")`
+  WITH locked AS ${claimStartLocksSql<Params & { agentId: string }>((p) => p.agentId, () => true, installCeiling)}
+  SELECT r.id, ${startBlockerSql<Params & { agentId: string }>({ now, installCeiling }, FACTS_LOCKED)} AS reason
+  FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN locked ON true
+  WHERE r.agent_id = ${(p) => p.agentId}`;
 
 const T0 = Date.parse("2026-12-01T12:00:00Z");
 const AGENTS = ["agent-a", "agent-b"] as const;
@@ -125,6 +136,14 @@ describe("the run-start rule, in SQL and in the domain", () => {
           });
           const queued = new Map([...expected].filter(([id]) => facts.find((run) => run.id === id)?.status === "queued"));
           expect(new Map(fromSet.rows.map((row) => [row.id, row.reason]))).toEqual(queued);
+          for (const agentId of AGENTS) {
+            const fromLocked = await db.query<{ id: string; reason: string | null }>({
+              text: blockersFromLockedFacts.text,
+              values: blockersFromLockedFacts.bind({ now: new Date(T0), installCeiling: world.installCeiling, agentId }),
+            });
+            const ofAgent = new Map([...expected].filter(([id]) => facts.find((run) => run.id === id)?.agentId === agentId));
+            expect(new Map(fromLocked.rows.map((row) => [row.id, row.reason]))).toEqual(ofAgent);
+          }
         } finally {
           await db.query("ROLLBACK");
         }

@@ -1,15 +1,15 @@
 // Claiming a run: a candidate the run-start rule lets start (or whose lease expired), the rule
-// checked again under the admission lock, and the lease start with the run's input, in one
+// checked again under the start locks, and the lease start with the run's input, in one
 // transaction.
 import type { AgentSpec } from "../domain/agent.js";
 import { systemClock, type Clock } from "../domain/clock.js";
 import { ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
 import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import type { ClaimedRun, RunStore } from "../runner/run-store.js";
-import { ADMISSION_LOCK, CLAIMABLE_SQL, EXECUTING_SQL, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
+import { CLAIMABLE_SQL, claimStartLocksSql, EXECUTING_SQL, FACTS_LOCKED, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
 import { asDate, optionalDate, raw, statement, type Sql } from "./sql.js";
-import { replayableCommit, type Durability } from "./step-commit.sql.js";
+import { notifyRunEvents, replayableCommit, type Durability } from "./step-commit.sql.js";
 
 interface ClaimRow {
   id: string;
@@ -43,48 +43,56 @@ const installCeiling = (p: { installCeiling: number }) => p.installCeiling;
 const LEASE_EXPIRED = `(NOT r.paused AND r.status IN (${EXECUTING_SQL}) AND r.lease_expires_at < now())`;
 
 /**
- * The oldest claimable run, held with SKIP LOCKED so other workers pass it by; for a queued one,
- * then the admission lock, which serializes every start of a queued run so the re-check in the
- * next statement (a fresh snapshot, taken after the lock) sees every start committed before it.
- * The claim waits for its WAL flush in strict mode; in relaxed mode it does not, as a claim lost
- * in a database crash is harmless (the run is claimed again) and the first durable commit flushes it.
+ * The oldest claimable run, held with SKIP LOCKED so other workers pass it by. It takes no
+ * admission lock: claim_run takes the start locks and re-checks the rule, so claims far from the
+ * ceilings commit (and flush) side by side instead of one at a time. The claim waits for its WAL
+ * flush in strict mode; in relaxed mode it does not, as a claim lost in a database crash is
+ * harmless (the run is claimed again) and the first durable commit flushes it.
  */
-const selectCandidate = statement<CandidateParams & { synchronousCommit: "on" | "off" }, { id: string; status: RunStatus }>("claim_candidate")`
+const selectCandidate = statement<CandidateParams & { synchronousCommit: "on" | "off" }, { id: string; status: RunStatus; agent_id: string; root: boolean }>(
+  "claim_candidate",
+)`
   WITH durability AS (SELECT set_config('synchronous_commit', ${(p) => p.synchronousCommit}::text, true) AS setting),
   ${raw(FACTS_SET_CTES)},
   candidate AS (
-    SELECT r.id, r.status FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
+    SELECT r.id, r.status, r.agent_id, r.parent_run_id IS NULL AS root
+    FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
     -- The status test on its own lets the index pick the few claimable rows the rule then reads.
     WHERE r.status IN (${raw(CLAIMABLE_SQL)}) AND (${mayStartSql<CandidateParams>({ now, installCeiling }, FACTS_SET)} OR ${raw(LEASE_EXPIRED)})
     ORDER BY r.created_at
     LIMIT 1
     FOR NO KEY UPDATE OF r SKIP LOCKED)
-  SELECT c.id, c.status, d.setting,
-    CASE WHEN c.status = 'queued' THEN pg_advisory_xact_lock(${raw(String(ADMISSION_LOCK))}) END AS admitted
-  FROM candidate c, durability d`;
+  SELECT c.id, c.status, c.agent_id, c.root, d.setting FROM candidate c, durability d`;
 
 interface ClaimParams extends CandidateParams {
   readonly runId: string;
   readonly workerId: string;
   readonly leaseMs: number;
   readonly queued: boolean;
+  /** Whether the ceilings gate this start: a queued root run. */
+  readonly rootStart: boolean;
+  readonly agentId: string;
   readonly summary: string;
   readonly previousStatus: RunStatus;
+  /** NOTIFY watchers inside the transaction (relaxed) or after the commit (strict; see notifyRunEvents). */
+  readonly notifiesInside: boolean;
 }
 
 /**
- * The start rule again under the lock, the lease, its event and the run's input, in one statement.
+ * The start rule again under the start locks (taken by `locked` before the rule reads its counts),
+ * the lease, its event and the run's input, in one statement.
  * A fork (run-fork.repository.ts) is offered the tools of its source's connector; its emissions stay its own.
  */
 const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
-  WITH claimed AS (
+  WITH locked AS ${claimStartLocksSql<ClaimParams>((p) => p.agentId, (p) => p.rootStart, installCeiling)},
+  claimed AS (
     UPDATE runs r SET
       status = 'running', lease_owner = ${(p) => p.workerId}, lease_epoch = r.lease_epoch + 1,
       lease_expires_at = now() + make_interval(secs => ${(p) => p.leaseMs}::int / 1000.0),
       started_at = coalesce(r.started_at, ${now}::timestamptz), updated_at = now(), event_seq = r.event_seq + 1
-    FROM agents a
+    FROM agents a LEFT JOIN locked ON true
     WHERE r.id = ${(p) => p.runId}::uuid AND a.id = r.agent_id
-      AND CASE WHEN ${(p) => p.queued}::boolean THEN ${mayStartSql<ClaimParams>({ now, installCeiling })}
+      AND CASE WHEN ${(p) => p.queued}::boolean THEN ${mayStartSql<ClaimParams>({ now, installCeiling }, FACTS_LOCKED)}
         ELSE ${raw(LEASE_EXPIRED)} END
     RETURNING r.id, r.status, r.lease_epoch, r.step_count, r.usage, r.connector, r.started_at, r.event_seq,
       r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.requested_by_actor_id, r.reply_to_message_id, r.commit_boundary,
@@ -98,7 +106,7 @@ const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
     claimed.commit_boundary, claimed.logical_request_id, claimed.trigger_count, claimed.inherits_from_run_id, claimed.spec,
     ${(p) => p.previousStatus}::text AS previous_status,
     (${raw(triggersSql("claimed.id"))}) AS messages,
-    pg_notify('keel_run_events', claimed.id::text) AS notified
+    CASE WHEN ${(p) => p.notifiesInside}::boolean THEN pg_notify('keel_run_events', claimed.id::text) END AS notified
   FROM claimed`;
 
 const nextDue = statement<{ now: Date }, { due: Date | null }>("claim_next_due")`
@@ -117,45 +125,55 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
   const clock = options.clock ?? systemClock;
   const ceiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS;
   const synchronousCommit = replayableCommit(options.durability ?? "strict");
+  const notifiesInside = synchronousCommit === "off";
+  const claimInTransaction = (workerId: string, leaseMs: number) =>
+    sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
+      const at = clock.now();
+      const [candidate] = await trx.run(selectCandidate, { now: at, installCeiling: ceiling, synchronousCommit });
+      if (candidate === undefined) return undefined;
+      const queued = candidate.status === "queued";
+      const [claimed] = await trx.run(claimRun, {
+        now: at,
+        installCeiling: ceiling,
+        runId: candidate.id,
+        workerId,
+        leaseMs,
+        queued,
+        rootStart: queued && candidate.root,
+        agentId: candidate.agent_id,
+        summary: queued ? `claimed by ${workerId}` : `lease expired while ${candidate.status}; reclaimed by ${workerId}`,
+        previousStatus: candidate.status,
+        notifiesInside,
+      });
+      // Another start got in first (the conversation, or a ceiling): leave it; a settle wakes a worker.
+      if (claimed === undefined) return undefined;
+      return {
+        runId: claimed.id,
+        epoch: Number(claimed.lease_epoch),
+        agent: claimed.spec,
+        connector: claimed.connector,
+        status: claimed.previous_status,
+        stepCount: Number(claimed.step_count),
+        usage: { ...ZERO_USAGE, ...claimed.usage },
+        startedAt: asDate(claimed.started_at),
+        cancelRequestedByActorId: claimed.cancel_requested_by_actor_id ?? undefined,
+        supersededByRunId: claimed.superseded_by_run_id ?? undefined,
+        messages: toInputMessages(claimed.messages),
+        triggerCount: Number(claimed.trigger_count),
+        requestedByActorId: claimed.requested_by_actor_id,
+        replyToMessageId: claimed.reply_to_message_id ?? undefined,
+        logicalRequestId: claimed.logical_request_id,
+        commitBoundary: claimed.commit_boundary,
+        inheritsFromRunId: claimed.inherits_from_run_id ?? undefined,
+      };
+    });
   return {
-    claimNext: (workerId, leaseMs) =>
-      sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
-        const at = clock.now();
-        const [candidate] = await trx.run(selectCandidate, { now: at, installCeiling: ceiling, synchronousCommit });
-        if (candidate === undefined) return undefined;
-        const queued = candidate.status === "queued";
-        const [claimed] = await trx.run(claimRun, {
-          now: at,
-          installCeiling: ceiling,
-          runId: candidate.id,
-          workerId,
-          leaseMs,
-          queued,
-          summary: queued ? `claimed by ${workerId}` : `lease expired while ${candidate.status}; reclaimed by ${workerId}`,
-          previousStatus: candidate.status,
-        });
-        // Another start got in first (the conversation, or a ceiling): leave it; a settle wakes a worker.
-        if (claimed === undefined) return undefined;
-        return {
-          runId: claimed.id,
-          epoch: Number(claimed.lease_epoch),
-          agent: claimed.spec,
-          connector: claimed.connector,
-          status: claimed.previous_status,
-          stepCount: Number(claimed.step_count),
-          usage: { ...ZERO_USAGE, ...claimed.usage },
-          startedAt: asDate(claimed.started_at),
-          cancelRequestedByActorId: claimed.cancel_requested_by_actor_id ?? undefined,
-          supersededByRunId: claimed.superseded_by_run_id ?? undefined,
-          messages: toInputMessages(claimed.messages),
-          triggerCount: Number(claimed.trigger_count),
-          requestedByActorId: claimed.requested_by_actor_id,
-          replyToMessageId: claimed.reply_to_message_id ?? undefined,
-          logicalRequestId: claimed.logical_request_id,
-          commitBoundary: claimed.commit_boundary,
-          inheritsFromRunId: claimed.inherits_from_run_id ?? undefined,
-        };
-      }),
+    async claimNext(workerId, leaseMs) {
+      const claimed = await claimInTransaction(workerId, leaseMs);
+      // Not awaited: the worker starts at once; a lost notification costs a watcher its poll interval.
+      if (claimed !== undefined && !notifiesInside) void sql.run(notifyRunEvents, { runIds: [claimed.runId] }).catch(() => undefined);
+      return claimed;
+    },
 
     async nextDueAt() {
       const [row] = await sql.run(nextDue, { now: clock.now() });

@@ -18,8 +18,8 @@ export const CLAIMABLE_SQL = list(["queued", ...EXECUTING_STATUSES]);
 export const EXECUTING_ROOT_SQL = (alias: string): string => `${alias}.parent_run_id IS NULL AND ${alias}.status IN (${EXECUTING_SQL})`;
 
 /**
- * Serializes every start of a queued run across processes: a claim takes it exclusively before
- * its re-check; an admission start takes it through admissionStartSql.
+ * Orders every start of a queued root run across processes against the ceilings: a start far
+ * from them takes it shared with a slot lock, one near a ceiling exclusively (lockedCountsSql).
  */
 export const ADMISSION_LOCK = 7234002;
 /** Admission starts that may be in flight side by side, each holding one slot lock (keys START_SLOT_LOCK..+START_SLOTS-1). */
@@ -96,19 +96,54 @@ function ceilingRoomSql<P>(agentExecuting: StatementFragment<P>, allExecuting: S
 }
 
 /**
- * Whether a new root run of agent `a` may start in this transaction, with the locks that keep
- * the answer true until the commit (keel_locked_root_run_counts). Far from both ceilings, up to
- * START_SLOTS admission starts commit side by side, so each counts the others' room as taken.
- * The conversation's part of the rule admission has checked under the conversation's row lock.
+ * The call that takes the locks keeping a start's answer true until the commit, and counts
+ * executing root runs on a snapshot taken after them (keel_locked_root_run_counts): far from both
+ * ceilings, one of START_SLOTS slot locks and the admission lock shared, so up to START_SLOTS starts
+ * (admissions and claims alike) commit side by side and each counts the others' room as taken
+ * (the margin); near a ceiling, the admission lock exclusively and an exact count. Columns:
+ * agent_executing, all_executing, margin.
+ */
+function lockedCountsSql<P>(agentId: StatementFragment<P>, installCeiling: (params: P) => number): StatementFragment<P> {
+  return fragment<P>`keel_locked_root_run_counts(${agentId}, ${raw(AGENT_CEILING_SQL)}, ${installCeiling}::int, ${raw(String(ADMISSION_LOCK))},
+      ${raw(String(START_SLOT_LOCK))}, ${raw(String(START_SLOTS))}, ARRAY[${raw(EXECUTING_SQL)}]::text[])`;
+}
+
+/**
+ * Whether a new root run of agent `a` may start in this transaction, under the start locks
+ * (lockedCountsSql). The conversation's part of the rule admission has checked under the
+ * conversation's row lock.
  */
 export function admissionStartSql<P>(installCeiling: (params: P) => number): StatementFragment<P> {
   return fragment<P>`(SELECT ${ceilingRoomSql<P>(
     fragment`(c.agent_executing + c.margin)`,
     fragment`(c.all_executing + c.margin)`,
     installCeiling,
-  )} FROM keel_locked_root_run_counts(a.id, ${raw(AGENT_CEILING_SQL)}, ${installCeiling}::int, ${raw(String(ADMISSION_LOCK))},
-      ${raw(String(START_SLOT_LOCK))}, ${raw(String(START_SLOTS))}, ARRAY[${raw(EXECUTING_SQL)}]::text[]) c)`;
+  )} FROM ${lockedCountsSql<P>(fragment`a.id`, installCeiling)} c)`;
 }
+
+/**
+ * A row source `locked` for a claim: the start locks and counts for agent `agentId`'s root run, or
+ * no row (no locks) when `lock` is false, as for a child run or a lease-expired reclaim, which the
+ * ceilings do not gate. Join it with LEFT JOIN … ON true and test the run with FACTS_LOCKED.
+ */
+export function claimStartLocksSql<P>(agentId: (params: P) => string, lock: (params: P) => boolean, installCeiling: (params: P) => number): StatementFragment<P> {
+  return fragment<P>`(SELECT c.agent_executing, c.all_executing, c.margin
+    FROM agents a, ${lockedCountsSql<P>(fragment`a.id`, installCeiling)} c
+    WHERE a.id = ${agentId} AND ${lock}::boolean)`;
+}
+
+/**
+ * The facts for one run `r` a claim holds (FOR NO KEY UPDATE since its candidate query), with the
+ * ceilings' counts from `locked` (claimStartLocksSql). The conversation's part needs no lock of its
+ * own: the mailbox changes a conversation's queue only while holding every live run of it
+ * (FOR NO KEY UPDATE), and a run ahead in the queue is, on any snapshot, either fresh and queued
+ * or started and live, so two claims of one conversation never both see their run as first.
+ */
+export const FACTS_LOCKED: StartFactsSql = {
+  conversationBusy: FACTS_PER_RUN.conversationBusy,
+  agentExecuting: "(locked.agent_executing + locked.margin)",
+  allExecuting: "(locked.all_executing + locked.margin)",
+};
 
 /** The SQL form of mayStart for run `r` of agent `a`. */
 export function mayStartSql<P>(input: StartRuleParams<P>, facts: StartFactsSql = FACTS_PER_RUN): StatementFragment<P> {
