@@ -47,6 +47,7 @@ export function useRunStream(runId: string): RunView {
   const latestSteps = useRef<ReadonlyMap<string, RunStep>>(steps);
   latestSteps.current = steps;
   const refetch = useRef<(stepId: string) => void>(() => undefined);
+  const stableRefresh = useRef((stepId: string) => refetch.current(stepId));
   const ordered = useRef<{ map: ReadonlyMap<string, RunStep>; list: readonly RunStep[] }>({ map: new Map(), list: [] });
 
   useEffect(() => {
@@ -143,5 +144,5 @@ export function useRunStream(runId: string): RunView {
 
   // Sorting only when the set of steps changed keeps a streaming page cheap to re-render.
   if (ordered.current.map !== steps) ordered.current = { map: steps, list: [...steps.values()].sort((a, b) => a.index - b.index) };
-  return { run, steps: ordered.current.list, events, artifacts, error, live, setRun, refreshStep: (stepId) => refetch.current(stepId) };
+  return { run, steps: ordered.current.list, events, artifacts, error, live, setRun, refreshStep: stableRefresh.current };
 }

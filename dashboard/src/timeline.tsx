@@ -1,18 +1,27 @@
 // A run's steps, oldest first. Each step is a <details> row: its summary has a fixed height so a
 // streaming run only ever appends; the browser skips laying out rows off screen.
-import { useState } from "preact/hooks";
+import type { VNode } from "preact";
+import { useRef, useState } from "preact/hooks";
 import { ResolvedOutcome, ToolInvocationStatus, type RunStep, type ToolInvocation } from "../../gen/keel/v1/run_pb.js";
 import { runService } from "./client.js";
 import { count, dateOf, effectLabel, errorText, ms, outcomeLabel, prettyJson, roleLabel, statusLabel, toolStatusLabel, usd } from "./format.js";
 import { Transcript } from "./transcript.js";
 
 export function Timeline(props: { readonly steps: readonly RunStep[]; readonly actor: string; readonly onResolved: (stepId: string) => void }) {
+  // One element per step object, reused while the step is unchanged: Preact skips an identical
+  // element, so a page of new steps arriving costs only the new rows, not the whole timeline.
+  const rows = useRef(new WeakMap<RunStep, VNode>());
   if (props.steps.length === 0) return <p class="muted">No steps yet.</p>;
   return (
     <ol class="timeline" aria-label="steps">
-      {props.steps.map((step) => (
-        <StepRow key={step.id} step={step} actor={props.actor} onResolved={props.onResolved} />
-      ))}
+      {props.steps.map((step) => {
+        let row = rows.current.get(step);
+        if (row === undefined) {
+          row = <StepRow key={step.id} step={step} actor={props.actor} onResolved={props.onResolved} />;
+          rows.current.set(step, row);
+        }
+        return row;
+      })}
     </ol>
   );
 }
@@ -22,9 +31,11 @@ function StepRow(props: { readonly step: RunStep; readonly actor: string; readon
   const call = step.modelCall;
   const tools = step.toolInvocations;
   const needsOperator = tools.some(awaitsResolution);
+  // A closed step renders only its summary: a long run's transcripts are built when looked at.
+  const [open, setOpen] = useState(false);
   return (
     <li class="step" data-step-index={step.index}>
-      <details>
+      <details onToggle={(e) => setOpen(e.currentTarget.open)}>
         <summary>
           <span class="idx">#{step.index}</span>
           <span class="clip">{call === undefined ? "no model call" : `${roleLabel(call.role)} · ${call.model || call.provider}`}</span>
@@ -34,7 +45,7 @@ function StepRow(props: { readonly step: RunStep; readonly actor: string; readon
           <span class={`badge s-${statusLabel(step.runStatusAfter)}`}>{statusLabel(step.runStatusAfter)}</span>
           {needsOperator ? <span class="badge s-waiting">needs operator</span> : <span />}
         </summary>
-        <div class="step-body">
+        {open ? <div class="step-body">
           {call === undefined ? null : (
             <section class="model-call" aria-label="model call">
               <h3>
@@ -65,7 +76,7 @@ function StepRow(props: { readonly step: RunStep; readonly actor: string; readon
             <ToolCall key={tool.id} tool={tool} actor={props.actor} onResolved={props.onResolved} />
           ))}
           {step.committedAt === undefined ? null : <ForkForm step={step} actor={props.actor} />}
-        </div>
+        </div> : null}
       </details>
     </li>
   );
