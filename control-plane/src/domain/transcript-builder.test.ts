@@ -56,4 +56,31 @@ describe("buildTranscript", () => {
     const messages = buildTranscript({ systemPrompt: "", requests: [{ actorId: "a", text: "x" }, { actorId: "a", text: "y", afterStep: 5 }], steps: [] });
     expect(roles(messages)).toEqual(["user:x", "user:y"]);
   });
+  it("shows a follow-up the three latest progress records first, labelled as progress and not as replies", () => {
+    const at = (minute: number) => new Date(Date.UTC(2026, 11, 1, 9, minute));
+    const messages = buildTranscript({
+      systemPrompt: "sys",
+      requests: [{ actorId: "alice", text: "and now?" }],
+      steps: [],
+      progress: [
+        { text: "Plan: read the parser", at: at(1) },
+        { text: "Done so far: found the bug", at: at(2) },
+        { text: "Still on it: running the tests", at: at(5) },
+        { text: "Waiting: an answer from bob", at: at(8) },
+      ],
+    });
+    expect(messages.map((m) => m.role)).toEqual(["system", "user", "user"]);
+    expect(messages.some((m) => m.role === "assistant")).toBe(false);
+    const context = messages[1]?.content ?? "";
+    expect(context).toMatch(/^\[keel\] Progress records: the 3 most recent progress notices/);
+    expect(context).toMatch(/status updates, not replies/);
+    expect(context.split("\n").slice(1)).toEqual([
+      "- [progress 2026-12-01T09:02:00.000Z] Done so far: found the bug",
+      "- [progress 2026-12-01T09:05:00.000Z] Still on it: running the tests",
+      "- [progress 2026-12-01T09:08:00.000Z] Waiting: an answer from bob",
+    ]);
+    expect(messages[2]?.content).toBe("and now?");
+    // Without records nothing is added.
+    expect(buildTranscript({ systemPrompt: "", requests: [{ actorId: "a", text: "hi" }], steps: [], progress: [] }).map((m) => m.role)).toEqual(["user"]);
+  });
 });

@@ -30,6 +30,15 @@ export interface TranscriptRequest {
   readonly relation?: string;
 }
 
+/** A progress notice an earlier run of the conversation sent while it worked (progress_events). */
+export interface TranscriptProgress {
+  readonly text: string;
+  readonly at: Date;
+}
+
+/** How many of the conversation's most recent notices a follow-up run is shown. */
+export const FOLLOW_UP_PROGRESS_RECORDS = 3;
+
 export interface TranscriptInput {
   readonly systemPrompt: string;
   readonly requests: readonly TranscriptRequest[];
@@ -39,6 +48,11 @@ export interface TranscriptInput {
    * first, as its own earlier work, then this run's messages and steps: a restart resumes.
    */
   readonly inherited?: { readonly requests: readonly TranscriptRequest[]; readonly steps: readonly TranscriptStep[] };
+  /**
+   * The most recent progress notices of the conversation's earlier runs, oldest first. They are
+   * shown first, labelled as progress, so the model never takes them for replies it gave.
+   */
+  readonly progress?: readonly TranscriptProgress[] | undefined;
 }
 
 /** The text the model sees as one call's result, synthetic where the call never finished. */
@@ -83,6 +97,8 @@ export function buildTranscript(input: TranscriptInput): ModelMessage[] {
     }
     if (step.feedback !== undefined) messages.push({ role: "user", content: `[keel] ${step.feedback}` });
   };
+  const progress = (input.progress ?? []).slice(-FOLLOW_UP_PROGRESS_RECORDS);
+  if (progress.length > 0) messages.push({ role: "user", content: progressContext(progress) });
   inherited.requests.forEach(pushRequest);
   inherited.steps.forEach(pushStep);
   const at = (position: number) => input.requests.filter((r) => Math.min(r.afterStep ?? 0, input.steps.length) === position);
@@ -92,6 +108,15 @@ export function buildTranscript(input: TranscriptInput): ModelMessage[] {
     at(i + 1).forEach(pushRequest);
   });
   return messages;
+}
+
+/** One labelled block: these were status updates sent while earlier work ran, not answers. */
+function progressContext(progress: readonly TranscriptProgress[]): string {
+  const lines = progress.map((p) => `- [progress ${p.at.toISOString()}] ${p.text}`);
+  return [
+    `[keel] Progress records: the ${progress.length === 1 ? "most recent progress notice" : `${progress.length} most recent progress notices`} sent in this conversation while earlier work was running, oldest first. They were status updates, not replies:`,
+    ...lines,
+  ].join("\n");
 }
 
 function presented(request: TranscriptRequest): string {

@@ -1,6 +1,7 @@
 // A run's committed history as a resumed worker reads it: its steps with their calls, its
 // artifacts, and the completed work of the runs it inherits from.
 import { inheritablePrefix } from "../domain/interrupt.js";
+import { FOLLOW_UP_PROGRESS_RECORDS, type TranscriptProgress } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type { InvocationState, RunHistory, RunStore, StepState } from "../runner/run-store.js";
 import { toArtifactRecord } from "./row-mapping.js";
@@ -27,6 +28,17 @@ const inheritanceChain = statement<{ runId: string }, { id: string; depth: numbe
   SELECT c.id, c.depth, h.continuation_of_run_id IS NOT DISTINCT FROM c.id AS continued,
     CASE WHEN h.forked_from_run_id = c.id THEN h.forked_at_step END AS forked_at_step
   FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`;
+
+/**
+ * The latest progress notices of the conversation's runs created before this one (a follow-up,
+ * a continuation or a supersession), newest first; this run's own notices are not history.
+ */
+const recentProgress = statement<{ runId: string }, { text: string; created_at: Date }>("history_recent_progress")`
+  SELECT pe.text, pe.created_at FROM runs r
+  JOIN runs earlier ON earlier.conversation_id = r.conversation_id AND earlier.id <> r.id AND earlier.created_at <= r.created_at
+  JOIN progress_events pe ON pe.run_id = earlier.id
+  WHERE r.id = ${runId}::uuid
+  ORDER BY pe.created_at DESC, pe.seq DESC LIMIT ${raw(String(FOLLOW_UP_PROGRESS_RECORDS))}`;
 
 interface StepRow {
   id: string;
@@ -61,13 +73,17 @@ const invocationsOfRun = statement<{ runId: string }, InvocationRow>("history_in
     i.resolved_outcome, i.resolved_by_actor_id, i.resolution_reason
   FROM tool_invocations i WHERE i.run_id = ${runId}::uuid ORDER BY i.created_at, i.ordinal`;
 
-export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistory"> {
+export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistory" | "recentProgress"> {
+  const recentProgressOf = async (id: string): Promise<TranscriptProgress[]> =>
+    (await sql.run(recentProgress, { runId: id })).map((row): TranscriptProgress => ({ text: row.text, at: new Date(row.created_at) })).reverse();
   return {
+    recentProgress: recentProgressOf,
     async loadHistory(id): Promise<RunHistory> {
-      const [steps, artifacts, chain] = await Promise.all([
+      const [steps, artifacts, chain, progress] = await Promise.all([
         stepsOf(sql, id),
         sql.run(artifactsOfRun, { runId: id }),
         sql.run(inheritanceChain, { runId: id }),
+        recentProgressOf(id),
       ]);
       // Each ancestor passes on what it inherited plus the completed prefix of its own work.
       let inherited: StepState[] = [];
@@ -79,7 +95,7 @@ export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistor
         // Provider call ids restart with every run; prefixed, inherited ones never collide with the heir's.
         inherited = [...inherited, ...own.map((step) => withCallPrefix(step, `inherited${ancestor.depth}_`))];
       }
-      return { steps, artifacts: artifacts.map(toArtifactRecord), inherited };
+      return { steps, artifacts: artifacts.map(toArtifactRecord), inherited, progress };
     },
   };
 }

@@ -5,7 +5,7 @@ import type { ObservationText } from "../domain/sandbox.js";
 import type { BudgetDimension, CommitBoundary, ModelRole, Replayability, RunStatus, RunUsage } from "../domain/run.js";
 import type { ReplyGuard } from "../domain/settlement.js";
 import type { SideCallUsage } from "../domain/triage.js";
-import type { TranscriptInvocation, TranscriptStep } from "../domain/transcript-builder.js";
+import type { TranscriptInvocation, TranscriptProgress, TranscriptStep } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
 import type { ArtifactDraft } from "../tools/tool-registry.js";
 
@@ -68,6 +68,8 @@ export interface RunHistory {
    * model before the run's own steps. Never recovered, never re-executed: it is history.
    */
   readonly inherited: readonly StepState[];
+  /** The conversation's latest progress notices from earlier runs, oldest first (shown labelled as progress). */
+  readonly progress?: readonly TranscriptProgress[];
 }
 
 export interface ModelCallCommit {
@@ -236,6 +238,8 @@ export interface RunStore {
   /** Extends the lease; false only when a claim at a higher epoch has taken it (not when the worker let go). */
   renewLease(runId: string, workerId: string, epoch: number, leaseMs: number): Promise<boolean>;
   loadHistory(runId: string): Promise<RunHistory>;
+  /** The conversation's latest progress notices from runs before this one, oldest first (a fresh run's only history read). */
+  recentProgress?(runId: string): Promise<readonly TranscriptProgress[]>;
   /** Commits one model turn and its calls' intents; returns the run's control state as of the commit. */
   commitStep(commit: StepCommit): Promise<RunControlState>;
   /** The run's control state as it is now, without committing anything. */

@@ -56,6 +56,9 @@ async function drive(session: RunSession): Promise<Next> {
   if (claimed.stepCount > 0 || claimed.inheritsFromRunId !== undefined) {
     const recovered = await recover(session);
     if (recovered.kind !== "continue") return recovered;
+  } else if (session.store.recentProgress !== undefined) {
+    // A follow-up sees the conversation's latest progress records: one indexed read.
+    session.history = { ...session.history, progress: await session.store.recentProgress(claimed.runId) };
   }
   for (;;) {
     const safe = await checkpoint(session);

@@ -37,6 +37,7 @@ export async function takeTurn(session: RunSession): Promise<Next> {
     requests: session.messages.filter((m) => !m.inherited),
     steps: history.steps,
     inherited: { requests: session.messages.filter((m) => m.inherited), steps: history.inherited },
+    progress: history.progress,
   });
   const refs = callRefs(session);
   const messages = compactToolResults(transcript, refs, deps.compaction ?? DEFAULT_COMPACTION);
