@@ -77,7 +77,10 @@ export function dashboardAssets(distDir: string = DEFAULT_DASHBOARD_DIR): (reque
       immutable = false;
     } else if (bare.startsWith("/assets/")) {
       const name = bare.slice("/assets/".length);
-      if (!ASSET_NAME.test(name) || name.includes("..")) return false;
+      if (!ASSET_NAME.test(name) || name.includes("..")) {
+        notFound(response);
+        return true;
+      }
       file = path.join(distDir, "assets", name);
       immutable = true;
     } else {
