@@ -62,9 +62,11 @@ describe("lease fencing across processes", () => {
     for (const cleanup of cleanups.splice(0)) await cleanup();
   });
 
-  it("a frozen worker's run is reclaimed at a higher epoch, and its late commit is refused", { timeout: 90_000 }, async () => {
-    // Long enough that B starts (≈2 s here) and A freezes well inside the call, even on a busy machine.
-    const MODEL_DELAY_MS = 5_000;
+  it("a frozen worker's run is reclaimed at a higher epoch, and the frozen worker commits nothing when it wakes", { timeout: 90_000 }, async () => {
+    // A's model call outlasts B's start (≈2 s idle, over 5 s on a loaded machine) by far, so A
+    // freezes inside it; B starts with the same agent answering quickly (each process puts the
+    // agent it is given), so its reclaim does not wait out the same delay.
+    const MODEL_DELAY_MS = 60_000;
     const agent = replyAgent("zombie", MODEL_DELAY_MS);
     const { databaseUrl, effectsDir, db, token } = await setUp(agent);
     const env = {
@@ -110,7 +112,7 @@ describe("lease fencing across processes", () => {
     expect(Number(claimedByA.lease_epoch)).toBe(1);
 
     // B comes up while A is in its slow model call; then A freezes: no renewals, no commits.
-    const b = await startFaultServe(env);
+    const b = await startFaultServe({ ...env, KEEL_TEST_AGENTS: JSON.stringify([replyAgent("zombie", 200)]) });
     a.process.kill("SIGSTOP");
     const frozenAfterMs = Date.now() - claimedAt;
     // The precondition of the whole test: A froze before its model call could finish.
