@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import http from "node:http";
+import http2 from "node:http2";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
@@ -191,6 +192,20 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in 
       expect(await rawStatus(keel.http1Url, probe), probe).toBe(404);
     }
     expect((await fetch(`${keel.http1Url}/healthz`)).status).toBe(200);
+
+    // The HTTP/2 port serves the same page.
+    const session = http2.connect(keel.url);
+    try {
+      const h2 = await new Promise<{ status: number; csp: unknown }>((resolve, reject) => {
+        const stream = session.request({ ":path": "/" });
+        stream.once("response", (headers) => resolve({ status: Number(headers[":status"]), csp: headers["content-security-policy"] }));
+        stream.once("error", reject);
+        stream.resume();
+      });
+      expect(h2).toEqual({ status: 200, csp: DASHBOARD_CSP });
+    } finally {
+      session.close();
+    }
   });
 
   it("refuses a wrong token, signs in with an operator token kept out of the URL", async () => {
