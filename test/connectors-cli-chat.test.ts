@@ -3,7 +3,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { scriptedAgent, scriptedTurn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
+import { scriptedAgent, scriptedModel, scriptedTurn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
@@ -20,7 +20,21 @@ if (!hasPython && process.env["KEEL_REQUIRE_PYTHON"] !== "1") console.log("skipp
 let keel: TestKeel;
 beforeAll(async () => {
   keel = await startTestKeel({
-    agents: [DEMO_AGENT, scriptedAgent("asker", [scriptedTurn("", [toolCall("keel.ask_user.v1", { question: "Which colour?" })]), scriptedTurn("Painted it.")])],
+    agents: [
+      DEMO_AGENT,
+      scriptedAgent("asker", [scriptedTurn("", [toolCall("keel.ask_user.v1", { question: "Which colour?" })]), scriptedTurn("Painted it.")]),
+      // A long run: its one model call takes 3 s, and its cadence asks for a notice after 300 ms of silence.
+      {
+        ...scriptedAgent("slowpoke", [scriptedTurn("Finally done: {{message}}", [], { delayMs: 3_000 })]),
+        models: {
+          primary: scriptedModel([scriptedTurn("Finally done: {{message}}", [], { delayMs: 3_000 })]),
+          fast: scriptedModel([scriptedTurn(JSON.stringify({ duration: "default", shape: "loop", ack_text: null }))]),
+          decision: scriptedModel([scriptedTurn("unclear")]),
+        },
+        progress: { firstAfterMs: 300, everyMs: 60_000 },
+      },
+    ],
+    progress: { tickMs: 20 },
   });
 });
 afterAll(() => keel.stop());
@@ -85,6 +99,27 @@ describe.skipIf(!hasPython && process.env["KEEL_REQUIRE_PYTHON"] !== "1")("cli-c
     expect(run?.status).toBe(RunStatus.SUCCEEDED);
     const { steps } = await runs.listRunSteps({ runId: run?.id ?? "" });
     expect(steps[0]?.toolInvocations[0]).toMatchObject({ toolName: "keel.ask_user.v1", resultText: "Answer from alice: blue" });
+    terminal.type("/quit");
+    expect(await terminal.exited).toBe(0);
+  });
+  it("shows a long run's ⏳ → 👀 → 🧠, a progress notice, the reply, then ✅", async () => {
+    const terminal = openChat("slowpoke");
+    await shows(terminal, /chatting with slowpoke/);
+    terminal.type("rebuild the index");
+    await shows(terminal, /✅ succeeded/);
+    const screen = terminal.screen();
+    const at = (text: string) => screen.indexOf(text);
+    const [working, started, thinking, notice, reply, done] = ["⏳ working", "👀 started", "🧠 thinking", "… Still on it", "keel: Finally done: rebuild the index", "✅ succeeded"].map(at);
+    expect([working, started, thinking, notice, reply, done].every((i) => (i ?? -1) >= 0), screen).toBe(true);
+    // The reactions in lifecycle order; the notice comes while the run works (beside 🧠, whichever committed first).
+    expect(working).toBeLessThan(started ?? -1);
+    expect(started).toBeLessThan(thinking ?? -1);
+    expect(started).toBeLessThan(notice ?? -1);
+    expect(thinking).toBeLessThan(reply ?? -1);
+    expect(notice).toBeLessThan(reply ?? -1);
+    expect(reply).toBeLessThan(done ?? -1);
+    // The notice arrives once, and nothing follows the reply but the settled ack.
+    expect(screen.split("… ").length - 1).toBe(1);
     terminal.type("/quit");
     expect(await terminal.exited).toBe(0);
   });

@@ -21,6 +21,8 @@ export interface ChatOptions {
 
 const ACK_MARKS: Partial<Record<AckState, string>> = {
   [AckState.WORKING]: "⏳",
+  [AckState.STARTED]: "👀",
+  [AckState.THINKING]: "🧠",
   [AckState.SUCCEEDED]: "✅",
   [AckState.FAILED]: "❌",
 };
