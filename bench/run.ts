@@ -32,6 +32,7 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     describe: "WorkGraph admission of a 1,000-node proposal, against parsing it and a bare topological sort (scheduler figures not built yet)",
     load: () => import("./graph.js"),
   },
+  progress: { describe: "1,000 supervised runs on a manual clock, notices through Subscribe with acks, against raw insert+NOTIFY+update", load: () => import("./progress.js") },
   sandbox: {
     describe: "warm-pool acquisition, exec round trip and observation streaming on a real Docker engine and sandbox agent, against raw dockerode",
     load: () => import("./sandbox.js"),

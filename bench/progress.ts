@@ -1,0 +1,289 @@
+// Progress benchmark: N concurrent supervised runs on a manual clock, their notices reserved in
+// fenced transactions and delivered through Subscribe with AcknowledgeEmission, beside a raw
+// PostgreSQL baseline of the same rows in the same run.
+//
+// The runs are claimed running rows (lease held by this process) with one real supervisor each
+// (progress/progress-supervisor.ts, the reservation of ledger/progress.repository.ts); no model
+// is called (no summarizer: notices give the ledger's facts), so what is timed is the
+// supervisor, the fenced reservation and the delivery path. Phases:
+//   1. the clock moves 60 s with no stream open: every run reserves its first notice. The
+//      process's CPU over that (supervisor looks + reservations) per run is the RESULT's
+//      supervisor_cpu_ms_per_tick; PostgreSQL's is printed beside it.
+//   2. idle looks: two seconds with nothing due (CPU per run per look); then SubmitMessage is
+//      timed while the supervisors keep looking (ingress p50/p99; no workers, so admission only).
+//   3. a Subscribe stream opens and drains phase 1's notices, acknowledging each DELIVERED.
+//   4. with the stream open the clock moves 3 min: each run reserves, the stream delivers and
+//      the connector acknowledges its second notice. N / elapsed is emissions_per_s.
+//   raw: the same rows (progress_events + emissions) inserted by one transaction per notice with
+//      a NOTIFY, a LISTEN client updating each emission to delivered, on 16 connections.
+//
+//   npm run bench -- progress [--runs 1000] [--tick-ms 50] [--probes 200] [--acks 32]
+import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import { setMaxListeners } from "node:events";
+import { parseArgs } from "node:util";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import pg from "pg";
+import { pino } from "pino";
+import { DeliveryStatus, EmissionKind, EmissionService } from "../gen/keel/v1/emission_service_pb.js";
+import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { buildApp } from "../control-plane/src/app.js";
+import { loadConfig } from "../control-plane/src/config.js";
+import type { AgentSpec } from "../control-plane/src/domain/agent.js";
+import type { Clock } from "../control-plane/src/domain/clock.js";
+import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { createProgressRepository } from "../control-plane/src/ledger/progress.repository.js";
+import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
+import { createProgressSupervisors, type RunProgress } from "../control-plane/src/progress/progress-supervisor.js";
+import { integerOption, ms, nodeCpuMs, postgresCpuMs, summarize, table, withBenchPostgres } from "./support.js";
+
+const AGENT: AgentSpec = { ...DEMO_AGENT, id: "progress-bench", maxConcurrentRootRuns: 100_000 };
+const CONNECTOR = "progress-bench";
+const RAW_CONNECTIONS = 16;
+const TIMEOUT_MS = 300_000;
+
+class BenchClock implements Clock {
+  private at = Date.parse("2026-12-01T09:00:00Z");
+  now(): Date {
+    return new Date(this.at);
+  }
+  advance(by: number): void {
+    this.at += by;
+  }
+}
+
+const sleep = (delay: number) => new Promise((resolve) => setTimeout(resolve, delay));
+
+async function until(what: string, probe: () => Promise<boolean>, pollMs = 20): Promise<void> {
+  const deadline = Date.now() + TIMEOUT_MS;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(pollMs);
+  }
+}
+
+export default async function progressBench(args: readonly string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: [...args],
+    options: { runs: { type: "string", default: "1000" }, "tick-ms": { type: "string", default: "50" }, probes: { type: "string", default: "200" }, acks: { type: "string", default: "32" } },
+  });
+  const runs = integerOption("runs", values.runs, 1);
+  const tickMs = integerOption("tick-ms", values["tick-ms"], 5);
+  const probes = integerOption("probes", values.probes, 1);
+  const ackWindow = integerOption("acks", values.acks, 1);
+  const progress = (line: string) => process.stderr.write(`[progress] ${line}\n`);
+
+  await withBenchPostgres("progress", progress, async (postgres) => {
+    const env = { DATABASE_URL: postgres.url, KEEL_LOG_LEVEL: "warn", KEEL_WORKERS: "0", KEEL_DB_POOL_MAX: "20", KEEL_MAX_CONCURRENT_ROOT_RUNS: "100000" };
+    const clock = new BenchClock();
+    const log = pino({ level: "warn" }, pino.destination(2));
+    const app = await buildApp(loadConfig(env), env, { log, clock });
+    const supervised: RunProgress[] = [];
+    const stop = new AbortController();
+    setMaxListeners(0, stop.signal); // one listener per supervised run
+    try {
+      await app.agents.put(AGENT);
+      const { secret: token } = await app.tokens.create("connector", "bench", { scope: { kind: "connector", connectors: "any", agents: "any" } });
+      const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
+      const db = app.ledger.sql;
+
+      // N claimed root runs, triaged default, each in its own conversation.
+      const runIds = Array.from({ length: runs }, () => randomUUID());
+      await db.query(sqlText`INSERT INTO actors (id) VALUES ('bench-user') ON CONFLICT DO NOTHING`);
+      await db.query(sqlText`
+        WITH ids AS (SELECT id, ordinality AS i FROM unnest(${runIds}::uuid[]) WITH ORDINALITY AS t(id)),
+        conversations AS (
+          INSERT INTO conversations (id, agent_id, external_id, connector)
+          SELECT id, ${AGENT.id}, 'c-' || i, ${CONNECTOR} FROM ids RETURNING id)
+        INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, logical_request_id,
+          request_received_at, trigger_count, event_seq, lease_owner, lease_epoch, lease_expires_at, started_at, triage_duration)
+        SELECT id, ${AGENT.id}, id, ${CONNECTOR}, 'running', 'bench-user', ${JSON.stringify(AGENT.budget)}::jsonb, '{}'::jsonb, id,
+          now(), 1, 1, 'bench-worker', 1, now() + interval '1 day', now(), 'default'
+        FROM conversations`);
+      progress(`${runs} running runs seeded; starting ${runs} supervisors (tick ${tickMs} ms, facts only: no summarizer)`);
+
+      const supervisors = createProgressSupervisors({ ledger: createProgressRepository(db), clock, log, options: { tickMs } });
+      const startedAt = clock.now();
+      for (const runId of runIds) {
+        supervised.push(
+          supervisors.supervise({
+            runId,
+            epoch: 1,
+            workerId: "bench-worker",
+            startedAt,
+            replyToMessageId: undefined,
+            addressedActorIds: ["bench-user"],
+            agent: AGENT,
+            requestText: "a long one",
+            cadence: undefined,
+            signal: stop.signal,
+          }),
+        );
+      }
+      const reserved = async () => Number((await db.query<{ n: string }>(sqlText`SELECT count(*) AS n FROM progress_events`))[0]?.n ?? 0);
+      await sleep(1_000); // every supervisor has had its first look: nothing is due yet
+
+      // 1. The first cadence tick, no stream open.
+      let cpu = { node: nodeCpuMs(), pg: postgresCpuMs(postgres.dataDir) };
+      let started = performance.now();
+      clock.advance(60_000);
+      await until("every first notice", async () => (await reserved()) >= runs);
+      const tick = { wallMs: performance.now() - started, nodeMs: (nodeCpuMs() - cpu.node) / runs, pgMs: (postgresCpuMs(postgres.dataDir) - cpu.pg) / runs };
+      progress(`tick 1: ${runs} notices reserved in ${ms(tick.wallMs)} ms`);
+
+      // 2. Idle looks (nothing due), then ingress while supervising.
+      cpu = { node: nodeCpuMs(), pg: postgresCpuMs(postgres.dataDir) };
+      started = performance.now();
+      await sleep(2_000);
+      const idleWallMs = performance.now() - started;
+      const idleNodeMs = nodeCpuMs() - cpu.node;
+      const bearer: Interceptor = (next) => (request) => {
+        request.header.set("authorization", `Bearer ${token}`);
+        return next(request);
+      };
+      const transport = createGrpcTransport({ baseUrl: url, interceptors: [bearer] });
+      const ingress = createClient(IngressService, transport);
+      const latencies: number[] = [];
+      for (let i = 0; i < probes; i++) {
+        const sent = performance.now();
+        await ingress.submitMessage({ agentId: AGENT.id, conversationId: `probe-${i}`, actor: { id: "prober" }, messageId: randomUUID(), text: "probe", connector: "probe" });
+        latencies.push(performance.now() - sent);
+      }
+      const ingressStats = summarize(latencies);
+      const looks = runs * Math.max(1, idleWallMs / tickMs);
+      progress(`idle looks measured; ${probes} SubmitMessage calls timed`);
+
+      // 3 and 4. A connector: Subscribe from 0, acknowledge each PENDING emission, count PROGRESS ones.
+      const emissions = createClient(EmissionService, transport);
+      let acked = 0;
+      let received = 0;
+      let allReceivedAt = 0;
+      let inFlight = 0;
+      const acking = new Set<Promise<unknown>>();
+      const connector = (async () => {
+        try {
+          for await (const { emission } of emissions.subscribe({ connector: CONNECTOR, afterSeq: 0n }, { signal: stop.signal })) {
+            if (emission === undefined || emission.deliveryStatus !== DeliveryStatus.PENDING) continue;
+            if (emission.kind === EmissionKind.PROGRESS && ++received === runs) allReceivedAt = performance.now();
+            while (inFlight >= ackWindow) await Promise.race(acking);
+            inFlight++;
+            const ack = emissions
+              .acknowledgeEmission({ emissionId: emission.id, outcome: DeliveryStatus.DELIVERED })
+              .then(() => {
+                if (emission.kind === EmissionKind.PROGRESS) acked++;
+              })
+              .finally(() => {
+                inFlight--;
+                acking.delete(ack);
+              });
+            acking.add(ack);
+          }
+        } catch (error) {
+          if (!stop.signal.aborted) throw error;
+        }
+      })();
+      started = performance.now();
+      await until("phase 1's notices delivered and acknowledged", () => Promise.resolve(acked >= runs), 5);
+      const drainPerS = runs / ((performance.now() - started) / 1_000);
+      const receivedPerS = runs / ((allReceivedAt - started) / 1_000);
+      progress(`drain: ${runs} notices received at ${receivedPerS.toFixed(0)}/s, delivered+acknowledged at ${drainPerS.toFixed(0)}/s`);
+
+      started = performance.now();
+      clock.advance(180_000);
+      await until("every second notice delivered and acknowledged", () => Promise.resolve(acked >= 2 * runs), 5);
+      const endToEndMs = performance.now() - started;
+      const emissionsPerS = runs / (endToEndMs / 1_000);
+      progress(`tick 2: ${runs} notices reserved, delivered and acknowledged in ${ms(endToEndMs)} ms`);
+      stop.abort();
+      await connector;
+      await Promise.all(supervised.map((s) => s.stop()));
+
+      const rawMs = await rawPhase(postgres.url, runIds);
+      const rawPerS = runs / (rawMs / 1_000);
+      const ratio = emissionsPerS / rawPerS;
+      const lines = [
+        "",
+        `progress: ${runs} supervised runs on a manual clock, tick ${tickMs} ms, notices from the ledger's facts (no model); one Subscribe stream acknowledging with ${ackWindow} acks in flight; ` +
+          `raw = one transaction per notice (progress_events + emissions insert, NOTIFY) on ${RAW_CONNECTIONS} connections, a LISTEN client updating each to delivered`,
+        "",
+        ...table(
+          ["metric", "value"],
+          [
+            ["tick 1 (60 s): notices reserved, wall ms", ms(tick.wallMs)],
+            ["  keel CPU ms per run per cadence tick", ms(tick.nodeMs)],
+            ["  postgres CPU ms per run per cadence tick", ms(tick.pgMs)],
+            ["idle look: keel CPU µs per run per look", ((idleNodeMs * 1_000) / looks).toFixed(2)],
+            [`ingress while supervising: SubmitMessage p50/p99 ms (n=${ingressStats.n})`, `${ms(ingressStats.p50)} / ${ms(ingressStats.p99)}`],
+            ["drain: notices received by the stream per s", receivedPerS.toFixed(0)],
+            ["drain: notices delivered+acknowledged per s", drainPerS.toFixed(0)],
+            ["tick 2 (3 min): reserved+delivered+acknowledged per s", emissionsPerS.toFixed(0)],
+            ["raw insert+NOTIFY+update per s", rawPerS.toFixed(0)],
+          ],
+        ),
+        "",
+        `targets: emission_ratio >= 0.5 (${ratio >= 0.5 ? "met" : "MISSED"}), supervisor CPU <= 1 ms per run per tick (${tick.nodeMs <= 1 ? "met" : "MISSED"}), ingress p99 <= 25 ms (${ingressStats.p99 <= 25 ? "met" : "MISSED"})`,
+        `RESULT emissions_per_s=${emissionsPerS.toFixed(0)} raw_per_s=${rawPerS.toFixed(0)} emission_ratio=${ratio.toFixed(2)} supervisor_cpu_ms_per_tick=${tick.nodeMs.toFixed(3)}`,
+      ];
+      process.stdout.write(`${lines.join("\n")}\n`);
+    } finally {
+      stop.abort();
+      await Promise.all(supervised.map((s) => s.stop()));
+      await app.stop();
+    }
+  });
+}
+
+/** The same rows by hand: insert + NOTIFY per notice on 16 connections, a listener marking each delivered. Returns wall ms. */
+async function rawPhase(url: string, runIds: readonly string[]): Promise<number> {
+  const pool = new pg.Pool({ connectionString: url, max: RAW_CONNECTIONS });
+  const listener = new pg.Client({ connectionString: url });
+  await listener.connect();
+  try {
+    await listener.query("LISTEN bench_raw");
+    let updated = 0;
+    let resolveDone: () => void = () => {};
+    const done = new Promise<void>((resolve) => (resolveDone = resolve));
+    const updates: Promise<unknown>[] = [];
+    listener.on("notification", (message) => {
+      updates.push(
+        pool.query("UPDATE emissions SET delivery_status = 'delivered', settled_at = now() WHERE id = $1::uuid", [message.payload]).then(() => {
+          if (++updated === runIds.length) resolveDone();
+        }),
+      );
+    });
+    const started = performance.now();
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      const client = await pool.connect();
+      try {
+        while (next < runIds.length) {
+          const runId = runIds[next++] as string;
+          const emissionId = randomUUID();
+          await client.query("BEGIN");
+          await client.query(
+            `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id, text, addressed_actor_ids)
+             VALUES ($1, $2, 'progress-raw', 'progress', $3, $4, $3, 'raw', 'Still on it.', '["bench-user"]'::jsonb)`,
+            [emissionId, `raw:${runId}`, runId, AGENT.id],
+          );
+          await client.query(
+            "INSERT INTO progress_events (id, run_id, subject, seq, text, source, covers, emission_id) VALUES ($1, $2, $3, 1, 'Still on it.', 'deadline', '[]', $4)",
+            [randomUUID(), runId, `raw:${runId}`, emissionId],
+          );
+          await client.query("SELECT pg_notify('bench_raw', $1)", [emissionId]);
+          await client.query("COMMIT");
+        }
+      } finally {
+        client.release();
+      }
+    };
+    await Promise.all(Array.from({ length: RAW_CONNECTIONS }, () => lane()));
+    await done;
+    const elapsed = performance.now() - started;
+    await Promise.all(updates);
+    return elapsed;
+  } finally {
+    await listener.end();
+    await pool.end();
+  }
+}
