@@ -134,3 +134,66 @@ describe("GetRunStep of a step larger than a reply", () => {
     }
   });
 });
+
+describe("ListRunSteps of a long transcript stored as deltas", () => {
+  it("fits each page to the message limit with every request expanded whole, each step once", async () => {
+    const limit = 512 * 1024;
+    const keel = await startTestKeel({ workers: 0, env: { KEEL_MAX_MESSAGE_BYTES: String(limit) } });
+    const db = new pg.Client({ connectionString: keel.databaseUrl });
+    await db.connect();
+    try {
+      const conversationId = randomUUID();
+      const runId = randomUUID();
+      await db.query("INSERT INTO actors (id) VALUES ('someone') ON CONFLICT DO NOTHING");
+      await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, 'deltas', 'test')", [conversationId, DEMO_AGENT.id]);
+      await db.query(
+        "INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage) VALUES ($1, $2, $3, 'test', 'succeeded', 'someone', '{}', '{}')",
+        [runId, DEMO_AGENT.id, conversationId],
+      );
+      // Each call adds a 16 KiB message to the one before: stored, a step is 16 KiB; expanded,
+      // step k is (k + 1) × 16 KiB, 1.2 MiB over the run, far past one reply.
+      const steps = 12;
+      const stepIds: string[] = [];
+      let previous: string | undefined;
+      for (let index = 0; index < steps; index++) {
+        const stepId = randomUUID();
+        const callId = randomUUID();
+        stepIds.push(stepId);
+        const message = { role: index % 2 === 0 ? "user" : "assistant", content: String.fromCharCode(97 + index).repeat(16 * 1024) };
+        const request = previous === undefined ? { messages: [message], tools: [] } : { base: previous, keep: index, messages: [message] };
+        await db.query(
+          "INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, lease_epoch, started_at) VALUES ($1, $2, $3, 'replayable', 'running', 1, now())",
+          [stepId, runId, index],
+        );
+        await db.query(
+          `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens, output_tokens, latency_ms, finish_reason)
+           VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted', $4, 'ok', '[]', 1, 1, 1, 'stop')`,
+          [callId, runId, stepId, JSON.stringify(request)],
+        );
+        previous = callId;
+      }
+      for (const client of [connectClient(RunService, keel.url, keel.tokens.operator), grpcClient(RunService, keel.url, keel.tokens.operator)]) {
+        const seen: string[] = [];
+        let pageToken = "";
+        let pages = 0;
+        do {
+          const page: ListRunStepsResponse = await client.listRunSteps({ runId, pageToken, pageSize: 500 });
+          for (const step of page.steps) {
+            seen.push(step.id);
+            // Whole: the step's request holds every message so far, the newest last.
+            const messages = (JSON.parse(step.modelCall?.requestJson ?? "{}") as { messages: { content: string }[] }).messages;
+            expect(messages).toHaveLength(step.index + 1);
+            expect(messages.at(-1)?.content[0]).toBe(String.fromCharCode(97 + step.index));
+          }
+          pageToken = page.nextPageToken;
+          pages++;
+        } while (pageToken !== "" && pages < 50);
+        expect(seen).toEqual(stepIds);
+        expect(pages).toBeGreaterThanOrEqual(4);
+      }
+    } finally {
+      await db.end();
+      await keel.stop();
+    }
+  });
+});

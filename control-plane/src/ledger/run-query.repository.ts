@@ -39,7 +39,7 @@ import {
 } from "./rows/ledger-rows.js";
 import { encodeRunsPageToken, listRunsPage, parseRunsPageToken, selectRun } from "./run-view.sql.js";
 import { raw, statement, type Sql } from "./sql.js";
-import { budgetedObservations, encodeStepsPageToken, parseStepsPageToken, stepsWithinBudget, type StepsCursor } from "./run-steps-page.js";
+import { budgetedObservations, encodeStepsPageToken, expandedStepsWithinBudget, parseStepsPageToken, stepsWithinBudget, type StepsCursor } from "./run-steps-page.js";
 
 export { parseRunsPageToken } from "./run-view.sql.js";
 export { parseStepsPageToken } from "./run-steps-page.js";
@@ -256,7 +256,15 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
         items = items
           .filter((step) => step.index <= at.stepIndex)
           .map((step) => (step.index === at.stepIndex ? { ...step, toolInvocations: step.toolInvocations.filter((i) => i.ordinal <= at.ordinal) } : step));
-        return { items, nextPageToken: encodeStepsPageToken({ kind: "within", index: at.stepIndex, ordinal: at.ordinal, afterSeq: at.seq }) };
+      }
+      // Expanded requests can outweigh the estimate: the page then ends after the last step that fits.
+      const fit = expandedStepsWithinBudget(items, budgetBytes);
+      const lastKept = items[fit - 1];
+      if (fit < items.length && lastKept !== undefined && lastKept.index !== cut?.stepIndex) {
+        return { items: items.slice(0, fit), nextPageToken: encodeStepsPageToken({ kind: "after", index: lastKept.index }) };
+      }
+      if (cut !== undefined) {
+        return { items, nextPageToken: encodeStepsPageToken({ kind: "within", index: cut.stepIndex, ordinal: cut.ordinal, afterSeq: cut.seq }) };
       }
       const last = page.at(-1);
       return { items, nextPageToken: found.length > kept && last !== undefined ? encodeStepsPageToken({ kind: "after", index: Number(last.index) }) : "" };

@@ -4,6 +4,7 @@
 // A step whose observations do not fit continues on the next page: the step is sent again (same
 // id, no model call) with the tool invocations from the one that was cut, that one's observations
 // resuming after the last seq sent.
+import type { RunStepRecord } from "../domain/records.js";
 import { OBSERVATION_COLUMNS, type ObservationRow } from "./rows/ledger-rows.js";
 import { decodePageToken, encodePageToken, raw, statement } from "./sql.js";
 
@@ -93,6 +94,33 @@ export function stepsWithinBudget(steps: readonly SizedStep[], budget: number): 
   let kept = 0;
   for (const step of steps) {
     used += Number(step.detail_bytes);
+    if (kept > 0 && used > budget) break;
+    kept++;
+  }
+  return kept;
+}
+
+/** What a step's record weighs on the wire, roughly: its texts, the whole request included. */
+export function stepRecordBytes(step: RunStepRecord): number {
+  const call = step.modelCall;
+  let bytes = call === undefined ? 0 : Buffer.byteLength(call.requestJson) + Buffer.byteLength(call.responseText) + Buffer.byteLength(call.toolCallsJson);
+  for (const invocation of step.toolInvocations) {
+    bytes += Buffer.byteLength(invocation.argumentsJson) + Buffer.byteLength(invocation.resultText ?? "");
+    for (const observation of invocation.observations) bytes += Buffer.byteLength(observation.text);
+  }
+  return bytes;
+}
+
+/**
+ * How many leading steps fit `budget` once their requests are expanded (always the first). The
+ * SQL estimate sees a request as stored: a delta on the call before, which expands to the whole
+ * transcript, so a long run's later steps weigh far more than their rows.
+ */
+export function expandedStepsWithinBudget(steps: readonly RunStepRecord[], budget: number): number {
+  let used = 0;
+  let kept = 0;
+  for (const step of steps) {
+    used += stepRecordBytes(step);
     if (kept > 0 && used > budget) break;
     kept++;
   }
