@@ -17,7 +17,7 @@
 //   raw: the same rows (progress_events + emissions) inserted by one transaction per notice with
 //      a NOTIFY, a LISTEN client updating each emission to delivered, on 16 connections.
 //
-//   npm run bench -- progress [--runs 1000] [--tick-ms 50] [--probes 200] [--acks 32]
+//   npm run bench -- progress [--runs 1000] [--tick-ms 50] [--probes 200] [--acks 32] [--durability strict|relaxed]
 import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { setMaxListeners } from "node:events";
@@ -36,7 +36,19 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { createProgressRepository } from "../control-plane/src/ledger/progress.repository.js";
 import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { createProgressSupervisors, type RunProgress } from "../control-plane/src/progress/progress-supervisor.js";
-import { integerOption, ms, nodeCpuMs, postgresCpuMs, summarize, table, withBenchPostgres } from "./support.js";
+import {
+  benchDurability,
+  DURABILITY_OPTION,
+  durabilityLabel,
+  integerOption,
+  ms,
+  nodeCpuMs,
+  postgresCpuMs,
+  summarize,
+  table,
+  type Durability,
+  withBenchPostgres,
+} from "./support.js";
 
 const AGENT: AgentSpec = { ...DEMO_AGENT, id: "progress-bench", maxConcurrentRootRuns: 100_000 };
 const CONNECTOR = "progress-bench";
@@ -66,16 +78,17 @@ async function until(what: string, probe: () => Promise<boolean>, pollMs = 20): 
 export default async function progressBench(args: readonly string[]): Promise<void> {
   const { values } = parseArgs({
     args: [...args],
-    options: { runs: { type: "string", default: "1000" }, "tick-ms": { type: "string", default: "50" }, probes: { type: "string", default: "200" }, acks: { type: "string", default: "32" } },
+    options: { runs: { type: "string", default: "1000" }, "tick-ms": { type: "string", default: "50" }, probes: { type: "string", default: "200" }, acks: { type: "string", default: "32" }, ...DURABILITY_OPTION },
   });
   const runs = integerOption("runs", values.runs, 1);
   const tickMs = integerOption("tick-ms", values["tick-ms"], 5);
   const probes = integerOption("probes", values.probes, 1);
   const ackWindow = integerOption("acks", values.acks, 1);
+  const durability = benchDurability(values.durability);
   const progress = (line: string) => process.stderr.write(`[progress] ${line}\n`);
 
   await withBenchPostgres("progress", progress, async (postgres) => {
-    const env = { DATABASE_URL: postgres.url, KEEL_LOG_LEVEL: "warn", KEEL_WORKERS: "0", KEEL_DB_POOL_MAX: "20", KEEL_MAX_CONCURRENT_ROOT_RUNS: "100000" };
+    const env = { DATABASE_URL: postgres.url, KEEL_LOG_LEVEL: "warn", KEEL_WORKERS: "0", KEEL_DB_POOL_MAX: "20", KEEL_MAX_CONCURRENT_ROOT_RUNS: "100000", KEEL_DURABILITY: durability };
     const clock = new BenchClock();
     const log = pino({ level: "warn" }, pino.destination(2));
     const app = await buildApp(loadConfig(env), env, { log, clock });
@@ -199,13 +212,14 @@ export default async function progressBench(args: readonly string[]): Promise<vo
       await connector;
       await Promise.all(supervised.map((s) => s.stop()));
 
-      const rawMs = await rawPhase(postgres.url, runIds);
+      const rawMs = await rawPhase(postgres.url, runIds, durability);
       const rawPerS = runs / (rawMs / 1_000);
       const ratio = emissionsPerS / rawPerS;
       const lines = [
         "",
         `progress: ${runs} supervised runs on a manual clock, tick ${tickMs} ms, notices from the ledger's facts (no model); one Subscribe stream acknowledging with ${ackWindow} acks in flight; ` +
-          `raw = one transaction per notice (progress_events + emissions insert, NOTIFY) on ${RAW_CONNECTIONS} connections, a LISTEN client updating each to delivered`,
+          `raw = one transaction per notice (progress_events + emissions insert, NOTIFY) on ${RAW_CONNECTIONS} connections, a LISTEN client updating each to delivered; ` +
+          `${durabilityLabel(durability)}`,
         "",
         ...table(
           ["metric", "value"],
@@ -235,8 +249,10 @@ export default async function progressBench(args: readonly string[]): Promise<vo
 }
 
 /** The same rows by hand: insert + NOTIFY per notice on 16 connections, a listener marking each delivered. Returns wall ms. */
-async function rawPhase(url: string, runIds: readonly string[]): Promise<number> {
-  const pool = new pg.Pool({ connectionString: url, max: RAW_CONNECTIONS });
+async function rawPhase(url: string, runIds: readonly string[], durability: Durability): Promise<number> {
+  // Relaxed: every raw commit (the inserts and the updates) is asynchronous, as Keel's are.
+  const options = durability === "relaxed" ? { options: "-c synchronous_commit=off" } : {};
+  const pool = new pg.Pool({ connectionString: url, max: RAW_CONNECTIONS, ...options });
   const listener = new pg.Client({ connectionString: url });
   await listener.connect();
   try {
