@@ -226,6 +226,7 @@ export default async function progressBench(args: readonly string[]): Promise<vo
           [
             ["tick 1 (60 s): notices reserved, wall ms", ms(tick.wallMs)],
             ["  keel CPU ms per run per cadence tick", ms(tick.nodeMs)],
+            ["  of which idle looks while it waited (estimate)", ms((idleNodeMs / looks) * (tick.wallMs / tickMs))],
             ["  postgres CPU ms per run per cadence tick", ms(tick.pgMs)],
             ["idle look: keel CPU µs per run per look", ((idleNodeMs * 1_000) / looks).toFixed(2)],
             [`ingress while supervising: SubmitMessage p50/p99 ms (n=${ingressStats.n})`, `${ms(ingressStats.p50)} / ${ms(ingressStats.p99)}`],
