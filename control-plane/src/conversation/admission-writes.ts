@@ -75,7 +75,6 @@ export function freshClaim(room: Mailroom, incoming: IncomingMessage, runId: str
     logicalRequestId: runId,
     commitBoundary: "buffering",
     inheritsFromRunId: undefined,
-    conversationId: room.conversationId,
   };
 }
 
