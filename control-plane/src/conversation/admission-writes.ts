@@ -75,6 +75,7 @@ export function freshClaim(room: Mailroom, incoming: IncomingMessage, runId: str
     logicalRequestId: runId,
     commitBoundary: "buffering",
     inheritsFromRunId: undefined,
+    conversationId: room.conversationId,
   };
 }
 

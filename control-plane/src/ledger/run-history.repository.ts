@@ -33,6 +33,12 @@ const inheritanceChain = statement<{ runId: string }, { id: string; depth: numbe
  * The latest progress notices of the conversation's runs created before this one (a follow-up,
  * a continuation or a supersession), newest first; this run's own notices are not history.
  */
+const recentProgressOfConversation = statement<{ runId: string; conversationId: string }, { text: string; created_at: Date }>("history_recent_progress_of_conversation")`
+  SELECT pe.text, pe.created_at FROM runs earlier
+  JOIN progress_events pe ON pe.run_id = earlier.id
+  WHERE earlier.conversation_id = ${(p) => p.conversationId}::uuid AND earlier.id <> ${runId}::uuid
+  ORDER BY pe.created_at DESC, pe.seq DESC LIMIT ${raw(String(FOLLOW_UP_PROGRESS_RECORDS))}`;
+
 const recentProgress = statement<{ runId: string }, { text: string; created_at: Date }>("history_recent_progress")`
   SELECT pe.text, pe.created_at FROM runs r
   JOIN runs earlier ON earlier.conversation_id = r.conversation_id AND earlier.id <> r.id AND earlier.created_at <= r.created_at
@@ -74,8 +80,8 @@ const invocationsOfRun = statement<{ runId: string }, InvocationRow>("history_in
   FROM tool_invocations i WHERE i.run_id = ${runId}::uuid ORDER BY i.created_at, i.ordinal`;
 
 export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistory" | "recentProgress"> {
-  const recentProgressOf = async (id: string): Promise<TranscriptProgress[]> =>
-    (await sql.run(recentProgress, { runId: id })).map((row): TranscriptProgress => ({ text: row.text, at: new Date(row.created_at) })).reverse();
+  const recentProgressOf = async (id: string, conversationId?: string): Promise<TranscriptProgress[]> =>
+    (await (conversationId === undefined ? sql.run(recentProgress, { runId: id }) : sql.run(recentProgressOfConversation, { runId: id, conversationId }))).map((row): TranscriptProgress => ({ text: row.text, at: new Date(row.created_at) })).reverse();
   return {
     recentProgress: recentProgressOf,
     async loadHistory(id): Promise<RunHistory> {

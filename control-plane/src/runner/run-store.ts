@@ -44,6 +44,8 @@ export interface ClaimedRun {
   readonly commitBoundary: CommitBoundary;
   /** The run whose completed work this one starts from, if any (see RunHistory.inherited). */
   readonly inheritsFromRunId: string | undefined;
+  /** Set by an early start: the conversation, so reads of its earlier runs need not wait for this run's commit. */
+  readonly conversationId?: string;
 }
 
 /** A committed tool call: what the transcript needs, plus what recovery and dispatch need. */
@@ -239,7 +241,7 @@ export interface RunStore {
   renewLease(runId: string, workerId: string, epoch: number, leaseMs: number): Promise<boolean>;
   loadHistory(runId: string): Promise<RunHistory>;
   /** The conversation's latest progress notices from runs before this one, oldest first (a fresh run's only history read). */
-  recentProgress?(runId: string): Promise<readonly TranscriptProgress[]>;
+  recentProgress?(runId: string, conversationId?: string): Promise<readonly TranscriptProgress[]>;
   /** Commits one model turn and its calls' intents; returns the run's control state as of the commit. */
   commitStep(commit: StepCommit): Promise<RunControlState>;
   /** The run's control state as it is now, without committing anything. */

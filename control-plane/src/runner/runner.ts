@@ -58,7 +58,7 @@ async function drive(session: RunSession): Promise<Next> {
     if (recovered.kind !== "continue") return recovered;
   } else if (session.store.recentProgress !== undefined) {
     // A follow-up sees the conversation's latest progress records: one indexed read.
-    session.history = { ...session.history, progress: await session.store.recentProgress(claimed.runId) };
+    session.history = { ...session.history, progress: await session.store.recentProgress(claimed.runId, claimed.conversationId) };
   }
   for (;;) {
     const safe = await checkpoint(session);

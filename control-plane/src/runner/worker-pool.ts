@@ -71,6 +71,11 @@ function afterCommit(deps: RunnerDeps, committed: Promise<void>): RunnerDeps {
       const value: unknown = Reflect.get(target, key, receiver);
       if (typeof value !== "function") return value;
       // The one synchronous method: the log is made at once, its appends wait.
+      // Reads only the conversation's other, committed runs: the early start's first call need not wait.
+      if (key === "recentProgress") {
+        return (runId: string, conversationId?: string) =>
+          conversationId === undefined ? committed.then(() => target.recentProgress?.(runId)) : target.recentProgress?.(runId, conversationId);
+      }
       if (key === "observationLog") {
         return (fence: Fence, invocationId: string): ObservationLog => {
           const log = target.observationLog(fence, invocationId);
@@ -264,18 +269,22 @@ export function startWorkerPool(
           },
         );
       }, Math.max(50, Math.floor(options.leaseMs / 3)));
+      let failure: { readonly error: unknown } | undefined;
       try {
         await advanceRun(runDeps, run, { workerId, signal });
       } catch (error) {
-        const refused = committed === undefined ? undefined : await committed.then(() => undefined, (reason: unknown) => reason ?? error);
-        if (refused instanceof ClaimNotStarted) runLog.debug("a ceiling queued the run admission was starting for this worker; its model call was aborted");
-        else if (refused !== undefined) runLog.warn({ err: error }, "the admission that claimed this run did not commit; nothing was written");
-        else if (error instanceof LeaseLostError) runLog.warn(error.message);
-        else if (!stopping.signal.aborted) runLog.error({ err: error }, "run step failed; the lease will expire and the run be retried");
+        failure = { error };
       } finally {
         clearInterval(renew);
         unlink();
       }
+      // A handed run whose claim never committed may end either way: with the error of a ledger
+      // call that waited for the commit, or parked at a safe point the abort reached first.
+      const refused = committed === undefined ? undefined : await committed.then(() => undefined, (reason: unknown) => reason ?? failure?.error);
+      if (refused instanceof ClaimNotStarted) runLog.debug("a ceiling queued the run admission was starting for this worker; its model call was aborted");
+      else if (refused !== undefined) runLog.warn({ err: refused }, "the admission that claimed this run did not commit; nothing was written");
+      else if (failure?.error instanceof LeaseLostError) runLog.warn(failure.error.message);
+      else if (failure !== undefined && !stopping.signal.aborted) runLog.error({ err: failure.error }, "run step failed; the lease will expire and the run be retried");
     }
   };
 
