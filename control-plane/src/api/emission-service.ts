@@ -6,7 +6,7 @@ import { InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExh
 import { agentViolation, connectorViolation, type ScopeViolation } from "../domain/token-scope.js";
 import { requireSlug, requireUuid } from "../domain/ids.js";
 import type { EmissionFeed } from "../ledger/emission-feed.js";
-import type { EmissionQueries } from "../ledger/emission.repository.js";
+import type { AcknowledgeScope, EmissionQueries } from "../ledger/emission.repository.js";
 import { principalOf } from "./auth.js";
 import { emissionToProto, encodedSubscribeResponse } from "./convert.js";
 import { cursorOf } from "./validate.js";
@@ -75,13 +75,13 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
       if (request.remoteRef.length > 1024) throw new InvalidArgumentError("remote_ref", "must be at most 1024 characters");
       if (request.detail.length > 4096) throw new InvalidArgumentError("detail", "must be at most 4096 characters");
       const { scope } = principalOf(context);
-      if (scope.kind !== "role") {
-        const target = await deps.emissions.get(emissionId);
-        if (target === undefined) throw new NotFoundError("emission", emissionId);
-        deny(connectorViolation(scope, { connector: target.connector, agentId: target.agentId }, { connector: "emission_id", agentId: "emission_id" }));
-      }
-      const emission = await deps.emissions.acknowledge(emissionId, outcome, request.remoteRef, request.detail);
+      // The scope goes into the one statement, so an emission outside it is never touched; what
+      // comes back says why it was refused.
+      const within: AcknowledgeScope =
+        scope.kind === "role" ? { connectors: "any", agents: "any" } : scope.kind === "connector" ? scope : { connectors: [], agents: [] };
+      const emission = await deps.emissions.acknowledge(emissionId, outcome, request.remoteRef, request.detail, within);
       if (emission === undefined) throw new NotFoundError("emission", emissionId);
+      deny(connectorViolation(scope, { connector: emission.connector, agentId: emission.agentId }, { connector: "emission_id", agentId: "emission_id" }));
       return { emission: emissionToProto(emission) };
     },
   };

@@ -4,7 +4,7 @@ import { randomUUID } from "node:crypto";
 import { MAX_PROGRESS_TEXT_CHARS, PROGRESS_KINDS, REPORT_PROGRESS_TOOL, type ProgressActivity, type ProgressCandidate, type ProgressKind } from "../domain/progress.js";
 import type { TriageDuration } from "../domain/triage.js";
 import type { NoticeReservation, ProgressLedger, ProgressSnapshot } from "../progress/progress-supervisor.js";
-import { reserveEmissions } from "./ledger-writes.js";
+import { EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
 import { LIVE_SQL } from "./run-start.sql.js";
 import { optionalDate, raw, statement, type Sql } from "./sql.js";
 
@@ -61,42 +61,46 @@ const loadSnapshot = statement<{ runId: string }, SnapshotRow>("progress_load")`
     ORDER BY s.index DESC, i.ordinal LIMIT 1) a ON true
   WHERE r.id = ${(p) => p.runId}::uuid`;
 
-interface TargetRow {
-  agent_id: string;
-  conversation_id: string;
-  external_conversation_id: string;
-  connector: string;
-}
-
-/**
- * The fence: the run is live, this claim holds it, and nobody asked it to stop. FOR SHARE makes a
- * settlement (which updates the row) wait for this transaction, or this one see it settled: no
- * notice lands after the run's reply.
- */
-const fencedTarget = statement<{ runId: string; epoch: number; workerId: string }, TargetRow>("progress_fenced_target")`
-  SELECT r.agent_id, r.conversation_id, c.external_id AS external_conversation_id, r.connector
-  FROM runs r JOIN conversations c ON c.id = r.conversation_id
-  WHERE r.id = ${(p) => p.runId}::uuid AND r.lease_epoch = ${(p) => p.epoch}::bigint AND r.lease_owner = ${(p) => p.workerId}
-    AND r.status IN (${raw(LIVE_SQL)}) AND r.cancel_requested_by_actor_id IS NULL AND r.superseded_by_run_id IS NULL
-  FOR SHARE OF r`;
-
-interface EventParams {
-  readonly id: string;
+interface ReserveParams {
+  readonly eventId: string;
+  readonly emissionId: string;
   readonly notice: NoticeReservation;
 }
 
-/** One notice per (subject, seq): a second supervisor drawing the same seq inserts nothing. */
-const insertEvent = statement<EventParams, { id: string }>("progress_insert_event")`
-  INSERT INTO progress_events (id, run_id, subject, seq, text, source, covers, created_at)
-  VALUES (${(p) => p.id}::uuid, ${(p) => p.notice.runId}::uuid, ${(p) => p.notice.subject}, ${(p) => p.notice.seq}::int,
-    ${(p) => p.notice.text}, ${(p) => p.notice.source}, ${(p) => JSON.stringify(p.notice.covers)}::jsonb, ${(p) => p.notice.at}::timestamptz)
-  ON CONFLICT (subject, seq) DO NOTHING
-  RETURNING id`;
-
-const linkEmission = statement<{ id: string; key: string }, { id: string }>("progress_link_emission")`
-  UPDATE progress_events pe SET emission_id = e.id FROM emissions e
-  WHERE pe.id = ${(p) => p.id}::uuid AND e.idempotency_key = ${(p) => p.key}
-  RETURNING pe.id`;
+/**
+ * The notice and its emission in one statement (a notice is reserved per run per cadence tick,
+ * and each round trip is a large share of the cost). The fence: the run is live, this claim
+ * holds it, and nobody asked it to stop; FOR SHARE makes a settlement (which updates the row) wait
+ * for this statement, or this one see it settled, so no notice lands after the run's reply.
+ * The emission is drawn only under the shared emission-order lock (EMISSION_SEQUENCE_LOCK), and
+ * the event only with its emission: both are keyed by (subject, seq), so a second supervisor
+ * drawing the same seq inserts neither.
+ */
+const reserveNotice = statement<ReserveParams, { reserved: number }>("progress_reserve_notice")`
+  WITH target AS (
+    SELECT r.id, r.agent_id, r.conversation_id, c.external_id AS external_conversation_id, r.connector
+    FROM runs r JOIN conversations c ON c.id = r.conversation_id
+    WHERE r.id = ${(p) => p.notice.runId}::uuid AND r.lease_epoch = ${(p) => p.notice.epoch}::bigint AND r.lease_owner = ${(p) => p.notice.workerId}
+      AND r.status IN (${raw(LIVE_SQL)}) AND r.cancel_requested_by_actor_id IS NULL AND r.superseded_by_run_id IS NULL
+    FOR SHARE OF r),
+  ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held FROM target),
+  emission AS (
+    INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
+      external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
+    SELECT ${(p) => p.emissionId}::uuid, ${(p) => p.notice.idempotencyKey}, t.connector, 'progress', t.id, t.agent_id, t.conversation_id,
+      t.external_conversation_id, ${(p) => p.notice.replyToMessageId ?? null}::text, ${(p) => p.notice.text}, NULL,
+      ${(p) => JSON.stringify(p.notice.addressedActorIds)}::jsonb
+    FROM target t, ordered
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, connector),
+  event AS (
+    INSERT INTO progress_events (id, run_id, subject, seq, text, source, covers, created_at, emission_id)
+    SELECT ${(p) => p.eventId}::uuid, ${(p) => p.notice.runId}::uuid, ${(p) => p.notice.subject}, ${(p) => p.notice.seq}::int,
+      ${(p) => p.notice.text}, ${(p) => p.notice.source}, ${(p) => JSON.stringify(p.notice.covers)}::jsonb, ${(p) => p.notice.at}::timestamptz, e.id
+    FROM emission e
+    ON CONFLICT (subject, seq) DO NOTHING
+    RETURNING id)
+  SELECT (SELECT count(*)::int FROM event) AS reserved, (SELECT pg_notify('keel_emissions', e.connector) FROM emission e) AS notified`;
 
 function candidateOf(row: { id: string; arguments: unknown }): ProgressCandidate | undefined {
   const args = row.arguments as { kind?: unknown; text?: unknown } | null;
@@ -150,35 +154,9 @@ export function createProgressRepository(db: Sql): ProgressLedger {
       };
     },
 
-    reserve(notice) {
-      return db.transaction(async (trx) => {
-        const [target] = await trx.run(fencedTarget, notice);
-        if (target === undefined) return false;
-        const id = randomUUID();
-        const [inserted] = await trx.run(insertEvent, { id, notice });
-        if (inserted === undefined) return false;
-        await reserveEmissions(
-          trx,
-          {
-            runId: notice.runId,
-            agentId: target.agent_id,
-            conversationId: target.conversation_id,
-            externalConversationId: target.external_conversation_id,
-            connector: target.connector,
-          },
-          [
-            {
-              kind: "progress",
-              idempotencyKey: notice.idempotencyKey,
-              text: notice.text,
-              ...(notice.replyToMessageId === undefined ? {} : { replyToMessageId: notice.replyToMessageId }),
-              addressedActorIds: notice.addressedActorIds,
-            },
-          ],
-        );
-        await trx.run(linkEmission, { id, key: notice.idempotencyKey });
-        return true;
-      });
+    async reserve(notice) {
+      const [row] = await db.run(reserveNotice, { eventId: randomUUID(), emissionId: randomUUID(), notice });
+      return (row?.reserved ?? 0) > 0;
     },
   };
 }
