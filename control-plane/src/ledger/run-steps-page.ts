@@ -88,16 +88,21 @@ export interface SizedStep {
   readonly detail_bytes: number;
 }
 
-/** Keeps steps while their estimated detail fits the budget (always the first); returns how many. */
-export function stepsWithinBudget(steps: readonly SizedStep[], budget: number): number {
+/** How many leading items fit `budget` by `weigh` (always the first, so a page is never empty). */
+function leadingWithinBudget<T>(items: readonly T[], weigh: (item: T) => number, budget: number): number {
   let used = 0;
   let kept = 0;
-  for (const step of steps) {
-    used += Number(step.detail_bytes);
+  for (const item of items) {
+    used += weigh(item);
     if (kept > 0 && used > budget) break;
     kept++;
   }
   return kept;
+}
+
+/** Keeps steps while their estimated detail fits the budget (always the first); returns how many. */
+export function stepsWithinBudget(steps: readonly SizedStep[], budget: number): number {
+  return leadingWithinBudget(steps, (step) => Number(step.detail_bytes), budget);
 }
 
 /** What a step's record weighs on the wire, roughly: its texts, the whole request included. */
@@ -117,12 +122,5 @@ export function stepRecordBytes(step: RunStepRecord): number {
  * transcript, so a long run's later steps weigh far more than their rows.
  */
 export function expandedStepsWithinBudget(steps: readonly RunStepRecord[], budget: number): number {
-  let used = 0;
-  let kept = 0;
-  for (const step of steps) {
-    used += stepRecordBytes(step);
-    if (kept > 0 && used > budget) break;
-    kept++;
-  }
-  return kept;
+  return leadingWithinBudget(steps, stepRecordBytes, budget);
 }
