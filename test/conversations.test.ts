@@ -12,56 +12,19 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { z } from "zod";
 import { AckState, EmissionKind, EmissionService, type Emission } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { CommitBoundary, RunStatus, WaitReason, type Run, type RunStep } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { withBudgetDefaults, type AgentSpec, type InterruptSettings, type RunBudget, type ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import type { ConsentAnswer, FollowUpRelation } from "../control-plane/src/domain/interrupt.js";
-import { defineTool, type ToolDefinition } from "../control-plane/src/tools/tool-registry.js";
 import { connectClient } from "./support/clients.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { createGate } from "./support/gate-tool.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { ManualClock } from "./support/manual-clock.js";
 import { scriptedModel, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { createTestTools, writesRecorded } from "./support/test-tools.js";
-
-// --- A gate: a read tool each call of which waits until the test lets that one call through.
-
-function createGate() {
-  const waiting = new Map<string, (() => void)[]>();
-  const tool: ToolDefinition = defineTool<{ name: string }>({
-    name: "test.gate",
-    version: 1,
-    description: "Waits until the test opens it (a read).",
-    parameters: z.object({ name: z.string() }),
-    effect: "read",
-    execute: (args, context) =>
-      new Promise((resolve, reject) => {
-        const list = waiting.get(args.name) ?? [];
-        list.push(() => resolve({ ok: true, text: `gate ${args.name} opened` }));
-        waiting.set(args.name, list);
-        context.signal.addEventListener("abort", () => reject(new Error("the worker stopped")), { once: true });
-      }),
-  });
-  return {
-    tool,
-    /** Resolves once a call is waiting at the named gate. */
-    async reached(name: string): Promise<void> {
-      for (let i = 0; i < 400; i++) {
-        if ((waiting.get(name)?.length ?? 0) > 0) return;
-        await sleep(25);
-      }
-      throw new Error(`nothing reached gate ${name}`);
-    },
-    open(name: string): void {
-      const next = waiting.get(name)?.shift();
-      if (next === undefined) throw new Error(`nothing waits at gate ${name}`);
-      next();
-    },
-  };
-}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -3,7 +3,6 @@
 // checkpoints with the one-minute gap, a 10-minute run seen through Subscribe, and a takeover
 // that keeps the cadence. Every step advances the clock, then waits for what must follow.
 import pg from "pg";
-import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AckState, EmissionKind, EmissionService, type Emission } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
@@ -12,44 +11,14 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import type { AgentSpec, ModelSpec, ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { scriptedModel, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
-import { defineTool, type ToolDefinition } from "../control-plane/src/tools/tool-registry.js";
 import { connectClient } from "./support/clients.js";
+import { createGate } from "./support/gate-tool.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { ManualClock } from "./support/manual-clock.js";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const S = 1000;
 const MIN = 60 * S;
-
-/** A read tool each call of which waits until the test opens its gate (the slow tool). */
-function createGate() {
-  const waiting = new Map<string, (() => void)[]>();
-  const tool: ToolDefinition = defineTool<{ name: string }>({
-    name: "test.gate",
-    version: 1,
-    description: "Waits until the test opens it (a read).",
-    parameters: z.object({ name: z.string() }),
-    effect: "read",
-    execute: (args, context) =>
-      new Promise((resolve, reject) => {
-        const list = waiting.get(args.name) ?? [];
-        list.push(() => resolve({ ok: true, text: `gate ${args.name} opened` }));
-        waiting.set(args.name, list);
-        context.signal.addEventListener("abort", () => reject(new Error("the worker stopped")), { once: true });
-      }),
-  });
-  return {
-    tool,
-    async reached(name: string): Promise<void> {
-      await until(() => Promise.resolve((waiting.get(name)?.length ?? 0) > 0), `a call at gate ${name}`);
-    },
-    open(name: string): void {
-      const next = waiting.get(name)?.shift();
-      if (next === undefined) throw new Error(`nothing waits at gate ${name}`);
-      next();
-    },
-  };
-}
 
 async function until<T>(probe: () => Promise<T | false | undefined>, what: string, timeoutMs = 30_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
