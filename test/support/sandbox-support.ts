@@ -131,6 +131,12 @@ export interface StartAgentOptions {
   readonly labels?: readonly string[];
   /** Capture into an existing log (a restarted agent keeps adding to the same one). */
   readonly log?: CapturedLog;
+  /** Default docker; process needs bubblewrap. */
+  readonly backend?: "docker" | "process";
+  /** Further control-plane URLs, each as another --control-plane before `url`. */
+  readonly moreUrls?: readonly string[];
+  /** The agent's KEEL_LOG_LEVEL (default debug: tests wait for its debug lines). */
+  readonly logLevel?: string;
 }
 
 /** `node bin/keel.js sandbox-agent ...`, resolved once it has attached to the control plane. */
@@ -138,6 +144,7 @@ export async function startSandboxAgent(options: StartAgentOptions): Promise<Age
   const args = [
     KEEL_BIN,
     "sandbox-agent",
+    ...(options.moreUrls ?? []).flatMap((url) => ["--control-plane", url]),
     "--control-plane",
     options.url,
     "--host-id",
@@ -147,12 +154,12 @@ export async function startSandboxAgent(options: StartAgentOptions): Promise<Age
     "--capacity",
     String(options.capacity ?? 4),
     "--backend",
-    "docker",
+    options.backend ?? "docker",
     ...(options.labels ?? []).flatMap((label) => ["--label", label]),
   ];
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
-    env: { ...process.env, KEEL_SANDBOX_TOKEN: options.token, KEEL_LOG_LEVEL: "debug" },
+    env: { ...process.env, KEEL_SANDBOX_TOKEN: options.token, KEEL_LOG_LEVEL: options.logLevel ?? "debug" },
     stdio: ["ignore", "pipe", "pipe"],
   });
   children.add(child);
