@@ -85,9 +85,9 @@ export default defineConfig(
   ]),
   layerRule(["control-plane/src/ledger/**/*.ts"], [
     {
-      regex: layer("runner", "conversation"),
+      regex: layer("runner", "conversation", "graph"),
       allowTypeImports: true,
-      message: "ledger/ implements the ports of runner/ and conversation/: import their types only (`import type`).",
+      message: "ledger/ implements the ports of runner/ and conversation/: import their types only (`import type`); graph/'s port likewise.",
     },
     { regex: layer("api", "cli"), message: "ledger/ is an adapter: it never imports api/ or cli/." },
     { regex: "^(\\.\\./)+(app|main)\\.js$", message: "ledger/ is an adapter: it never imports the composition root." },
@@ -109,6 +109,13 @@ export default defineConfig(
     },
     { regex: layer("ledger", "api", "cli"), message: "runner/ reaches the ledger through the RunStore port: it never imports ledger/, api/ or cli/." },
     { regex: "^(\\.\\./)+(app|main)\\.js$", message: "runner/ never imports the composition root." },
+  ]),
+  layerRule(["control-plane/src/graph/**/*.ts"], [
+    {
+      regex: layer("ledger", "runner", "conversation", "progress", "sandbox", "api", "cli"),
+      message: "graph/ schedules WorkGraphs over its own ledger port (work-graph-ledger.ts): it imports domain/, models/ and tools/ only.",
+    },
+    { regex: "^(\\.\\./)+(app|main)\\.js$", message: "graph/ never imports the composition root." },
   ]),
   layerRule(["control-plane/src/{models,tools,sandbox}/**/*.ts"], [
     { regex: layer("api", "cli"), message: "models/, tools/ and sandbox/ sit below the API: they never import api/ or cli/." },

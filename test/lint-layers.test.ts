@@ -90,6 +90,13 @@ describe("layer rules", () => {
     expect(byRule(value, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/runner\/ implements conversation\/'s worker-handoff port/)]);
   });
 
+  it("graph/ may not import the ledger; the ledger takes only graph/'s types", async () => {
+    const ledger = await lint(fileIn("control-plane/src/graph"), 'import { createWorkGraphRepository } from "../ledger/work-graph.repository.js";\nexport const graphs = createWorkGraphRepository;\n');
+    expect(byRule(ledger, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/graph\/ schedules WorkGraphs over its own ledger port/)]);
+    const value = await lint(fileIn("control-plane/src/ledger"), 'import { startWorkGraphScheduler } from "../graph/work-graph-scheduler.js";\nexport const start = startWorkGraphScheduler;\n');
+    expect(byRule(value, RESTRICTED).map((m) => m.message)).toEqual([expect.stringMatching(/graph\/'s port likewise/)]);
+  });
+
   it("code that runs agents may not import the dev/test fixtures", async () => {
     const messages = await lint(fileIn("control-plane/src/runner"), 'import { DEMO_AGENT } from "../fixtures/demo-agent.js";\nexport const agent = DEMO_AGENT;\n');
     expect(byRule(messages, "no-restricted-imports").map((m) => m.message)).toEqual([expect.stringMatching(/fixtures\/ are for dev mode, tests and benches only/)]);

@@ -43,6 +43,9 @@ import { createRemoteSandboxDispatcher, type RemoteSandboxDispatcher } from "./s
 import { createSandboxHub, type SandboxHub } from "./sandbox/sandbox-hub.js";
 import { askUserTool } from "./tools/ask-user-tool.js";
 import { createReportProgressTool } from "./tools/report-progress-tool.js";
+import { createProposeWorkGraphTool } from "./graph/propose-work-graph-tool.js";
+import { startWorkGraphScheduler } from "./graph/work-graph-scheduler.js";
+import { createWorkGraphRepository } from "./ledger/work-graph.repository.js";
 import { createProgressRepository } from "./ledger/progress.repository.js";
 import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
 import { createProgressSummarizer } from "./progress/progress-summary.js";
@@ -177,7 +180,11 @@ export async function buildApp(
     maxExecTimeoutMs: config.sandbox.maxExecTimeoutMs,
     maxOutputBytes: config.sandbox.maxOutputBytes,
   });
-  const tools = createToolRegistry([askUserTool, createReportProgressTool(progress), ...sandboxTools, ...(options.tools ?? [])]);
+  // WorkGraphs: the propose tool admits a graph; the scheduler moves it on as children settle.
+  const graphs = createWorkGraphRepository(ledger.sql);
+  const graphScheduler = startWorkGraphScheduler(graphs, logger.child({ component: "graph" }), { sweepMs: 2_000 });
+  const proposeWorkGraph = createProposeWorkGraphTool({ ledger: graphs, tools: () => tools, now: () => clock.now(), admitted: (rootRunId) => graphScheduler.poke(rootRunId) });
+  const tools = createToolRegistry([askUserTool, createReportProgressTool(progress), proposeWorkGraph, ...sandboxTools, ...(options.tools ?? [])]);
   let sweeping: Promise<void> | undefined;
   const stopSweeping = new AbortController();
   const sweeper = setInterval(() => {
@@ -205,7 +212,7 @@ export async function buildApp(
         maxMessageTextBytes: config.maxTextBytes,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), feed: emissionFeed, maxStreamsPerToken: config.maxStreamsPerToken }),
-      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
+      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({
         agents,
         bounds: {
@@ -268,6 +275,7 @@ export async function buildApp(
         controlChanges: (listener) => hub.subscribe("keel_run_control", listener),
         secretEnv: env,
         lifecycle: modelCalls,
+        childClaimEnded: (rootRunId) => graphScheduler.poke(rootRunId),
         progress,
       };
       const pool = startWorkerPool(
@@ -291,6 +299,7 @@ export async function buildApp(
       await triage.stop();
       await sweeping;
       emissionFeed.close();
+      await graphScheduler.stop();
       await hub.close();
       await ledger.close();
     },

@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { pino, type Logger } from "pino";
 import { inject } from "vitest";
-import { buildApp, type KeelApp } from "../../control-plane/src/app.js";
+import { buildApp, type BuildOptions, type KeelApp } from "../../control-plane/src/app.js";
 import { loadConfig } from "../../control-plane/src/config.js";
 import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
 import type { Clock } from "../../control-plane/src/domain/clock.js";
@@ -57,6 +57,8 @@ export interface TestKeelOptions {
   readonly clock?: Clock;
   /** The progress supervisors' cadence and tick (default: the server's). */
   readonly progress?: ProgressOptions;
+  /** Wraps the workers' dependencies (a test's model provider, fault injection). */
+  readonly wrapRunnerDeps?: BuildOptions["wrapRunnerDeps"];
 }
 
 export async function startTestKeel(options: TestKeelOptions = {}): Promise<TestKeel> {
@@ -74,6 +76,7 @@ export async function startTestKeel(options: TestKeelOptions = {}): Promise<Test
     ...(options.tools === undefined ? {} : { tools: options.tools }),
     ...(options.clock === undefined ? {} : { clock: options.clock }),
     ...(options.progress === undefined ? {} : { progress: options.progress }),
+    ...(options.wrapRunnerDeps === undefined ? {} : { wrapRunnerDeps: options.wrapRunnerDeps }),
   });
   for (const agent of options.agents ?? [DEMO_AGENT]) await app.agents.put(agent);
   const roles: TokenRole[] = ["connector", "sandbox-host", "operator", "admin"];

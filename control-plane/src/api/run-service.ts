@@ -9,8 +9,10 @@ import { isTerminal, type RunStatus } from "../domain/run.js";
 import { DEFAULT_STEPS_PAGE_BYTES, parseRunsPageToken, parseStepsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
 import type { RunForks } from "../ledger/run-fork.repository.js";
+import type { WorkGraphReads } from "../ledger/work-graph.repository.js";
 import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
 import { cursorOf, pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
+import { workGraphToProto } from "./work-graph-convert.js";
 
 export interface RunServiceDeps {
   readonly runs: RunQueries;
@@ -21,6 +23,8 @@ export interface RunServiceDeps {
   readonly forks?: RunForks;
   /** The server's limit on one message: a ListRunSteps page reads at most half of it in records. */
   readonly maxReplyBytes?: number;
+  /** WorkGraphs; absent, GetWorkGraph answers NotFound. */
+  readonly graphs?: WorkGraphReads;
 }
 
 /** A ListRuns token the ledger did not issue is the caller's mistake (the ledger defines the format). */
@@ -128,7 +132,9 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     async getWorkGraph(request) {
       const runId = requireUuid("run_id", request.runId);
       const run = await mustGetRun(runId);
-      throw new NotFoundError("work graph of run", `${run.id} (execution shape ${run.shape})`);
+      const graph = await deps.graphs?.graphOf(runId);
+      if (graph === undefined) throw new NotFoundError("work graph of run", `${run.id} (execution shape ${run.shape})`);
+      return { graph: workGraphToProto(graph) };
     },
     async resolveUnknownOutcome(request) {
       const runId = requireUuid("run_id", request.runId);

@@ -188,8 +188,19 @@ function checkTools(
   }
 }
 
-/** A loop needs at least one iteration, one model call and some time, or it can do nothing. */
-const LOOP_NEEDS: ReadonlySet<keyof BudgetSlice> = new Set<keyof BudgetSlice>(["maxWallClockMs", "maxIterations", "maxModelCalls"]);
+/**
+ * A loop's first model call is refused when any dimension checked before a model call is at its
+ * limit (domain/budget.ts), so a zero in any of them leaves the node unable to do anything.
+ */
+const LOOP_NEEDS: ReadonlySet<keyof BudgetSlice> = new Set<keyof BudgetSlice>([
+  "maxWallClockMs",
+  "maxIterations",
+  "maxModelCalls",
+  "maxInputTokens",
+  "maxOutputTokens",
+  "maxOutputBytes",
+  "maxCostMicroUsd",
+]);
 
 function checkSlice(node: WorkNodeProposal, reasons: AdmissionRejection[]): void {
   for (const { dimension, field } of SLICE_DIMENSIONS) {

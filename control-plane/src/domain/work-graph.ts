@@ -133,7 +133,8 @@ export type AdmissionRejection =
   | { readonly code: "verify_without_subject"; readonly node: string }
   | { readonly code: "verify_subject_unknown"; readonly node: string; readonly subject: string }
   | { readonly code: "verify_subject_not_upstream"; readonly node: string; readonly subject: string }
-  | { readonly code: "input_not_produced"; readonly node: string; readonly artifactType: string };
+  | { readonly code: "input_not_produced"; readonly node: string; readonly artifactType: string }
+  | { readonly code: "not_supported"; readonly node: string; readonly feature: string };
 
 export type AdmissionVerdict =
   | { readonly admitted: true; readonly graph: AdmittedWorkGraph }
@@ -199,5 +200,20 @@ export function describeRejection(reason: AdmissionRejection): string {
       return `verify node "${reason.node}" checks "${reason.subject}", which does not run before it`;
     case "input_not_produced":
       return `node "${reason.node}" consumes "${reason.artifactType}", which none of its inputs produces`;
+    case "not_supported":
+      return `node "${reason.node}" needs ${reason.feature}, which the scheduler does not run yet; use agent_loop and join nodes without workspaces`;
   }
+}
+
+/**
+ * What the scheduler cannot run yet (verify and human_gate nodes, per-node workspaces): refused
+ * with the admission reasons, so a model is told at once rather than finding a node stuck.
+ */
+export function unsupportedByScheduler(proposal: WorkGraphProposal): AdmissionRejection[] {
+  const reasons: AdmissionRejection[] = [];
+  for (const node of proposal.nodes) {
+    if (node.kind === "verify" || node.kind === "human_gate") reasons.push({ code: "not_supported", node: node.key, feature: `a ${node.kind} node` });
+    if (node.needsWorkspace) reasons.push({ code: "not_supported", node: node.key, feature: "a workspace of its own" });
+  }
+  return reasons;
 }

@@ -53,7 +53,9 @@ describe("work graph proposal schema", () => {
   it("hands a parsed proposal to admission, which judges it", () => {
     const parsed = parseWorkGraphProposal(answer);
     if (!parsed.ok) throw new Error(parsed.problems.join("; "));
-    const verdict = admitWorkGraph(parsed.proposal, {
+    // A loop's slice needs every dimension a model call checks (bytes and cost included), or it could not run.
+    const nodes = parsed.proposal.nodes.map((n) => (n.kind === "agent_loop" ? { ...n, budget: { ...n.budget, maxOutputBytes: 100, maxCostMicroUsd: 100 } } : n));
+    const verdict = admitWorkGraph({ ...parsed.proposal, nodes }, {
       ceilings: DEFAULT_GRAPH_CEILINGS,
       policy: { kind: "allow_all", networkAccess: false },
       effectiveTools: [{ fullName: "repo.write.v1", effect: "write" }],

@@ -31,8 +31,9 @@ const states = new WeakMap<RunSession, TurnState>();
  */
 export function beginModelCall(session: RunSession): Promise<SideCallUsage> {
   const lifecycle = session.deps.lifecycle;
-  if (lifecycle === undefined) return Promise.resolve(ZERO_SIDE_USAGE);
   const { claimed } = session;
+  // A WorkGraph child sends no acks of its own (its root's request has them) and makes no side calls.
+  if (lifecycle === undefined || claimed.parentRunId !== undefined) return Promise.resolve(ZERO_SIDE_USAGE);
   let state = states.get(session);
   if (state === undefined) {
     state = {};

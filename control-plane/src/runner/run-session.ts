@@ -51,6 +51,8 @@ export interface RunnerDeps {
   readonly secretEnv?: Readonly<Record<string, string | undefined>>;
   /** Started/thinking acks and the usage of side model calls (run-lifecycle.ts); without it, neither. */
   readonly lifecycle?: RunLifecycle;
+  /** Told the root's id when a WorkGraph child's claim ends, so the graph's scheduler looks at once. */
+  readonly childClaimEnded?: (rootRunId: string) => void;
 }
 
 export interface StepContext {

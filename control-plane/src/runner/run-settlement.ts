@@ -15,7 +15,8 @@ export function settlementFor(session: RunSession, status: RunStatus, unredacted
   return {
     status,
     usage: session.usage,
-    emissions: settlementDrafts(session.audience(), status, outcome.replyText),
+    // A WorkGraph child has no voice in the conversation: its reply is its node's result.
+    emissions: session.claimed.parentRunId === undefined ? settlementDrafts(session.audience(), status, outcome.replyText) : [],
     summary: outcome.summary,
     ...(outcome.finalReply === undefined ? {} : { finalReply: outcome.finalReply }),
     ...(outcome.error === undefined ? {} : { error: outcome.error }),

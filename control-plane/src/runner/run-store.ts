@@ -46,6 +46,8 @@ export interface ClaimedRun {
   readonly inheritsFromRunId: string | undefined;
   /** Set by an early start: the conversation, so reads of its earlier runs need not wait for this run's commit. */
   readonly conversationId?: string;
+  /** A WorkGraph child run's root: it sends no acks or replies; its end is its node's result. */
+  readonly parentRunId?: string;
 }
 
 /** A committed tool call: what the transcript needs, plus what recovery and dispatch need. */

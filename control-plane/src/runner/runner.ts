@@ -35,7 +35,8 @@ export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context:
             : { watchControl: (changed: () => void) => controlChanges((runId) => (runId === "" || runId === claimed.runId) && changed()) }),
           onFlushError: (error) => deps.log.warn({ err: error, runId: claimed.runId }, "committing held read results failed; the next commit reports it"),
         });
-  const progress = deps.progress?.supervise(supervisedRun(claimed, context));
+  // A WorkGraph child says nothing in the conversation, progress included.
+  const progress = claimed.parentRunId === undefined ? deps.progress?.supervise(supervisedRun(claimed, context)) : undefined;
   const held = progress === undefined ? store : holdingNotices(store ?? deps.store, progress);
   const session = new RunSession(held === undefined ? deps : { ...deps, store: held }, claimed, context);
   try {
@@ -46,6 +47,7 @@ export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context:
   } finally {
     await progress?.stop();
     store?.close();
+    if (claimed.parentRunId !== undefined) deps.childClaimEnded?.(claimed.parentRunId);
   }
 }
 
@@ -56,7 +58,7 @@ async function drive(session: RunSession): Promise<Next> {
   if (claimed.stepCount > 0 || claimed.inheritsFromRunId !== undefined) {
     const recovered = await recover(session);
     if (recovered.kind !== "continue") return recovered;
-  } else if (session.store.recentProgress !== undefined) {
+  } else if (session.store.recentProgress !== undefined && claimed.parentRunId === undefined) {
     // A follow-up sees the conversation's latest progress records: one indexed read.
     session.history = { ...session.history, progress: await session.store.recentProgress(claimed.runId, claimed.conversationId) };
   }

@@ -77,6 +77,8 @@ async function dispatch(session: RunSession, intent: InvocationIntent, rest: rea
     result = { ok: false, text: `The tool failed: ${error instanceof Error ? error.message : String(error)}` };
     outcome = "failed";
   }
+  // Parked by the tool itself (keel.propose_work_graph): the call stays pending until the graph ends.
+  if ("parked" in result && result.parked === true) return PARK;
   session.usage = {
     ...session.usage,
     toolCalls: session.usage.toolCalls + 1,

@@ -23,6 +23,8 @@ export interface ToolResult {
   readonly exitCode?: number;
   readonly truncated?: boolean;
   readonly artifacts?: readonly ArtifactDraft[];
+  /** The tool parked the run in the ledger itself (an admitted work graph): the call stays pending and the claim ends. */
+  readonly parked?: boolean;
 }
 
 export interface ToolExecutionContext {

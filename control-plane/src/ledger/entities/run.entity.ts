@@ -84,5 +84,7 @@ export const RunEntity = defineEntity({
     triageFallback: p.text().nullable(),
     /** Tokens, cost and calls of model calls beside the loop; kept apart so step commits never overwrite it. */
     sideUsage: p.json<Record<string, number>>().defaultRaw("'{}'"),
+    /** A child run of a WorkGraph: the agent spec keys it is claimed with instead of the agent's (tools, policy, slice). */
+    specOverride: p.json<Record<string, unknown>>().nullable(),
   },
 });

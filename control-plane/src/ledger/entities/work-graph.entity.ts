@@ -14,6 +14,11 @@ export const WorkGraphEntity = defineEntity({
     revision: p.integer().default(0),
     replans: p.integer().default(0),
     aggregateUsage: p.json<Record<string, number>>(),
+    /** running, succeeded, failed or cancelled. */
+    status: p.text().default("running"),
+    /** The pending keel.propose_work_graph call that gets the graph's result (no foreign key: a call id is enough to find it). */
+    proposedByInvocationId: p.uuid().nullable(),
+    finishedAt: p.datetime().nullable(),
     createdAt: p.datetime().defaultRaw("now()"),
   },
 });

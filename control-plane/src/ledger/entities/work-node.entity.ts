@@ -19,6 +19,13 @@ export const WorkNodeEntity = defineEntity({
     gateDecision: p.text().nullable(),
     // No foreign key: gates are decided by operators, who need not be conversation actors.
     gateDecidedByActorId: p.text().nullable(),
+    /** Position in the admitted (topological) order: passes walk nodes in it. */
+    ordinal: p.integer().default(0),
+    /** What the node's child run overrides in the agent spec: its tools, policy and budget slice. */
+    childSpec: p.json<Record<string, unknown>>().nullable(),
+    /** The child's reply, a join's combined inputs, or why the node failed. */
+    output: p.text().nullable(),
+    finishedAt: p.datetime().nullable(),
     createdAt: p.datetime().defaultRaw("now()"),
   },
 });

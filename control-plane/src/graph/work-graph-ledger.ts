@@ -1,0 +1,53 @@
+// The graph layer's port to the ledger (ledger/work-graph.repository.ts implements it): what a
+// proposal is judged against, how an admitted graph is persisted with its root parked, and the
+// scheduler pass that moves a graph on. The scheduler's whole state is these rows.
+import type { AdmittedWorkGraph } from "../domain/work-graph.js";
+import type { GraphOutcome } from "../domain/work-graph-schedule.js";
+import type { RunUsage } from "../domain/run.js";
+
+/** What the proposing run's row says, read when its proposal is judged. */
+export interface ProposerFacts {
+  readonly connector: string;
+  /** The run's usage as of its last commit (the proposing step's model call included). */
+  readonly usage: RunUsage;
+  readonly startedAt: Date;
+  /** A child run: it may not plan a graph of its own (no recursive graphs). */
+  readonly isChild: boolean;
+  /** The run already has a graph (one per root run in this slice; revisions come later). */
+  readonly hasGraph: boolean;
+  /** Proposals of this run already refused (their calls failed). */
+  readonly rejectedSoFar: number;
+}
+
+export interface AdmitGraphCommand {
+  readonly runId: string;
+  /** The proposing worker's lease epoch: admission is fenced like every write of the run. */
+  readonly epoch: number;
+  /** The pending call that proposed the graph: it gets the graph's result when the graph ends. */
+  readonly invocationId: string;
+  readonly graph: AdmittedWorkGraph;
+  /** Per node key, what its child run's agent spec overrides (tools, policy, budget). */
+  readonly childSpecs: Readonly<Record<string, Record<string, unknown>>>;
+  /** The run event that explains the change of shape. */
+  readonly summary: string;
+}
+
+export interface WorkGraphLedger {
+  proposerFacts(runId: string, toolName: string): Promise<ProposerFacts | undefined>;
+  /** Appends events to the proposing run (one per rejection reason, and a fallback notice). */
+  recordEvents(runId: string, invocationId: string, summaries: readonly string[]): Promise<void>;
+  /**
+   * In one transaction: the graph and its nodes, the run's shape set to graph and the run parked
+   * (waiting, lease released and its epoch raised so the proposing worker writes nothing more),
+   * and the first ready nodes started as child runs. False when the lease was no longer held.
+   */
+  admit(command: AdmitGraphCommand): Promise<boolean>;
+  /**
+   * One scheduler pass over root run `rootRunId`'s graph, under the graph's row lock: settled
+   * children settle their nodes, joins complete, ready nodes start, and an ended graph hands its
+   * result to the root's proposing call and queues the root. Undefined when there is no live graph.
+   */
+  advance(rootRunId: string): Promise<GraphOutcome | undefined>;
+  /** Root runs whose live graph has work a pass would do (a child settled, the root stopped). */
+  stalledRoots(): Promise<readonly string[]>;
+}

@@ -1,0 +1,78 @@
+// Moves admitted WorkGraphs on (issue #14 item 4). The state is the ledger's: a pass reads a
+// graph's nodes under its row lock and writes what domain/work-graph-schedule.ts says, so any
+// process may run a pass and a killed one loses nothing. Passes are asked for when a child run's
+// claim ends (this process's workers say so at once) and by a slow sweep that finds what a
+// crash between a child's settlement and its pass left behind.
+import type { Logger } from "pino";
+import type { WorkGraphLedger } from "./work-graph-ledger.js";
+
+export interface WorkGraphScheduler {
+  /** Runs a pass over the root's graph soon; passes for one root never overlap in this process. */
+  poke(rootRunId: string): void;
+  /** Resolves when no pass is in flight (tests, shutdown). */
+  idle(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface WorkGraphSchedulerOptions {
+  /** How often the sweep looks for graphs a missed pass left behind; 0 turns it off. */
+  readonly sweepMs: number;
+}
+
+export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, options: WorkGraphSchedulerOptions): WorkGraphScheduler {
+  /** Per root: the pass in flight, and whether another was asked for while it ran. */
+  const passes = new Map<string, { running: Promise<void>; again: boolean }>();
+  let stopped = false;
+
+  const run = (rootRunId: string): Promise<void> =>
+    ledger.advance(rootRunId).then(
+      (outcome) => {
+        if (outcome !== undefined && outcome !== "running") log.info({ rootRunId, outcome }, "work graph ended; root run queued");
+      },
+      (error: unknown) => log.warn({ err: error, rootRunId }, "work graph pass failed; the sweep retries it"),
+    );
+
+  const poke = (rootRunId: string): void => {
+    if (stopped) return;
+    const current = passes.get(rootRunId);
+    if (current !== undefined) {
+      current.again = true;
+      return;
+    }
+    const entry = { running: Promise.resolve(), again: false };
+    entry.running = (async () => {
+      do {
+        entry.again = false;
+        await run(rootRunId);
+      } while (entry.again && !stopped);
+      passes.delete(rootRunId);
+    })();
+    passes.set(rootRunId, entry);
+  };
+
+  let sweeping: Promise<void> | undefined;
+  const timer =
+    options.sweepMs > 0
+      ? setInterval(() => {
+          sweeping ??= ledger
+            .stalledRoots()
+            .then((roots) => roots.forEach(poke), (error: unknown) => log.warn({ err: error }, "work graph sweep failed"))
+            .finally(() => (sweeping = undefined));
+        }, options.sweepMs)
+      : undefined;
+  timer?.unref();
+
+  const idle = async (): Promise<void> => {
+    while (passes.size > 0) await Promise.all([...passes.values()].map((pass) => pass.running));
+  };
+  return {
+    poke,
+    idle,
+    async stop() {
+      stopped = true;
+      if (timer !== undefined) clearInterval(timer);
+      await sweeping;
+      await idle();
+    },
+  };
+}

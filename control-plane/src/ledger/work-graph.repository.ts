@@ -1,0 +1,236 @@
+// The WorkGraph ledger (issue #14): admission's writes, the scheduler pass and GetWorkGraph's read.
+// A pass holds the graph's row lock from its first read to its commit, so passes from any number
+// of processes take turns and each acts on what the one before it committed.
+import { randomUUID } from "node:crypto";
+import { LIVE_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
+import type { WorkNodeKind } from "../domain/work-graph.js";
+import { childInput, graphResult } from "../domain/work-graph-child.js";
+import { planSchedule, sinkKeys, type GraphOutcome, type ScheduledNode, type WorkNodeStatus } from "../domain/work-graph-schedule.js";
+import type { AdmitGraphCommand, WorkGraphLedger } from "../graph/work-graph-ledger.js";
+import { appendRunEvents } from "./ledger-writes.js";
+import { asDate, optionalDate, type Sql, type SqlTransaction } from "./sql.js";
+import * as q from "./work-graph.sql.js";
+
+export interface WorkNodeAttemptView {
+  readonly id: string;
+  readonly ordinal: number;
+  readonly status: string;
+  readonly replayability: string;
+  readonly childRunId: string | undefined;
+  readonly startedAt: Date;
+  readonly finishedAt: Date | undefined;
+}
+
+export interface WorkNodeView {
+  readonly id: string;
+  readonly key: string;
+  readonly kind: string;
+  readonly status: string;
+  readonly objective: string;
+  readonly dependsOn: readonly string[];
+  readonly gateDecision: string | undefined;
+  readonly gateDecidedByActorId: string | undefined;
+  readonly attempts: readonly WorkNodeAttemptView[];
+}
+
+export interface WorkGraphView {
+  readonly id: string;
+  readonly rootRunId: string;
+  readonly revision: number;
+  readonly replans: number;
+  readonly status: string;
+  /** What the graph's child runs have spent so far, summed. */
+  readonly usage: RunUsage;
+  readonly createdAt: Date;
+  readonly nodes: readonly WorkNodeView[];
+}
+
+export interface WorkGraphReads {
+  /** The graph of a root run, or of the root a child run belongs to. */
+  graphOf(runId: string): Promise<WorkGraphView | undefined>;
+}
+
+const USAGE_KEYS = Object.keys(ZERO_USAGE) as (keyof RunUsage)[];
+
+/** Spend added up; wall clock is not (the root's own clock already covers its children's time). */
+function addUsage(base: Partial<RunUsage>, parts: readonly (Partial<RunUsage> | null)[]): RunUsage {
+  const total: Record<keyof RunUsage, number> = { ...ZERO_USAGE, ...base };
+  for (const part of parts) {
+    if (part === null) continue;
+    for (const key of USAGE_KEYS) if (key !== "wallClockMs") total[key] += Number(part[key] ?? 0);
+  }
+  return total;
+}
+
+const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succeeded", failed: "failed", budget_exhausted: "failed", cancelled: "cancelled" };
+
+export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraphReads {
+  /** One pass, inside the caller's transaction. */
+  const pass = async (trx: SqlTransaction, rootRunId: string): Promise<GraphOutcome | undefined> => {
+    const [graph] = await trx.run(q.lockGraph, { rootRunId });
+    if (graph === undefined) return undefined;
+    const rows = await trx.run(q.passNodes, { graphId: graph.id });
+    const nodeUpdates: { id: string; status: WorkNodeStatus; output: string | null }[] = [];
+    const attemptUpdates: { id: string; status: WorkNodeStatus }[] = [];
+    const nodes: ScheduledNode[] = rows.map((row) => {
+      let status = row.status as WorkNodeStatus;
+      let output = row.output ?? undefined;
+      const ended = row.child_status === null ? undefined : CHILD_END[row.child_status];
+      if (status === "running" && ended !== undefined && row.attempt_id !== null) {
+        // The child settled: its reply (or why it failed) is the node's output.
+        status = ended;
+        output = ended === "succeeded" ? (row.final_reply ?? "") : (row.error ?? `the child run ended ${row.child_status ?? ""}`);
+        nodeUpdates.push({ id: row.id, status, output });
+        attemptUpdates.push({ id: row.attempt_id, status });
+      }
+      return { key: row.key, kind: row.kind as WorkNodeKind, status, dependsOn: row.depends_on, output };
+    });
+    const byKey = new Map(rows.map((row) => [row.key, row]));
+    const rootStopped = !(LIVE_STATUSES as readonly RunStatus[]).includes(graph.root_status);
+    const plan = rootStopped ? undefined : planSchedule(nodes, graph.max_parallelism);
+    const outputs = new Map(nodes.map((node) => [node.key, node.output]));
+    for (const joined of plan?.joined ?? []) {
+      nodeUpdates.push({ id: byKey.get(joined.key)!.id, status: "succeeded", output: joined.output });
+      outputs.set(joined.key, joined.output);
+    }
+    for (const key of plan?.cancelled ?? []) nodeUpdates.push({ id: byKey.get(key)!.id, status: "cancelled", output: null });
+    for (const key of plan?.ready ?? []) if (byKey.get(key)!.status !== "ready") nodeUpdates.push({ id: byKey.get(key)!.id, status: "ready", output: null });
+    if (nodeUpdates.length > 0) await trx.run(q.updateNodes, { updates: JSON.stringify(nodeUpdates) });
+    if (attemptUpdates.length > 0) await trx.run(q.finishAttempts, { updates: JSON.stringify(attemptUpdates) });
+
+    if (plan !== undefined && plan.start.length > 0) {
+      const children = plan.start.map((key) => {
+        const row = byKey.get(key)!;
+        const node = nodes.find((n) => n.key === key)!;
+        return {
+          run_id: randomUUID(),
+          message_id: randomUUID(),
+          attempt_id: randomUUID(),
+          node_id: row.id,
+          ordinal: (row.attempt_ordinal ?? 0) + 1,
+          input: childInput({ key, objective: row.objective }, node.dependsOn.map((input) => ({ key: input, output: outputs.get(input) }))),
+          spec: row.child_spec ?? {},
+          summary: `child run for node "${key}" of the work graph of run ${rootRunId}`,
+        };
+      });
+      await trx.run(q.startChildren, {
+        rootRunId,
+        agentId: graph.agent_id,
+        conversationId: graph.conversation_id,
+        connector: graph.connector,
+        actorId: graph.requested_by_actor_id,
+        children: JSON.stringify(children),
+      });
+      await appendRunEvents(trx, rootRunId, [
+        { kind: "status_changed", status: "waiting", summary: `work graph: started ${children.map((c) => `"${rows.find((r) => r.id === c.node_id)?.key ?? ""}"`).join(", ")} as child runs` },
+      ]);
+    }
+
+    const childUsages = rows.map((row) => row.child_usage);
+    if (rootStopped) {
+      // Cancelling the root cancels every child at its next safe point; the graph ends when they have.
+      await trx.run(q.cancelChildren, { rootRunId });
+      if (nodes.some((node) => node.status === "running")) return "running";
+      const unrun = nodes.filter((node) => node.status === "pending" || node.status === "ready");
+      if (unrun.length > 0) await trx.run(q.updateNodes, { updates: JSON.stringify(unrun.map((node) => ({ id: byKey.get(node.key)!.id, status: "cancelled", output: null }))) });
+      await trx.run(q.finishGraph, { graphId: graph.id, status: "cancelled", usage: JSON.stringify(addUsage({}, childUsages)) });
+      return "failed";
+    }
+    if (plan === undefined || plan.outcome === "running") return "running";
+    const finalNodes = nodes.map((node) => ({ key: node.key, status: plan.cancelled.includes(node.key) ? "cancelled" : plan.joined.some((j) => j.key === node.key) ? "succeeded" : node.status, output: outputs.get(node.key) }));
+    const text = graphResult(plan.outcome, finalNodes, sinkKeys(nodes));
+    await trx.run(q.finishGraph, { graphId: graph.id, status: plan.outcome, usage: JSON.stringify(addUsage({}, childUsages)) });
+    const settled = graph.proposed_by_invocation_id === null ? [] : await trx.run(q.settleProposal, { invocationId: graph.proposed_by_invocation_id, rootRunId, text });
+    const woken = await trx.run(q.wakeRoot, { rootRunId, usage: JSON.stringify(addUsage(graph.root_usage, childUsages)) });
+    await appendRunEvents(trx, rootRunId, [
+      ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: `work graph ${plan.outcome}: its result is the proposal's result` })),
+      ...(woken.length > 0 ? [{ kind: "status_changed" as const, status: "queued" as const, summary: `work graph ${plan.outcome}; the root takes its turn with the results` }] : []),
+    ]);
+    return plan.outcome;
+  };
+
+  return {
+    async proposerFacts(runId, toolName) {
+      const [row] = await sql.run(q.proposerFacts, { runId, toolName });
+      if (row === undefined) return undefined;
+      return {
+        connector: row.connector,
+        usage: { ...ZERO_USAGE, ...row.usage },
+        startedAt: asDate(row.started_at),
+        isChild: row.child,
+        hasGraph: row.has_graph,
+        rejectedSoFar: Number(row.rejected),
+      };
+    },
+
+    recordEvents: (runId, invocationId, summaries) =>
+      sql.transaction((trx) => appendRunEvents(trx, runId, summaries.map((summary) => ({ kind: "tool_invoked" as const, toolInvocationId: invocationId, summary })))),
+
+    admit: (command: AdmitGraphCommand) =>
+      sql.transaction(
+        async (trx) => {
+          const parked = await trx.run(q.parkRoot, { runId: command.runId, epoch: command.epoch });
+          if (parked.length === 0) return false;
+          const graphId = randomUUID();
+          await trx.run(q.insertGraph, { graphId, runId: command.runId, invocationId: command.invocationId });
+          const nodes = command.graph.nodes.map((node, ordinal) => ({
+            id: randomUUID(),
+            key: node.key,
+            kind: node.kind,
+            objective: node.objective,
+            depends_on: node.dependsOn,
+            ordinal,
+            child_spec: command.childSpecs[node.key] ?? null,
+          }));
+          await trx.run(q.insertNodes, { graphId, nodes: JSON.stringify(nodes) });
+          await appendRunEvents(trx, command.runId, [
+            { kind: "status_changed", status: "waiting", toolInvocationId: command.invocationId, summary: command.summary },
+          ]);
+          await pass(trx, command.runId);
+          return true;
+        },
+        (kept) => kept,
+      ),
+
+    advance: (rootRunId) => sql.transaction((trx) => pass(trx, rootRunId)),
+
+    async stalledRoots() {
+      const rows = await sql.run(q.stalledRoots, {});
+      return rows.map((row) => row.root_run_id);
+    },
+
+    async graphOf(runId) {
+      const [graph] = await sql.run(q.graphView, { runId });
+      if (graph === undefined) return undefined;
+      const nodes = await sql.run(q.nodesView, { graphId: graph.id });
+      return {
+        id: graph.id,
+        rootRunId: graph.root_run_id,
+        revision: graph.revision,
+        replans: graph.replans,
+        status: graph.status,
+        usage: addUsage({}, graph.child_usages ?? []),
+        createdAt: asDate(graph.created_at),
+        nodes: nodes.map((node) => ({
+          id: node.id,
+          key: node.key,
+          kind: node.kind,
+          status: node.status,
+          objective: node.objective,
+          dependsOn: node.depends_on,
+          gateDecision: node.gate_decision ?? undefined,
+          gateDecidedByActorId: node.gate_decided_by_actor_id ?? undefined,
+          attempts: (node.attempts ?? []).map((attempt) => ({
+            id: attempt.id,
+            ordinal: attempt.ordinal,
+            status: attempt.status,
+            replayability: attempt.replayability,
+            childRunId: attempt.child_run_id ?? undefined,
+            startedAt: asDate(attempt.started_at),
+            finishedAt: optionalDate(attempt.finished_at),
+          })),
+        })),
+      };
+    },
+  };
+}

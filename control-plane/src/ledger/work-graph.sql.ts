@@ -1,0 +1,225 @@
+// The statements of work-graph.repository.ts: a proposal's facts, an admitted graph's rows and
+// its root parked, a scheduler pass's reads and writes (child runs with their input message and
+// attempt), and the graph as GetWorkGraph shows it.
+import { DEFAULT_GRAPH_CEILINGS } from "../domain/agent.js";
+import { EXECUTING_STATUSES, isTerminal, LIVE_STATUSES, RUN_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
+import { raw, statement } from "./sql.js";
+
+const list = (statuses: readonly RunStatus[]): string => statuses.map((s) => `'${s}'`).join(", ");
+const TERMINAL_SQL = list(RUN_STATUSES.filter(isTerminal));
+const EXECUTING_SQL = list(EXECUTING_STATUSES);
+const LIVE_SQL = list(LIVE_STATUSES);
+/** Why a root waits while its graph runs (stored as text; the wire has no value for it yet). */
+export const AWAITING_CHILDREN = "awaiting_children";
+
+const runId = (p: { readonly runId: string }) => p.runId;
+const rootRunId = (p: { readonly rootRunId: string }) => p.rootRunId;
+const graphId = (p: { readonly graphId: string }) => p.graphId;
+
+export interface FactsRow {
+  connector: string;
+  usage: Partial<RunUsage>;
+  started_at: Date;
+  child: boolean;
+  has_graph: boolean;
+  rejected: number;
+}
+
+export const proposerFacts = statement<{ runId: string; toolName: string }, FactsRow>("work_graph_proposer_facts")`
+  SELECT r.connector, r.usage, coalesce(r.started_at, r.created_at) AS started_at, r.parent_run_id IS NOT NULL AS child,
+    EXISTS (SELECT 1 FROM work_graphs g WHERE g.root_run_id = r.id) AS has_graph,
+    (SELECT count(*)::int FROM tool_invocations t WHERE t.run_id = r.id AND t.status = 'failed' AND t.tool_name = ${(p) => p.toolName}) AS rejected
+  FROM runs r WHERE r.id = ${runId}::uuid`;
+
+/** Parks the proposing root, fenced by its epoch; a stop requested meanwhile wins (nothing is parked). */
+export const parkRoot = statement<{ runId: string; epoch: number }, { id: string }>("work_graph_park_root")`
+  UPDATE runs SET shape = 'graph', status = 'waiting', wait_reason = ${raw(`'${AWAITING_CHILDREN}'`)}, lease_owner = NULL,
+    lease_expires_at = NULL, lease_epoch = lease_epoch + 1, updated_at = now()
+  WHERE id = ${runId}::uuid AND lease_epoch = ${(p) => p.epoch}::bigint AND status IN (${raw(EXECUTING_SQL)})
+    AND cancel_requested_by_actor_id IS NULL AND superseded_by_run_id IS NULL
+  RETURNING id`;
+
+export const insertGraph = statement<{ graphId: string; runId: string; invocationId: string }>("work_graph_insert")`
+  INSERT INTO work_graphs (id, root_run_id, aggregate_usage, status, proposed_by_invocation_id)
+  VALUES (${graphId}::uuid, ${runId}::uuid, '{}'::jsonb, 'running', ${(p) => p.invocationId}::uuid)`;
+
+export const insertNodes = statement<{ graphId: string; nodes: string }>("work_graph_insert_nodes")`
+  INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal, child_spec)
+  SELECT n.id, ${graphId}::uuid, n.key, n.kind, 'pending', n.objective, n.depends_on, n.ordinal, n.child_spec
+  FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS n(id uuid, key text, kind text, objective text, depends_on jsonb, ordinal int, child_spec jsonb)`;
+
+export interface LockedGraphRow {
+  id: string;
+  proposed_by_invocation_id: string | null;
+  root_status: RunStatus;
+  root_usage: Partial<RunUsage>;
+  agent_id: string;
+  conversation_id: string;
+  connector: string;
+  requested_by_actor_id: string;
+  max_parallelism: number;
+}
+
+/** The live graph of a root, locked for one pass: passes over one graph take turns. */
+export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_graph_lock")`
+  SELECT g.id, g.proposed_by_invocation_id, r.status AS root_status, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
+    r.requested_by_actor_id,
+    coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism
+  FROM work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
+  WHERE g.root_run_id = ${rootRunId}::uuid AND g.status = 'running'
+  FOR UPDATE OF g`;
+
+export interface PassNodeRow {
+  id: string;
+  key: string;
+  kind: string;
+  status: string;
+  objective: string;
+  depends_on: string[];
+  output: string | null;
+  child_spec: Record<string, unknown> | null;
+  attempt_id: string | null;
+  attempt_ordinal: number | null;
+  child_status: RunStatus | null;
+  final_reply: string | null;
+  error: string | null;
+  child_usage: Partial<RunUsage> | null;
+}
+
+/** Every node with its latest attempt and that attempt's child run, in admitted (topological) order. */
+export const passNodes = statement<{ graphId: string }, PassNodeRow>("work_graph_pass_nodes")`
+  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.output, n.child_spec,
+    t.id AS attempt_id, t.ordinal AS attempt_ordinal, c.status AS child_status, c.final_reply, c.error, c.usage AS child_usage
+  FROM work_nodes n
+  LEFT JOIN LATERAL (SELECT a.id, a.ordinal, a.child_run_id FROM work_node_attempts a WHERE a.node_id = n.id ORDER BY a.ordinal DESC LIMIT 1) t ON true
+  LEFT JOIN runs c ON c.id = t.child_run_id
+  WHERE n.graph_id = ${graphId}::uuid ORDER BY n.ordinal`;
+
+export const updateNodes = statement<{ updates: string }>("work_graph_update_nodes")`
+  UPDATE work_nodes n SET status = u.status, output = coalesce(u.output, n.output),
+    finished_at = CASE WHEN u.status IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE n.finished_at END
+  FROM jsonb_to_recordset(${(p) => p.updates}::jsonb) AS u(id uuid, status text, output text) WHERE n.id = u.id`;
+
+export const finishAttempts = statement<{ updates: string }>("work_graph_finish_attempts")`
+  UPDATE work_node_attempts a SET status = u.status, finished_at = now()
+  FROM jsonb_to_recordset(${(p) => p.updates}::jsonb) AS u(id uuid, status text) WHERE a.id = u.id`;
+
+export interface StartChildrenParams {
+  readonly rootRunId: string;
+  readonly agentId: string;
+  readonly conversationId: string;
+  readonly connector: string;
+  readonly actorId: string;
+  /** [{ run_id, message_id, attempt_id, node_id, ordinal, input, spec, summary }] */
+  readonly children: string;
+}
+
+/**
+ * Child runs, queued: the root's agent and conversation, no reply target (a child answers its
+ * node, not the thread), its own logical request, the node's spec override and slice as its
+ * budget; one input message each, the node's attempt, and a wake-up per child.
+ */
+export const startChildren = statement<StartChildrenParams, { id: string }>("work_graph_start_children")`
+  WITH c AS (
+    SELECT x.run_id, x.message_id, x.attempt_id, x.node_id, x.ordinal, x.input, x.spec, x.summary
+    FROM jsonb_to_recordset(${(p) => p.children}::jsonb)
+      AS x(run_id uuid, message_id uuid, attempt_id uuid, node_id uuid, ordinal int, input text, spec jsonb, summary text)),
+  new_runs AS (
+    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, logical_request_id,
+      parent_run_id, root_run_id, spec_override, trigger_count, event_seq, request_received_at)
+    SELECT c.run_id, ${(p) => p.agentId}, ${(p) => p.conversationId}::uuid, ${(p) => p.connector}, 'queued', ${(p) => p.actorId},
+      c.spec -> 'budget', ${raw(`'${JSON.stringify(ZERO_USAGE)}'::jsonb`)}, c.run_id, ${rootRunId}::uuid, ${rootRunId}::uuid, c.spec, 1, 1, now()
+    FROM c
+    RETURNING id),
+  messages AS (
+    INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id)
+    SELECT c.message_id, ${(p) => p.conversationId}::uuid, 'graph-node:' || c.node_id || ':' || c.ordinal, ${(p) => p.actorId}, c.input, c.run_id
+    FROM c),
+  triggers AS (
+    INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, relation)
+    SELECT c.run_id, c.message_id, ${(p) => p.actorId}, 'graph-node:' || c.node_id || ':' || c.ordinal, 'initial' FROM c),
+  attempts AS (
+    INSERT INTO work_node_attempts (id, node_id, ordinal, status, replayability, child_run_id)
+    SELECT c.attempt_id, c.node_id, c.ordinal, 'running', 'replayable', c.run_id FROM c),
+  events AS (
+    INSERT INTO run_events (run_id, seq, kind, status, summary) SELECT c.run_id, 1, 'created', 'queued', c.summary FROM c),
+  nodes AS (
+    UPDATE work_nodes n SET status = 'running' FROM c WHERE n.id = c.node_id)
+  SELECT new_runs.id, pg_notify('keel_runs', new_runs.id::text) AS notified FROM new_runs`;
+
+export const finishGraph = statement<{ graphId: string; status: string; usage: string }>("work_graph_finish")`
+  UPDATE work_graphs SET status = ${(p) => p.status}, finished_at = now(), aggregate_usage = ${(p) => p.usage}::jsonb
+  WHERE id = ${graphId}::uuid`;
+
+/** The proposing call gets the graph's result: the root's transcript then reads it like any result. */
+export const settleProposal = statement<{ invocationId: string; rootRunId: string; text: string }, { id: string }>("work_graph_settle_proposal")`
+  UPDATE tool_invocations SET status = 'succeeded', result_text = ${(p) => p.text}, finished_at = now()
+  WHERE id = ${(p) => p.invocationId}::uuid AND run_id = ${rootRunId}::uuid AND status = 'pending'
+  RETURNING id`;
+
+/** The root queued again with its children's spend added to its own (one aggregate budget). */
+export const wakeRoot = statement<{ rootRunId: string; usage: string }, { id: string }>("work_graph_wake_root")`
+  UPDATE runs SET status = 'queued', wait_reason = CASE WHEN paused THEN 'paused' ELSE NULL END, usage = ${(p) => p.usage}::jsonb,
+    updated_at = now()
+  WHERE id = ${rootRunId}::uuid AND status = 'waiting'
+  RETURNING id, pg_notify('keel_runs', id::text) AS notified`;
+
+/** A stopped root stops its children at their next safe point. */
+export const cancelChildren = statement<{ rootRunId: string }, { id: string }>("work_graph_cancel_children")`
+  UPDATE runs SET cancel_requested_by_actor_id = 'keel-work-graph', cancel_reason = 'the root run stopped', updated_at = now()
+  WHERE parent_run_id = ${rootRunId}::uuid AND status IN (${raw(LIVE_SQL)}) AND cancel_requested_by_actor_id IS NULL
+  RETURNING id, pg_notify('keel_run_control', id::text) AS notified, pg_notify('keel_runs', id::text) AS woken`;
+
+/** Live graphs a pass would move on: a child settled under a running node, or the root stopped. */
+export const stalledRoots = statement<Record<string, never>, { root_run_id: string }>("work_graph_stalled")`
+  SELECT g.root_run_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id
+  WHERE g.status = 'running' AND (r.status IN (${raw(TERMINAL_SQL)}) OR EXISTS (
+    SELECT 1 FROM work_nodes n JOIN work_node_attempts a ON a.node_id = n.id AND a.status = 'running'
+      JOIN runs c ON c.id = a.child_run_id
+    WHERE n.graph_id = g.id AND c.status IN (${raw(TERMINAL_SQL)})))
+  LIMIT 100`;
+
+export interface GraphViewRow {
+  id: string;
+  root_run_id: string;
+  revision: number;
+  replans: number;
+  status: string;
+  created_at: Date;
+  child_usages: Partial<RunUsage>[] | null;
+}
+
+export const graphView = statement<{ runId: string }, GraphViewRow>("work_graph_view")`
+  SELECT g.id, g.root_run_id, g.revision, g.replans, g.status, g.created_at,
+    (SELECT json_agg(c.usage) FROM runs c WHERE c.parent_run_id = g.root_run_id) AS child_usages
+  FROM work_graphs g
+  WHERE g.root_run_id = (SELECT coalesce(r.root_run_id, r.id) FROM runs r WHERE r.id = ${runId}::uuid)`;
+
+export interface AttemptJson {
+  id: string;
+  ordinal: number;
+  status: string;
+  replayability: string;
+  child_run_id: string | null;
+  started_at: string;
+  finished_at: string | null;
+}
+
+export interface NodeViewRow {
+  id: string;
+  key: string;
+  kind: string;
+  status: string;
+  objective: string;
+  depends_on: string[];
+  gate_decision: string | null;
+  gate_decided_by_actor_id: string | null;
+  attempts: AttemptJson[] | null;
+}
+
+export const nodesView = statement<{ graphId: string }, NodeViewRow>("work_graph_view_nodes")`
+  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.gate_decision, n.gate_decided_by_actor_id,
+    (SELECT json_agg(json_build_object('id', a.id, 'ordinal', a.ordinal, 'status', a.status, 'replayability', a.replayability,
+        'child_run_id', a.child_run_id, 'started_at', a.started_at, 'finished_at', a.finished_at) ORDER BY a.ordinal)
+     FROM work_node_attempts a WHERE a.node_id = n.id) AS attempts
+  FROM work_nodes n WHERE n.graph_id = ${graphId}::uuid ORDER BY n.ordinal`;
