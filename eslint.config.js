@@ -121,6 +121,11 @@ export default defineConfig(
     { regex: layer("api", "cli"), message: "models/, tools/ and sandbox/ sit below the API: they never import api/ or cli/." },
     { regex: "^(\\.\\./)+(app|main)\\.js$", message: "models/, tools/ and sandbox/ never import the composition root." },
   ]),
+  layerRule(["control-plane/src/telemetry/**/*.ts"], [
+    { regex: layer("runner"), allowTypeImports: true, message: "telemetry/ implements runner/'s tracing and latency ports: it imports their types only." },
+    { regex: layer("ledger", "conversation", "api", "cli"), message: "telemetry/ is an adapter below the API: it never imports ledger/, conversation/, api/ or cli/." },
+    { regex: "^(\\.\\./)+(app|main)\\.js$", message: "telemetry/ never imports the composition root." },
+  ]),
   layerRule(["control-plane/src/fixtures/**/*.ts"], [
     {
       regex: layer("runner", "ledger", "conversation", "api", "cli", "tools", "sandbox"),

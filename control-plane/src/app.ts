@@ -51,6 +51,9 @@ import { createProgressSupervisors, type ProgressOptions } from "./progress/prog
 import { createProgressSummarizer } from "./progress/progress-summary.js";
 import { createSandboxTools } from "./tools/sandbox-tools.js";
 import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.js";
+import type { SpanExporter } from "@opentelemetry/sdk-trace";
+import { createLatencyHistograms } from "./telemetry/latency-histograms.js";
+import { startTracing } from "./telemetry/tracing-setup.js";
 
 export interface Ledger {
   readonly sql: SqlPool;
@@ -109,6 +112,8 @@ export interface BuildOptions {
   readonly wrapRunnerDeps?: (deps: RunnerDeps) => RunnerDeps;
   /** The progress supervisors' cadence (may only be lowered) and tick; tests and demos. */
   readonly progress?: ProgressOptions;
+  /** Spans go here as they end (tests' in-memory exporter) instead of OTLP; tracing is on with it. */
+  readonly spanExporter?: SpanExporter;
 }
 
 export async function buildApp(
@@ -117,6 +122,9 @@ export async function buildApp(
   options: BuildOptions = {},
 ): Promise<KeelApp> {
   const logger = options.log ?? createKeelLogger({ level: config.logLevel, secretValues: secretValuesOf(env, config.secretEnvPrefixes) });
+  // On only with OTEL_EXPORTER_OTLP_ENDPOINT (or a test's exporter); a bad endpoint stops here, before anything starts.
+  const tracing = startTracing(env, options.spanExporter === undefined ? {} : { exporter: options.spanExporter });
+  const latencies = createLatencyHistograms();
   const ledger = await openKeelLedger(config, logger);
   const hub = await startNotificationHub(ledger.url, (message) => logger.warn({ component: "notify" }, message));
   const emissionFeed = createEmissionFeed(ledger.sql, hub, { pollMs: config.idlePollMs });
@@ -238,7 +246,7 @@ export async function buildApp(
         ledgerMetrics(ledger.sql).then(
           (text) => {
             response.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
-            response.end(text);
+            response.end(text + latencies.render());
           },
           (error: unknown) => {
             logger.error({ err: error }, "metrics scrape failed");
@@ -277,6 +285,8 @@ export async function buildApp(
         lifecycle: modelCalls,
         childClaimEnded: (rootRunId) => graphScheduler.poke(rootRunId),
         progress,
+        latencies,
+        ...(tracing === undefined ? {} : { tracing: tracing.run }),
       };
       const pool = startWorkerPool(
         options.wrapRunnerDeps?.(deps) ?? deps,
@@ -302,6 +312,7 @@ export async function buildApp(
       await graphScheduler.stop();
       await hub.close();
       await ledger.close();
+      await tracing?.shutdown();
     },
   };
 }

@@ -2,6 +2,7 @@
 import { pino, type DestinationStream, type Logger } from "pino";
 import { secretEnvAllowed } from "./domain/agent.js";
 import { createLogLineRedactor } from "./domain/redaction.js";
+import { traceIdsOfActiveSpan } from "./telemetry/log-trace-ids.js";
 
 /** Fields that carry credentials wherever they appear in a logged object (one level deep). */
 const CREDENTIAL_PATHS = ["authorization", "cookie", "token", "secret", "password", "apiKey", "api_key"].flatMap((key) => [
@@ -40,6 +41,8 @@ export function createKeelLogger(options: KeelLoggerOptions): Logger {
       base: { service: "keel" },
       redact: { paths: CREDENTIAL_PATHS, censor: "[redacted]" },
       hooks: { streamWrite: scrub },
+      // A line written inside a span (a run's claim, step, model or tool call) names its trace.
+      mixin: traceIdsOfActiveSpan,
     },
     options.destination ?? pino.destination(1),
   );

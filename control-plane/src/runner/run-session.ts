@@ -13,6 +13,7 @@ import type { SettlementAudience } from "../domain/settlement.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import type { ToolRegistry } from "../tools/tool-registry.js";
 import type { RunLifecycle } from "./run-lifecycle.js";
+import type { PhaseLatencies, RunTracing } from "./run-telemetry.js";
 import {
   committedIntent,
   settledInvocation,
@@ -53,6 +54,10 @@ export interface RunnerDeps {
   readonly lifecycle?: RunLifecycle;
   /** Told the root's id when a WorkGraph child's claim ends, so the graph's scheduler looks at once. */
   readonly childClaimEnded?: (rootRunId: string) => void;
+  /** Spans per claim, step, model call and tool call (run-telemetry.ts); absent when tracing is off. */
+  readonly tracing?: RunTracing;
+  /** Step, model-call and tool-call latencies for /metrics. */
+  readonly latencies?: PhaseLatencies;
 }
 
 export interface StepContext {

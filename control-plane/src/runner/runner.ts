@@ -23,6 +23,12 @@ export interface RunnerDeps extends SessionDeps {
  * fenced by the lease epoch, so a worker that lost its lease changes nothing.
  */
 export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context: StepContext): Promise<void> {
+  const tracing = deps.tracing;
+  if (tracing === undefined) return advanceClaim(deps, claimed, context);
+  return tracing.claim(claimed, context.workerId, () => advanceClaim(deps, claimed, context));
+}
+
+async function advanceClaim(deps: RunnerDeps, claimed: ClaimedRun, context: StepContext): Promise<void> {
   const flushAfterMs = deps.readFlushMs ?? DEFAULT_READ_FLUSH_MS;
   const controlChanges = deps.controlChanges;
   const store =
@@ -39,6 +45,7 @@ export async function advanceRun(deps: RunnerDeps, claimed: ClaimedRun, context:
   const progress = claimed.parentRunId === undefined ? deps.progress?.supervise(supervisedRun(claimed, context)) : undefined;
   const held = progress === undefined ? store : holdingNotices(store ?? deps.store, progress);
   const session = new RunSession(held === undefined ? deps : { ...deps, store: held }, claimed, context);
+  session.log.debug({ stepCount: claimed.stepCount }, "driving the run");
   try {
     const next = await drive(session);
     // The supervisor is joined before a failure, cancellation or exhaustion reply is committed.
@@ -67,7 +74,10 @@ async function drive(session: RunSession): Promise<Next> {
     if (safe.kind !== "continue") return safe;
     const check = budgetBeforeModelCall(claimed.agent.budget, session.usage, session.elapsed());
     if (check !== undefined) return { kind: "exhaust", check };
-    const next = await takeTurn(session);
+    const began = performance.now();
+    const tracing = session.deps.tracing;
+    const next = tracing === undefined ? await takeTurn(session) : await tracing.step(claimed.runId, session.stepIndex, () => takeTurn(session));
+    session.deps.latencies?.record("step", performance.now() - began);
     if (next.kind !== "continue") return next;
   }
 }

@@ -58,10 +58,11 @@ async function dispatch(session: RunSession, intent: InvocationIntent, rest: rea
   }
 
   const started = deps.now().getTime();
+  const began = performance.now();
   let outcome: "succeeded" | "failed";
   let result;
   try {
-    result = await tool.definition.execute(args, {
+    const execution = {
       runId: claimed.runId,
       invocationId: intent.id,
       signal: context.signal,
@@ -69,13 +70,19 @@ async function dispatch(session: RunSession, intent: InvocationIntent, rest: rea
       agent: claimed.agent,
       leaseEpoch: claimed.epoch,
       observe: session.observe(intent.id),
-    });
+    };
+    const tracing = deps.tracing;
+    result = await (tracing === undefined
+      ? tool.definition.execute(args, execution)
+      : tracing.toolCall(claimed.runId, intent, () => tool.definition.execute(args, execution)));
     outcome = result.ok ? "succeeded" : "failed";
   } catch (error) {
     if (context.signal.aborted) throw error; // shutting down mid-call: recovery decides on resume
     if (error instanceof ToolOutcomeUnknownError) return outcomeLost(session, intent, rest, error.message);
     result = { ok: false, text: `The tool failed: ${error instanceof Error ? error.message : String(error)}` };
     outcome = "failed";
+  } finally {
+    deps.latencies?.record("tool_call", performance.now() - began, intent.toolName);
   }
   // Parked by the tool itself (keel.propose_work_graph): the call stays pending until the graph ends.
   if ("parked" in result && result.parked === true) return PARK;

@@ -243,9 +243,12 @@ async function callModel(
     timedOut = true;
     call.abort(new DOMException("the model call timed out", "TimeoutError"));
   }, Math.min(modelTimeoutMs, remaining));
+  const began = performance.now();
   try {
     if (context.signal.aborted) stop();
-    const turn = await provider.complete({ spec, messages, tools, callIndex: session.usage.modelCalls, signal: call.signal });
+    const request = { spec, messages, tools, callIndex: session.usage.modelCalls, signal: call.signal };
+    const tracing = session.deps.tracing;
+    const turn = await (tracing === undefined ? provider.complete(request) : tracing.modelCall(claimed.runId, spec, () => provider.complete(request)));
     return { kind: "turn", turn };
   } catch (error) {
     if (context.signal.aborted || !(error instanceof DomainError)) throw error;
@@ -267,5 +270,6 @@ async function callModel(
   } finally {
     clearTimeout(timer);
     context.signal.removeEventListener("abort", stop);
+    session.deps.latencies?.record("model_call", performance.now() - began, spec.provider);
   }
 }
