@@ -135,7 +135,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
 
       exec = await execPhase(dispatcher, workspaceId, container, config.sandbox.maxOutputBytes, options, progress);
 
-      const store = createRunRepository(app.ledger.sql, { maxConcurrentRootRuns: config.maxConcurrentRootRuns, durability: config.durability });
+      const store = createRunRepository(app.ledger.sql, { durability: config.durability });
       stream = await streamPhase(
         {
           dispatcher,

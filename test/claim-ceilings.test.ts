@@ -89,6 +89,8 @@ describe("claims under the start locks", () => {
   }
 
   async function race(scenario: Scenario): Promise<Outcome> {
+    // The install's ceiling is the ledger's, as every replica reads it.
+    await db.query("UPDATE install_settings SET root_run_ceiling = $1, updated_by = 'claim-ceilings test' WHERE id = 1", [scenario.installCeiling]);
     const runs = await queue(scenario);
     const byId = new Map(runs.map((run) => [run.id, run]));
     const settleAsked = new Set<string>();
@@ -100,7 +102,7 @@ describe("claims under the start locks", () => {
     const violations: string[] = [];
 
     const claimer = async (pool: SqlPool, workerId: string): Promise<void> => {
-      const claims = createRunClaimRepository(pool, { maxConcurrentRootRuns: scenario.installCeiling });
+      const claims = createRunClaimRepository(pool);
       let idle = 0;
       while (settleAsked.size < runs.length) {
         const run = await claims.claimNext(workerId, LEASE_MS);

@@ -109,7 +109,7 @@ describe("retention of finished runs", () => {
     expect(lines).toContain("  observations: 2");
     expect(await rowsOf(oldA)).toEqual(before);
 
-    // The server's sweeper (default KEEL_RETENTION_DAYS=30) deletes them.
+    // The server's sweeper (the ledger's default retention_days, 30) deletes them.
     await keel.app.retention.sweepNow();
     for (const id of [oldA, oldB]) expect(Object.values(await rowsOf(id)).every((n) => n === 0), id).toBe(true);
     for (const id of [inherited, heir, stuck, recent]) expect((await rowsOf(id))["runs"], id).toBe(1);
@@ -138,11 +138,13 @@ describe("retention of finished runs", () => {
     expect((await rowsOf(old))["runs"]).toBe(1);
   });
 
-  it("gc refuses an age it cannot read, and KEEL_RETENTION_DAYS=0 keeps everything", async () => {
+  it("gc refuses an age it cannot read, and retention_days 0 keeps everything", async () => {
+    // The deprecated variable seeds the ledger's setting, which nobody has set yet.
     const config = () => loadConfig({ DATABASE_URL: keel.databaseUrl, KEEL_RETENTION_DAYS: "0" });
     const lines: string[] = [];
     expect(await gcCommand(["--older-than", "0d"], config, (line) => lines.push(line))).toBe(2);
     expect(await gcCommand([], config, (line) => lines.push(line))).toBe(0);
-    expect(lines).toEqual(["retention is off (KEEL_RETENTION_DAYS=0): nothing deleted; pass --older-than to collect anyway"]);
+    expect(lines).toEqual(["retention is off (the install's retention_days is 0): nothing deleted; pass --older-than to collect anyway"]);
+    expect((await keel.app.installSettings.get()).retentionDays).toBe(0);
   });
 });

@@ -1,7 +1,8 @@
 // The run-start rule has one definition (domain/run-start.ts) and one SQL rendering
 // (ledger/run-start.sql.ts), over facts read per run or for all runs at once. This property test
 // generates small ledgers, writes each into a real migrated PostgreSQL, and checks that the SQL
-// gives every run the reason the domain gives, with either kind of facts.
+// gives every run the reason the domain gives, with either kind of facts. The install's ceiling is
+// read from the ledger's settings row, as in production, so each case writes it there.
 import fc from "fast-check";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -14,18 +15,16 @@ import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 interface Params {
   readonly now: Date;
-  readonly installCeiling: number;
 }
 const now = (p: Params) => p.now;
-const installCeiling = (p: Params) => p.installCeiling;
 const blockers = statement<Params, { id: string; reason: string | null }>("test_run_start_blockers")`
-  SELECT r.id, ${startBlockerSql<Params>({ now, installCeiling })} AS reason
+  SELECT r.id, ${startBlockerSql<Params>({ now })} AS reason
   FROM runs r JOIN agents a ON a.id = r.agent_id`;
 
 /** The same rule over the facts a claim's candidate query computes for all runs at once (used for queued runs). */
 const blockersFromSetFacts = statement<Params, { id: string; reason: string | null }>("test_run_start_blockers_set_facts")`
   WITH ${raw(FACTS_SET_CTES)}
-  SELECT r.id, ${startBlockerSql<Params>({ now, installCeiling }, FACTS_SET)} AS reason
+  SELECT r.id, ${startBlockerSql<Params>({ now }, FACTS_SET)} AS reason
   FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
   WHERE r.status = 'queued'`;
 
@@ -35,8 +34,8 @@ const blockersFromSetFacts = statement<Params, { id: string; reason: string | nu
  * exclusively and the counts carry no margin: the answer must equal the domain's.
  */
 const blockersFromLockedFacts = statement<Params & { agentId: string }, { id: string; reason: string | null }>("test_run_start_blockers_locked_facts")`
-  WITH locked AS ${claimStartLocksSql<Params & { agentId: string }>((p) => p.agentId, () => true, installCeiling)}
-  SELECT r.id, ${startBlockerSql<Params & { agentId: string }>({ now, installCeiling }, FACTS_LOCKED)} AS reason
+  WITH locked AS ${claimStartLocksSql<Params & { agentId: string }>((p) => p.agentId, () => true)}
+  SELECT r.id, ${startBlockerSql<Params & { agentId: string }>({ now }, FACTS_LOCKED)} AS reason
   FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN locked ON true
   WHERE r.agent_id = ${(p) => p.agentId}`;
 
@@ -107,6 +106,7 @@ describe("the run-start rule, in SQL and in the domain", () => {
         await db.query("BEGIN");
         try {
           await db.query("INSERT INTO actors (id) VALUES ('someone') ON CONFLICT DO NOTHING");
+          await db.query("UPDATE install_settings SET root_run_ceiling = $1 WHERE id = 1", [world.installCeiling]);
           for (const id of AGENTS) {
             const spec = { ...DEMO_AGENT, id, maxConcurrentRootRuns: ceilings.get(id) };
             await db.query("INSERT INTO agents (id, spec, revision) VALUES ($1, $2, 1)", [id, JSON.stringify(spec)]);
@@ -126,20 +126,20 @@ describe("the run-start rule, in SQL and in the domain", () => {
           }
           const result = await db.query<{ id: string; reason: string | null }>({
             text: blockers.text,
-            values: blockers.bind({ now: new Date(T0), installCeiling: world.installCeiling }),
+            values: blockers.bind({ now: new Date(T0) }),
           });
           const actual = new Map(result.rows.map((row) => [row.id, row.reason]));
           expect(actual).toEqual(expected);
           const fromSet = await db.query<{ id: string; reason: string | null }>({
             text: blockersFromSetFacts.text,
-            values: blockersFromSetFacts.bind({ now: new Date(T0), installCeiling: world.installCeiling }),
+            values: blockersFromSetFacts.bind({ now: new Date(T0) }),
           });
           const queued = new Map([...expected].filter(([id]) => facts.find((run) => run.id === id)?.status === "queued"));
           expect(new Map(fromSet.rows.map((row) => [row.id, row.reason]))).toEqual(queued);
           for (const agentId of AGENTS) {
             const fromLocked = await db.query<{ id: string; reason: string | null }>({
               text: blockersFromLockedFacts.text,
-              values: blockersFromLockedFacts.bind({ now: new Date(T0), installCeiling: world.installCeiling, agentId }),
+              values: blockersFromLockedFacts.bind({ now: new Date(T0), agentId }),
             });
             const ofAgent = new Map([...expected].filter(([id]) => facts.find((run) => run.id === id)?.agentId === agentId));
             expect(new Map(fromLocked.rows.map((row) => [row.id, row.reason]))).toEqual(ofAgent);

@@ -29,6 +29,8 @@ import { databaseAnswers } from "./ledger/database-health.js";
 import { ledgerMetrics } from "./ledger/ledger-metrics.js";
 import { createRunQueryRepository } from "./ledger/run-query.repository.js";
 import { createRetentionRepository } from "./ledger/retention.repository.js";
+import { createInstallSettingsRepository, type InstallSettingsRepository } from "./ledger/install-settings.repository.js";
+import { adoptInstallSettingsEnv } from "./install-settings-env.js";
 import { startRetentionSweeper, type RetentionSweeper } from "./retention-sweeper.js";
 import { createRunControlRepository } from "./ledger/run-control.repository.js";
 import { createRunForkRepository } from "./ledger/run-fork.repository.js";
@@ -93,9 +95,11 @@ export interface KeelApp {
   readonly ledger: Ledger;
   readonly agents: AgentRepository;
   readonly tokens: ApiTokenRepository;
+  /** The install-wide settings every replica applies (AgentService Get/PutInstallSettings). */
+  readonly installSettings: InstallSettingsRepository;
   readonly server: KeelServer;
   readonly sandbox: { readonly hub: SandboxHub; readonly dispatcher: RemoteSandboxDispatcher };
-  /** Deletes finished runs past KEEL_RETENTION_DAYS on a timer; tests call sweepNow(). */
+  /** Deletes finished runs past the install's retention_days on a timer; tests call sweepNow(). */
   readonly retention: RetentionSweeper;
   /** Starts the claim loops; separate so a test can run a server that never works. */
   startWorkers(): WorkerPool;
@@ -130,11 +134,13 @@ export async function buildApp(
   const emissionFeed = createEmissionFeed(ledger.sql, hub, { pollMs: config.idlePollMs });
   const agents = createAgentRepository(ledger.sql);
   const tokens = createApiTokenRepository(ledger.sql);
+  const installSettings = createInstallSettingsRepository(ledger.sql);
+  await adoptInstallSettingsEnv(installSettings, config.installSettingsFromEnv, logger.child({ component: "settings" }));
   // A token revoked by any process stops working here too, and ends the streams it opened.
   tokens.listen(hub);
   const clock = options.clock ?? systemClock;
-  const runStore = createRunRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns, durability: config.durability });
-  const runQueries = createRunQueryRepository(ledger.sql, { clock, maxConcurrentRootRuns: config.maxConcurrentRootRuns });
+  const runStore = createRunRepository(ledger.sql, { clock, durability: config.durability });
+  const runQueries = createRunQueryRepository(ledger.sql, { clock });
   const control = createRunControlRepository(ledger.sql);
   // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).
   const handoff = createWorkerHandoff();
@@ -202,13 +208,18 @@ export async function buildApp(
       .finally(() => (sweeping = undefined));
   }, config.sandbox.sweepMs);
   sweeper.unref();
-  const retention = startRetentionSweeper(createRetentionRepository(ledger.sql), config.retention, clock, logger.child({ component: "retention" }));
+  const retention = startRetentionSweeper(
+    createRetentionRepository(ledger.sql),
+    { days: async () => (await installSettings.get()).retentionDays, sweepMs: config.retention.sweepMs },
+    clock,
+    logger.child({ component: "retention" }),
+  );
 
   const server = createKeelServer(
     {
       ingress: createIngressService({
         mailbox: createMailbox({
-          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, maxConcurrentRootRuns: config.maxConcurrentRootRuns, triage }),
+          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, triage }),
           providers: sideProviders,
           clock,
           log: logger.child({ component: "mailbox" }),
@@ -229,6 +240,7 @@ export async function buildApp(
           modelEndpoints: [...config.modelEndpoints, ...(isLoopbackHost(config.host) ? [LOOPBACK_ENDPOINTS] : [])],
           isLoopbackHost,
         },
+        installSettings: { settings: installSettings, log: logger.child({ component: "settings" }) },
       }),
       sandbox: createSandboxService({ hub: sandboxHub, maxMessageBytes: config.maxMessageBytes, registrationWaitMs: config.sandbox.registrationWaitMs }),
       health: { databaseAnswers: () => databaseAnswers(ledger.sql, 1_000) },
@@ -268,6 +280,7 @@ export async function buildApp(
     ledger,
     agents,
     tokens,
+    installSettings,
     server,
     sandbox: { hub: sandboxHub, dispatcher },
     retention,

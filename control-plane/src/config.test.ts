@@ -9,6 +9,12 @@ describe("loadConfig", () => {
     expect(config.defaultDeadlineMs).toBeLessThanOrEqual(config.maxDeadlineMs);
   });
 
+  it("reads the deprecated install-setting variables only when they are set (the ledger holds the settings)", () => {
+    expect(loadConfig({}).installSettingsFromEnv).toEqual({});
+    expect(loadConfig({ KEEL_MAX_CONCURRENT_ROOT_RUNS: "5", KEEL_RETENTION_DAYS: "0" }).installSettingsFromEnv).toEqual({ rootRunCeiling: 5, retentionDays: 0 });
+    expect(() => loadConfig({ KEEL_MAX_CONCURRENT_ROOT_RUNS: "0" })).toThrow(/^invalid setting KEEL_MAX_CONCURRENT_ROOT_RUNS=/);
+  });
+
   it("reads and coerces settings", () => {
     const config = loadConfig({ KEEL_PORT: "9000", DATABASE_URL: "postgresql://u:p@db/keel", KEEL_WORKERS: "0" });
     expect(config).toMatchObject({ port: 9000, databaseUrl: "postgresql://u:p@db/keel", workers: 0 });

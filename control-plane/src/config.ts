@@ -1,7 +1,7 @@
 import path from "node:path";
 import { z } from "zod";
 import { isLoopbackHost } from "../../common/loopback.js";
-import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "./domain/run-start.js";
+import { INSTALL_SETTING_FIELDS, type InstallSettingsChange } from "./domain/install-settings.js";
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 const flag = z.enum(["1", "true", "yes", "0", "false", "no"]).transform((value) => ["1", "true", "yes"].includes(value));
@@ -39,10 +39,11 @@ const ConfigSchema = z.object({
   KEEL_DEFAULT_DEADLINE_MS: int(100, 3_600_000).default(30_000),
   KEEL_MAX_DEADLINE_MS: int(100, 3_600_000).default(300_000),
   KEEL_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
-  KEEL_MAX_CONCURRENT_ROOT_RUNS: int(1, 100_000).default(DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS),
+  // Deprecated: install-wide settings live in the ledger (install-settings-env.ts says what these still do).
+  KEEL_MAX_CONCURRENT_ROOT_RUNS: int(INSTALL_SETTING_FIELDS.rootRunCeiling.min, INSTALL_SETTING_FIELDS.rootRunCeiling.max).optional(),
+  KEEL_RETENTION_DAYS: int(INSTALL_SETTING_FIELDS.retentionDays.min, INSTALL_SETTING_FIELDS.retentionDays.max).optional(),
   KEEL_SECRET_ENV_PREFIXES: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, "must be variable-name prefixes, comma-separated").default("KEEL_SECRET_"),
   KEEL_MODEL_ENDPOINTS: z.string().max(8192).default(""),
-  KEEL_RETENTION_DAYS: int(0, 36_500).default(30),
   KEEL_RETENTION_SWEEP_MS: int(1_000, 86_400_000).default(3_600_000),
   KEEL_SANDBOX_HEARTBEAT_MS: int(100, 300_000).default(5_000),
   KEEL_SANDBOX_RECONNECT_GRACE_MS: int(0, 600_000).default(5_000),
@@ -88,15 +89,18 @@ export type KeelConfig = Readonly<{
   defaultDeadlineMs: number;
   maxDeadlineMs: number;
   logLevel: z.infer<typeof ConfigSchema>["KEEL_LOG_LEVEL"];
-  /** The install's ceiling on root runs executing at once, across agents (each agent has its own too). */
-  maxConcurrentRootRuns: number;
+  /**
+   * Install-wide settings given by their deprecated variables (KEEL_MAX_CONCURRENT_ROOT_RUNS,
+   * KEEL_RETENTION_DAYS). The ledger's values apply; these only seed a ledger nobody has set.
+   */
+  installSettingsFromEnv: InstallSettingsChange;
   /** Prefixes of the variables agent specs may read secrets and API keys from. */
   secretEnvPrefixes: readonly string[];
   /** Model base URLs agent specs may name (`loopback` for any on this machine). */
   modelEndpoints: readonly string[];
   sandbox: SandboxConfig;
-  /** Finished runs older than `days` are deleted with their records every `sweepMs`; days 0 keeps them forever. */
-  retention: Readonly<{ days: number; sweepMs: number }>;
+  /** How often finished runs past the ledger's retention_days are looked for and deleted. */
+  retention: Readonly<{ sweepMs: number }>;
 }>;
 
 export type TlsFiles = Readonly<{
@@ -196,10 +200,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     defaultDeadlineMs: c.KEEL_DEFAULT_DEADLINE_MS,
     maxDeadlineMs: c.KEEL_MAX_DEADLINE_MS,
     logLevel: c.KEEL_LOG_LEVEL,
-    maxConcurrentRootRuns: c.KEEL_MAX_CONCURRENT_ROOT_RUNS,
+    installSettingsFromEnv: {
+      ...(c.KEEL_MAX_CONCURRENT_ROOT_RUNS === undefined ? {} : { rootRunCeiling: c.KEEL_MAX_CONCURRENT_ROOT_RUNS }),
+      ...(c.KEEL_RETENTION_DAYS === undefined ? {} : { retentionDays: c.KEEL_RETENTION_DAYS }),
+    },
     secretEnvPrefixes: c.KEEL_SECRET_ENV_PREFIXES.split(","),
     modelEndpoints: c.KEEL_MODEL_ENDPOINTS.split(",").map((entry) => entry.trim()).filter((entry) => entry !== ""),
-    retention: { days: c.KEEL_RETENTION_DAYS, sweepMs: c.KEEL_RETENTION_SWEEP_MS },
+    retention: { sweepMs: c.KEEL_RETENTION_SWEEP_MS },
     sandbox: {
       heartbeatMs: c.KEEL_SANDBOX_HEARTBEAT_MS,
       reconnectGraceMs: c.KEEL_SANDBOX_RECONNECT_GRACE_MS,

@@ -27,6 +27,7 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel token create --role connector --connector NAME... [--agent ID]... [--expires-in 30d]
   keel token create --role operator|admin [--name L] [--expires-in 30d]
   keel token list | keel token revoke TOKEN_ID
+  keel settings get | keel settings set [--root-run-ceiling N] [--retention-days N]
   keel gc [--older-than 30d] [--dry-run]
   keel gc [--older-than 30d] [--dry-run]
   keel replay RUN_ID | keel replay --all [--since 1d] [--limit N]
@@ -50,7 +51,8 @@ Client commands take --url (KEEL_URL, default http://127.0.0.1:7070) and --token
 (KEEL_TOKEN, or the file .keel/dev-token that \`keel serve --dev\` writes); for an https:// URL
 whose certificate is not from a system CA, KEEL_CA names the CA file. \`keel cert dev\` writes
 a development CA, server and client certificates (README, "TLS").
-Settings are environment variables (KEEL_PORT, DATABASE_URL, ...): see README.md.`;
+Settings are environment variables (KEEL_PORT, DATABASE_URL, ...): see README.md. Settings every
+replica must agree on live in the ledger: \`keel settings\` reads and changes them (admin token).`;
 
 export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<number> {
   const out = (line: string) => process.stdout.write(`${line}\n`);
@@ -192,6 +194,15 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       case "gc": {
         const { gcCommand } = await import("./cli/gc-command.js");
         return await gcCommand(rest, () => loadConfig(env), out);
+      }
+      case "settings": {
+        const { settingsCommand, SettingsUsageError } = await import("./cli/settings-command.js");
+        try {
+          return await settingsCommand(rest, env, out);
+        } catch (error) {
+          if (error instanceof SettingsUsageError) return usage(error.message);
+          throw error;
+        }
       }
       case "replay": {
         const { replayCommand } = await import("./cli/replay-command.js");

@@ -1,5 +1,6 @@
-// The server's retention timer: every sweepMs, finished runs older than the configured age are
-// deleted (ledger/retention.repository.ts). One sweep at a time; stop() waits for the one running.
+// The server's retention timer: every sweepMs, finished runs older than the ledger's retention_days
+// are deleted (ledger/retention.repository.ts). The age is read at each sweep, so a change made on
+// any replica applies on all. One sweep at a time; stop() waits for the one running.
 import type { Logger } from "pino";
 import type { Clock } from "./domain/clock.js";
 import type { RetentionRepository } from "./ledger/retention.repository.js";
@@ -12,19 +13,21 @@ export interface RetentionSweeper {
 
 export function startRetentionSweeper(
   retention: RetentionRepository,
-  settings: { readonly days: number; readonly sweepMs: number },
+  settings: { readonly days: () => Promise<number>; readonly sweepMs: number },
   clock: Clock,
   log: Logger,
 ): RetentionSweeper {
   const stopping = new AbortController();
   let running: Promise<void> | undefined;
   const sweepNow = (): Promise<void> => {
-    if (settings.days === 0 || stopping.signal.aborted) return Promise.resolve();
-    running ??= retention
-      .sweep({ finishedBefore: new Date(clock.now().getTime() - settings.days * 86_400_000), signal: stopping.signal })
+    if (stopping.signal.aborted) return Promise.resolve();
+    running ??= settings
+      .days()
+      // 0 days keeps every run: nothing to sweep.
+      .then((days) => (days === 0 ? undefined : retention.sweep({ finishedBefore: new Date(clock.now().getTime() - days * 86_400_000), signal: stopping.signal })))
       .then(
         (counts) => {
-          if (counts.runs > 0) log.info({ deleted: counts }, "retention deleted finished runs");
+          if (counts !== undefined && counts.runs > 0) log.info({ deleted: counts }, "retention deleted finished runs");
         },
         (error: unknown) => {
           if (!stopping.signal.aborted) log.warn({ err: error }, "retention sweep failed");
@@ -33,8 +36,8 @@ export function startRetentionSweeper(
       .finally(() => (running = undefined));
     return running;
   };
-  const timer = settings.days === 0 ? undefined : setInterval(() => void sweepNow(), settings.sweepMs);
-  timer?.unref();
+  const timer = setInterval(() => void sweepNow(), settings.sweepMs);
+  timer.unref();
   return {
     sweepNow,
     async stop() {

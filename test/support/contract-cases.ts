@@ -342,6 +342,26 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       // the empty list records that on purpose rather than by omission.
       invalid: [],
     },
+    "keel.v1.AgentService/GetInstallSettings": {
+      role: "admin",
+      valid: {},
+      expect: "ok",
+      check: expectField(64, "settings", "root_run_ceiling"),
+      // The request has no fields.
+      invalid: [],
+    },
+    "keel.v1.AgentService/PutInstallSettings": {
+      role: "admin",
+      // The default again, so the matrix's repeats change nothing the other cases see.
+      valid: { root_run_ceiling: 64 },
+      expect: "ok",
+      check: expectField(64, "settings", "root_run_ceiling"),
+      invalid: [
+        { request: { root_run_ceiling: 0 }, field: "root_run_ceiling" },
+        { request: { root_run_ceiling: 100_001 }, field: "root_run_ceiling" },
+        { request: { retention_days: 36_501 }, field: "retention_days" },
+      ],
+    },
 
     // --- SandboxService: sandbox hosts attach over one bidi stream.
     "keel.v1.SandboxService/Attach": {

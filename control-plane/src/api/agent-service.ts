@@ -4,12 +4,14 @@ import { NotFoundError } from "../domain/errors.js";
 import { requireSlug } from "../domain/ids.js";
 import type { AgentRepository } from "../ledger/agent.repository.js";
 import { agentSpecFromProto, agentSpecToProto, type AgentSpecBounds } from "./agent-spec-convert.js";
+import { createInstallSettingsRpcs, type InstallSettingsRpcDeps } from "./install-settings-rpcs.js";
 import { pageSizeOf } from "./validate.js";
 
 export interface AgentServiceDeps {
   readonly agents: AgentRepository;
   /** Where specs may read secrets from and which model endpoints they may name. */
   readonly bounds: Omit<AgentSpecBounds, "allowUnlistedEndpoints">;
+  readonly installSettings: InstallSettingsRpcDeps;
 }
 
 /**
@@ -20,6 +22,7 @@ export const ALLOW_UNLISTED_ENDPOINT_HEADER = "keel-allow-unlisted-model-endpoin
 
 export function createAgentService(deps: AgentServiceDeps): ServiceImpl<typeof AgentService> {
   return {
+    ...createInstallSettingsRpcs(deps.installSettings),
     async putAgent(request, context) {
       const allowUnlistedEndpoints = context.requestHeader.get(ALLOW_UNLISTED_ENDPOINT_HEADER) === "true";
       const stored = await deps.agents.put(agentSpecFromProto(request.agent, { ...deps.bounds, allowUnlistedEndpoints }));

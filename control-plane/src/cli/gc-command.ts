@@ -4,9 +4,11 @@ import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { openKeelLedger } from "../app.js";
 import type { KeelConfig } from "../config.js";
+import { adoptInstallSettingsEnv } from "../install-settings-env.js";
+import { createInstallSettingsRepository } from "../ledger/install-settings.repository.js";
 import { createRetentionRepository, type RetentionCounts } from "../ledger/retention.repository.js";
 
-export const GC_USAGE = "keel gc [--older-than 30d] [--dry-run]   (units: h, d, w; default KEEL_RETENTION_DAYS)";
+export const GC_USAGE = "keel gc [--older-than 30d] [--dry-run]   (units: h, d, w; default: the install's retention_days, `keel settings get`)";
 
 const UNIT_MS: Readonly<Record<string, number>> = { h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000 };
 
@@ -26,21 +28,26 @@ export async function gcCommand(args: readonly string[], config: () => KeelConfi
     return usage(error instanceof Error ? error.message : String(error));
   }
   const loaded = config();
-  let ageMs: number;
+  let ageMs: number | undefined;
   if (values["older-than"] !== undefined) {
-    const parsed = parseAge(values["older-than"]);
-    if (parsed === undefined) return usage(`--older-than ${values["older-than"]} is not an age such as 30d, 12h or 2w`);
-    ageMs = parsed;
-  } else if (loaded.retention.days === 0) {
-    out("retention is off (KEEL_RETENTION_DAYS=0): nothing deleted; pass --older-than to collect anyway");
-    return 0;
-  } else {
-    ageMs = loaded.retention.days * UNIT_MS["d"]!;
+    ageMs = parseAge(values["older-than"]);
+    if (ageMs === undefined) return usage(`--older-than ${values["older-than"]} is not an age such as 30d, 12h or 2w`);
   }
-  const finishedBefore = new Date(now.getTime() - ageMs);
   const dryRun = values["dry-run"] === true;
   const ledger = await openKeelLedger(loaded, pino({ level: "silent" }));
   try {
+    if (ageMs === undefined) {
+      // The install's setting, as every server's sweeper reads it (a deprecated variable seeds a ledger nobody has set).
+      const settings = createInstallSettingsRepository(ledger.sql);
+      await adoptInstallSettingsEnv(settings, loaded.installSettingsFromEnv, pino({ level: "warn" }, pino.destination(2)));
+      const days = (await settings.get()).retentionDays;
+      if (days === 0) {
+        out("retention is off (the install's retention_days is 0): nothing deleted; pass --older-than to collect anyway");
+        return 0;
+      }
+      ageMs = days * UNIT_MS["d"]!;
+    }
+    const finishedBefore = new Date(now.getTime() - ageMs);
     const counts = await createRetentionRepository(ledger.sql).sweep({ finishedBefore, dryRun });
     out(`${dryRun ? "would delete" : "deleted"} runs finished before ${finishedBefore.toISOString()}:`);
     for (const line of describeCounts(counts)) out(`  ${line}`);

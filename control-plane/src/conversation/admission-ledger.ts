@@ -55,7 +55,6 @@ export type StoredMessage =
 export interface StartClaim {
   readonly workerId: string;
   readonly leaseMs: number;
-  readonly installCeiling: number;
 }
 
 export interface NewRunDraft {

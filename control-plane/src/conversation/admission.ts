@@ -5,7 +5,6 @@
 import { randomUUID } from "node:crypto";
 import type { AgentSpec } from "../domain/agent.js";
 import { planAdmission } from "../domain/interrupt.js";
-import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import type { AdmissionLedger, ConversationLedger, IncomingMessage, StartClaim } from "./admission-ledger.js";
 import { applyPlan, freshClaim, insertNewRequest, withNote, type Mailroom } from "./admission-writes.js";
 import { conversationState, startsAtOnce } from "./conversation-state.js";
@@ -25,8 +24,6 @@ export interface AdmissionDeps {
   readonly ledger: AdmissionLedger;
   /** Idle workers of this process; without it every run is queued and a worker woken. */
   readonly handoff?: WorkerHandoff;
-  /** The install's ceiling on concurrent root runs, as claims apply it. */
-  readonly maxConcurrentRootRuns?: number;
   /** The fast model's triage of each new request, started once the admission commits. */
   readonly triage?: Triager;
 }
@@ -35,7 +32,6 @@ const done = <T>(result: T): AdmissionAttempt<T> => ({ kind: "done", result });
 const isDone = (attempt: AdmissionAttempt<unknown>): boolean => attempt.kind === "done";
 
 export function createAdmissions(deps: AdmissionDeps): Admissions {
-  const installCeiling = deps.maxConcurrentRootRuns ?? DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS;
   /**
    * Agents whose last start here was refused by a ceiling: not started early again until a start
    * succeeds, so an agent at its ceiling does not send the provider a call to abort per message.
@@ -49,7 +45,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     // overlaps the insert and the commit.
     const early = !atCeiling.has(room.agent.id);
     if (early) start.handOver(freshClaim(room, incoming, runId));
-    const claim: StartClaim = { workerId: start.workerId, leaseMs: start.leaseMs, installCeiling };
+    const claim: StartClaim = { workerId: start.workerId, leaseMs: start.leaseMs };
     const started = await insertNewRequest(room, incoming, why, runId, claim);
     if (!started) {
       atCeiling.add(room.agent.id);

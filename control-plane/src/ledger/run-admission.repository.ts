@@ -25,7 +25,7 @@ const incoming = (p: InsertRunParams) => p.run.trigger.incoming;
  */
 const insertRunStatement = statement<InsertRunParams, { started: boolean }>("admission_insert_run")`
   WITH start AS (
-    SELECT CASE WHEN ${(p) => claim(p) !== undefined}::boolean THEN ${admissionStartSql<InsertRunParams>((p) => claim(p)?.installCeiling ?? 0)} ELSE false END AS go
+    SELECT CASE WHEN ${(p) => claim(p) !== undefined}::boolean THEN ${admissionStartSql<InsertRunParams>()} ELSE false END AS go
     FROM agents a WHERE a.id = ${(p) => p.address.agent.id}),
   carried AS (
     INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)

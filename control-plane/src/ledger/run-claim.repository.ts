@@ -4,7 +4,6 @@
 import type { AgentSpec } from "../domain/agent.js";
 import { systemClock, type Clock } from "../domain/clock.js";
 import { ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "../domain/run.js";
-import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import type { ClaimedRun, RunStore } from "../runner/run-store.js";
 import { CLAIMABLE_SQL, claimStartLocksSql, EXECUTING_SQL, FACTS_LOCKED, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
@@ -35,10 +34,8 @@ interface ClaimRow {
 
 interface CandidateParams {
   readonly now: Date;
-  readonly installCeiling: number;
 }
 const now = (p: { now: Date }) => p.now;
-const installCeiling = (p: { installCeiling: number }) => p.installCeiling;
 
 /** A run whose worker stopped renewing its lease: claimable again, whatever the ceilings say. */
 const LEASE_EXPIRED = `(NOT r.paused AND r.status IN (${EXECUTING_SQL}) AND r.lease_expires_at < now())`;
@@ -59,7 +56,7 @@ const selectCandidate = statement<CandidateParams & { synchronousCommit: "on" | 
     SELECT r.id, r.status, r.agent_id, r.parent_run_id IS NULL AS root
     FROM runs r JOIN agents a ON a.id = r.agent_id LEFT JOIN executing e ON e.agent_id = r.agent_id
     -- The status test on its own lets the index pick the few claimable rows the rule then reads.
-    WHERE r.status IN (${raw(CLAIMABLE_SQL)}) AND (${mayStartSql<CandidateParams>({ now, installCeiling }, FACTS_SET)} OR ${raw(LEASE_EXPIRED)})
+    WHERE r.status IN (${raw(CLAIMABLE_SQL)}) AND (${mayStartSql<CandidateParams>({ now }, FACTS_SET)} OR ${raw(LEASE_EXPIRED)})
     ORDER BY r.created_at
     LIMIT 1
     FOR NO KEY UPDATE OF r SKIP LOCKED)
@@ -85,7 +82,7 @@ interface ClaimParams extends CandidateParams {
  * A fork (run-fork.repository.ts) is offered the tools of its source's connector; its emissions stay its own.
  */
 const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
-  WITH locked AS ${claimStartLocksSql<ClaimParams>((p) => p.agentId, (p) => p.rootStart, installCeiling)},
+  WITH locked AS ${claimStartLocksSql<ClaimParams>((p) => p.agentId, (p) => p.rootStart)},
   claimed AS (
     UPDATE runs r SET
       status = 'running', lease_owner = ${(p) => p.workerId}, lease_epoch = r.lease_epoch + 1,
@@ -93,7 +90,7 @@ const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
       started_at = coalesce(r.started_at, ${now}::timestamptz), updated_at = now(), event_seq = r.event_seq + 1
     FROM agents a LEFT JOIN locked ON true
     WHERE r.id = ${(p) => p.runId}::uuid AND a.id = r.agent_id
-      AND CASE WHEN ${(p) => p.queued}::boolean THEN ${mayStartSql<ClaimParams>({ now, installCeiling }, FACTS_LOCKED)}
+      AND CASE WHEN ${(p) => p.queued}::boolean THEN ${mayStartSql<ClaimParams>({ now }, FACTS_LOCKED)}
         ELSE ${raw(LEASE_EXPIRED)} END
     RETURNING r.id, r.status, r.lease_epoch, r.step_count, r.usage, r.connector, r.started_at, r.event_seq,
       r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.requested_by_actor_id, r.reply_to_message_id, r.commit_boundary,
@@ -117,26 +114,22 @@ const nextDue = statement<{ now: Date }, { due: Date | null }>("claim_next_due")
 export interface RunClaimOptions {
   /** Coalesce windows and admission are decided on this clock, not the database's. */
   readonly clock?: Clock;
-  /** The install's ceiling on concurrent root runs, across agents. */
-  readonly maxConcurrentRootRuns?: number;
   /** Whether claims wait for their WAL flush (strict, the default) or not (relaxed). */
   readonly durability?: Durability;
 }
 
 export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}): Pick<RunStore, "claimNext" | "nextDueAt"> {
   const clock = options.clock ?? systemClock;
-  const ceiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS;
   const synchronousCommit = replayableCommit(options.durability ?? "strict");
   const notifiesInside = synchronousCommit === "off";
   const claimInTransaction = (workerId: string, leaseMs: number) =>
     sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
       const at = clock.now();
-      const [candidate] = await trx.run(selectCandidate, { now: at, installCeiling: ceiling, synchronousCommit });
+      const [candidate] = await trx.run(selectCandidate, { now: at, synchronousCommit });
       if (candidate === undefined) return undefined;
       const queued = candidate.status === "queued";
       const [claimed] = await trx.run(claimRun, {
         now: at,
-        installCeiling: ceiling,
         runId: candidate.id,
         workerId,
         leaseMs,

@@ -9,7 +9,6 @@ import type {
 } from "../domain/records.js";
 import type { RunStatus } from "../domain/run.js";
 import { ResourceExhaustedError } from "../domain/errors.js";
-import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import { expandModelRequests, type StoredModelRequest } from "../domain/model-request.js";
 import { systemClock, type Clock } from "../domain/clock.js";
 import {
@@ -126,12 +125,10 @@ const eventsOfRun = statement<{ runId: string; afterSeq: number; limit: number }
 export interface RunQueryOptions {
   /** Coalescing is judged on this clock, as admission judges it. */
   readonly clock?: Clock;
-  readonly maxConcurrentRootRuns?: number;
 }
 
 export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}): RunQueries {
   const clock = options.clock ?? systemClock;
-  const installCeiling = options.maxConcurrentRootRuns ?? DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS;
 
   const triggersOf = async (runIds: readonly string[]): Promise<Map<string, TriggerRecord[]>> => {
     const byRun = new Map<string, TriggerRecord[]>(runIds.map((id) => [id, []]));
@@ -188,7 +185,7 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
 
   return {
     async getRun(id) {
-      const [row] = await sql.run(selectRun, { now: clock.now(), installCeiling, runId: id });
+      const [row] = await sql.run(selectRun, { now: clock.now(), runId: id });
       if (row === undefined) return undefined;
       return toRunRecord(row, (await triggersOf([id])).get(id) ?? []);
     },
@@ -199,7 +196,6 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       if (pageToken !== "" && after === undefined) throw new Error("listRuns: not a page token from listRuns");
       const found = await sql.run(listRunsPage, {
         now: clock.now(),
-        installCeiling,
         agentId: filter.agentId ?? null,
         externalConversationId: filter.conversationId ?? null,
         status: filter.status ?? null,

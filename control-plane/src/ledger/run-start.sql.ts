@@ -3,6 +3,7 @@
 // against generated ledgers and compares it with the domain function.
 import { DEFAULT_MAX_CONCURRENT_ROOT_RUNS } from "../domain/agent.js";
 import { EXECUTING_STATUSES, LIVE_STATUSES, PARKED_STATUSES, type RunStatus } from "../domain/run.js";
+import { DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS } from "../domain/run-start.js";
 import { fragment, raw, type StatementFragment } from "./sql-text.js";
 
 const list = (statuses: readonly RunStatus[]): string => statuses.map((s) => `'${s}'`).join(", ");
@@ -29,13 +30,19 @@ const START_SLOT_LOCK = 7234100;
 /** The agent's own ceiling on concurrent root runs, from its spec `a` (domain agentCeiling). */
 export const AGENT_CEILING_SQL = `coalesce(nullif((a.spec ->> 'maxConcurrentRootRuns')::int, 0), ${DEFAULT_MAX_CONCURRENT_ROOT_RUNS})`;
 
+/**
+ * The install's ceiling on executing root runs, read inside the statement from the ledger's one
+ * settings row (an init plan, evaluated once per statement), so every replica applies the same
+ * value with no extra round trip. A missing row means the domain default, never unbounded.
+ */
+export const INSTALL_CEILING_SQL = `coalesce((SELECT s.root_run_ceiling FROM install_settings s WHERE s.id = 1), ${DEFAULT_INSTALL_MAX_CONCURRENT_ROOT_RUNS})`;
+
 /** Whether run `o` is ahead of run `r` in their conversation's queue (domain aheadInQueue). */
 export const AHEAD_SQL = `(coalesce(o.request_received_at, o.created_at), o.created_at, o.id) < (coalesce(r.request_received_at, r.created_at), r.created_at, r.id)`;
 
-/** Where a statement keeps the rule's two inputs. */
+/** Where a statement keeps the rule's input from the caller: the clock (the install's ceiling comes from the ledger). */
 export interface StartRuleParams<P> {
   readonly now: (params: P) => Date;
-  readonly installCeiling: (params: P) => number;
 }
 
 /**
@@ -86,13 +93,13 @@ export function startBlockerSql<P>(input: StartRuleParams<P>, facts: StartFactsS
     WHEN r.not_before > ${input.now}::timestamptz THEN 'coalescing'
     WHEN r.parent_run_id IS NOT NULL THEN NULL
     WHEN r.started_at IS NULL AND ${raw(facts.conversationBusy)} THEN 'conversation_busy'
-    WHEN NOT ${ceilingRoomSql<P>(fragment`${raw(facts.agentExecuting)}`, fragment`${raw(facts.allExecuting)}`, input.installCeiling)} THEN 'concurrency_ceiling'
+    WHEN NOT ${ceilingRoomSql<P>(fragment`${raw(facts.agentExecuting)}`, fragment`${raw(facts.allExecuting)}`)} THEN 'concurrency_ceiling'
     END`;
 }
 
 /** Room under both ceilings for one more executing root run of agent `a` (domain startBlocker's last test). */
-function ceilingRoomSql<P>(agentExecuting: StatementFragment<P>, allExecuting: StatementFragment<P>, installCeiling: (params: P) => number): StatementFragment<P> {
-  return fragment<P>`(${agentExecuting} < ${raw(AGENT_CEILING_SQL)} AND ${allExecuting} < ${installCeiling}::int)`;
+function ceilingRoomSql<P>(agentExecuting: StatementFragment<P>, allExecuting: StatementFragment<P>): StatementFragment<P> {
+  return fragment<P>`(${agentExecuting} < ${raw(AGENT_CEILING_SQL)} AND ${allExecuting} < ${raw(INSTALL_CEILING_SQL)})`;
 }
 
 /**
@@ -103,8 +110,8 @@ function ceilingRoomSql<P>(agentExecuting: StatementFragment<P>, allExecuting: S
  * (the margin); near a ceiling, the admission lock exclusively and an exact count. Columns:
  * agent_executing, all_executing, margin.
  */
-function lockedCountsSql<P>(agentId: StatementFragment<P>, installCeiling: (params: P) => number): StatementFragment<P> {
-  return fragment<P>`keel_locked_root_run_counts(${agentId}, ${raw(AGENT_CEILING_SQL)}, ${installCeiling}::int, ${raw(String(ADMISSION_LOCK))},
+function lockedCountsSql<P>(agentId: StatementFragment<P>): StatementFragment<P> {
+  return fragment<P>`keel_locked_root_run_counts(${agentId}, ${raw(AGENT_CEILING_SQL)}, ${raw(INSTALL_CEILING_SQL)}, ${raw(String(ADMISSION_LOCK))},
       ${raw(String(START_SLOT_LOCK))}, ${raw(String(START_SLOTS))}, ARRAY[${raw(EXECUTING_SQL)}]::text[])`;
 }
 
@@ -113,12 +120,9 @@ function lockedCountsSql<P>(agentId: StatementFragment<P>, installCeiling: (para
  * (lockedCountsSql). The conversation's part of the rule admission has checked under the
  * conversation's row lock.
  */
-export function admissionStartSql<P>(installCeiling: (params: P) => number): StatementFragment<P> {
-  return fragment<P>`(SELECT ${ceilingRoomSql<P>(
-    fragment`(c.agent_executing + c.margin)`,
-    fragment`(c.all_executing + c.margin)`,
-    installCeiling,
-  )} FROM ${lockedCountsSql<P>(fragment`a.id`, installCeiling)} c)`;
+export function admissionStartSql<P>(): StatementFragment<P> {
+  return fragment<P>`(SELECT ${ceilingRoomSql<P>(fragment`(c.agent_executing + c.margin)`, fragment`(c.all_executing + c.margin)`)}
+    FROM ${lockedCountsSql<P>(fragment`a.id`)} c)`;
 }
 
 /**
@@ -126,9 +130,9 @@ export function admissionStartSql<P>(installCeiling: (params: P) => number): Sta
  * no row (no locks) when `lock` is false, as for a child run or a lease-expired reclaim, which the
  * ceilings do not gate. Join it with LEFT JOIN … ON true and test the run with FACTS_LOCKED.
  */
-export function claimStartLocksSql<P>(agentId: (params: P) => string, lock: (params: P) => boolean, installCeiling: (params: P) => number): StatementFragment<P> {
+export function claimStartLocksSql<P>(agentId: (params: P) => string, lock: (params: P) => boolean): StatementFragment<P> {
   return fragment<P>`(SELECT c.agent_executing, c.all_executing, c.margin
-    FROM agents a, ${lockedCountsSql<P>(fragment`a.id`, installCeiling)} c
+    FROM agents a, ${lockedCountsSql<P>(fragment`a.id`)} c
     WHERE a.id = ${agentId} AND ${lock}::boolean)`;
 }
 

@@ -6,17 +6,15 @@ import { AHEAD_SQL, startBlockerSql } from "./run-start.sql.js";
 import { RUN_COLUMNS, type RunRow } from "./rows/ledger-rows.js";
 import { fragment, raw, statement } from "./sql.js";
 
-/** The start rule's inputs: the clock coalescing is judged on, and the install's ceiling. */
+/** The start rule's input: the clock coalescing is judged on (the install's ceiling is read from the ledger). */
 export interface RunViewParams {
   readonly now: Date;
-  readonly installCeiling: number;
 }
 const now = (p: RunViewParams) => p.now;
-const installCeiling = (p: RunViewParams) => p.installCeiling;
 
 /** A queued run's reason is what blocks it now (or the stored one when nothing does); any other run's is stored. */
 const WAIT_REASON = fragment<RunViewParams>`CASE WHEN r.status <> 'queued' THEN r.wait_reason
-    ELSE coalesce(${startBlockerSql<RunViewParams>({ now, installCeiling })}, r.wait_reason) END`;
+    ELSE coalesce(${startBlockerSql<RunViewParams>({ now })}, r.wait_reason) END`;
 
 /**
  * A queued run's position, from 1: in its conversation's queue when that is what holds it,

@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { AgentSpec } from "./agent_pb.js";
 import { file_keel_v1_agent } from "./agent_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file keel/v1/agent_service.proto.
  */
 export const file_keel_v1_agent_service: GenFile = /*@__PURE__*/
-  fileDesc("ChtrZWVsL3YxL2FnZW50X3NlcnZpY2UucHJvdG8SB2tlZWwudjEiNAoPUHV0QWdlbnRSZXF1ZXN0EiEKBWFnZW50GAEgASgLMhIua2VlbC52MS5BZ2VudFNwZWMiNQoQUHV0QWdlbnRSZXNwb25zZRIhCgVhZ2VudBgBIAEoCzISLmtlZWwudjEuQWdlbnRTcGVjIiMKD0dldEFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSI1ChBHZXRBZ2VudFJlc3BvbnNlEiEKBWFnZW50GAEgASgLMhIua2VlbC52MS5BZ2VudFNwZWMiOgoRTGlzdEFnZW50c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkiUQoSTGlzdEFnZW50c1Jlc3BvbnNlEiIKBmFnZW50cxgBIAMoCzISLmtlZWwudjEuQWdlbnRTcGVjEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCTLXAQoMQWdlbnRTZXJ2aWNlEj8KCFB1dEFnZW50Ehgua2VlbC52MS5QdXRBZ2VudFJlcXVlc3QaGS5rZWVsLnYxLlB1dEFnZW50UmVzcG9uc2USPwoIR2V0QWdlbnQSGC5rZWVsLnYxLkdldEFnZW50UmVxdWVzdBoZLmtlZWwudjEuR2V0QWdlbnRSZXNwb25zZRJFCgpMaXN0QWdlbnRzEhoua2VlbC52MS5MaXN0QWdlbnRzUmVxdWVzdBobLmtlZWwudjEuTGlzdEFnZW50c1Jlc3BvbnNlYgZwcm90bzM", [file_keel_v1_agent]);
+  fileDesc("ChtrZWVsL3YxL2FnZW50X3NlcnZpY2UucHJvdG8SB2tlZWwudjEiNAoPUHV0QWdlbnRSZXF1ZXN0EiEKBWFnZW50GAEgASgLMhIua2VlbC52MS5BZ2VudFNwZWMiNQoQUHV0QWdlbnRSZXNwb25zZRIhCgVhZ2VudBgBIAEoCzISLmtlZWwudjEuQWdlbnRTcGVjIiMKD0dldEFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSI1ChBHZXRBZ2VudFJlc3BvbnNlEiEKBWFnZW50GAEgASgLMhIua2VlbC52MS5BZ2VudFNwZWMiOgoRTGlzdEFnZW50c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkiUQoSTGlzdEFnZW50c1Jlc3BvbnNlEiIKBmFnZW50cxgBIAMoCzISLmtlZWwudjEuQWdlbnRTcGVjEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKHAQoPSW5zdGFsbFNldHRpbmdzEhgKEHJvb3RfcnVuX2NlaWxpbmcYASABKA0SFgoOcmV0ZW50aW9uX2RheXMYAiABKA0SEgoKdXBkYXRlZF9ieRgDIAEoCRIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIbChlHZXRJbnN0YWxsU2V0dGluZ3NSZXF1ZXN0IkgKGkdldEluc3RhbGxTZXR0aW5nc1Jlc3BvbnNlEioKCHNldHRpbmdzGAEgASgLMhgua2VlbC52MS5JbnN0YWxsU2V0dGluZ3MifwoZUHV0SW5zdGFsbFNldHRpbmdzUmVxdWVzdBIdChByb290X3J1bl9jZWlsaW5nGAEgASgNSACIAQESGwoOcmV0ZW50aW9uX2RheXMYAiABKA1IAYgBAUITChFfcm9vdF9ydW5fY2VpbGluZ0IRCg9fcmV0ZW50aW9uX2RheXMiSAoaUHV0SW5zdGFsbFNldHRpbmdzUmVzcG9uc2USKgoIc2V0dGluZ3MYASABKAsyGC5rZWVsLnYxLkluc3RhbGxTZXR0aW5nczKVAwoMQWdlbnRTZXJ2aWNlEj8KCFB1dEFnZW50Ehgua2VlbC52MS5QdXRBZ2VudFJlcXVlc3QaGS5rZWVsLnYxLlB1dEFnZW50UmVzcG9uc2USPwoIR2V0QWdlbnQSGC5rZWVsLnYxLkdldEFnZW50UmVxdWVzdBoZLmtlZWwudjEuR2V0QWdlbnRSZXNwb25zZRJFCgpMaXN0QWdlbnRzEhoua2VlbC52MS5MaXN0QWdlbnRzUmVxdWVzdBobLmtlZWwudjEuTGlzdEFnZW50c1Jlc3BvbnNlEl0KEkdldEluc3RhbGxTZXR0aW5ncxIiLmtlZWwudjEuR2V0SW5zdGFsbFNldHRpbmdzUmVxdWVzdBojLmtlZWwudjEuR2V0SW5zdGFsbFNldHRpbmdzUmVzcG9uc2USXQoSUHV0SW5zdGFsbFNldHRpbmdzEiIua2VlbC52MS5QdXRJbnN0YWxsU2V0dGluZ3NSZXF1ZXN0GiMua2VlbC52MS5QdXRJbnN0YWxsU2V0dGluZ3NSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_keel_v1_agent]);
 
 /**
  * @generated from message keel.v1.PutAgentRequest
@@ -127,7 +129,119 @@ export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PUR
   messageDesc(file_keel_v1_agent_service, 5);
 
 /**
- * Admins define agents.
+ * Settings that must agree across every replica, kept in the ledger rather than in each
+ * process's environment.
+ *
+ * @generated from message keel.v1.InstallSettings
+ */
+export type InstallSettings = Message<"keel.v1.InstallSettings"> & {
+  /**
+   * Root runs executing at once across all agents (each agent has its own ceiling too): 1 to 100000.
+   *
+   * @generated from field: uint32 root_run_ceiling = 1;
+   */
+  rootRunCeiling: number;
+
+  /**
+   * Finished runs older than this many days are deleted with their records; 0 keeps them forever. At most 36500.
+   *
+   * @generated from field: uint32 retention_days = 2;
+   */
+  retentionDays: number;
+
+  /**
+   * Who last changed a setting; empty while they are the defaults.
+   *
+   * @generated from field: string updated_by = 3;
+   */
+  updatedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 4;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message keel.v1.InstallSettings.
+ * Use `create(InstallSettingsSchema)` to create a new message.
+ */
+export const InstallSettingsSchema: GenMessage<InstallSettings> = /*@__PURE__*/
+  messageDesc(file_keel_v1_agent_service, 6);
+
+/**
+ * @generated from message keel.v1.GetInstallSettingsRequest
+ */
+export type GetInstallSettingsRequest = Message<"keel.v1.GetInstallSettingsRequest"> & {
+};
+
+/**
+ * Describes the message keel.v1.GetInstallSettingsRequest.
+ * Use `create(GetInstallSettingsRequestSchema)` to create a new message.
+ */
+export const GetInstallSettingsRequestSchema: GenMessage<GetInstallSettingsRequest> = /*@__PURE__*/
+  messageDesc(file_keel_v1_agent_service, 7);
+
+/**
+ * @generated from message keel.v1.GetInstallSettingsResponse
+ */
+export type GetInstallSettingsResponse = Message<"keel.v1.GetInstallSettingsResponse"> & {
+  /**
+   * @generated from field: keel.v1.InstallSettings settings = 1;
+   */
+  settings?: InstallSettings | undefined;
+};
+
+/**
+ * Describes the message keel.v1.GetInstallSettingsResponse.
+ * Use `create(GetInstallSettingsResponseSchema)` to create a new message.
+ */
+export const GetInstallSettingsResponseSchema: GenMessage<GetInstallSettingsResponse> = /*@__PURE__*/
+  messageDesc(file_keel_v1_agent_service, 8);
+
+/**
+ * A field left unset keeps its current value.
+ *
+ * @generated from message keel.v1.PutInstallSettingsRequest
+ */
+export type PutInstallSettingsRequest = Message<"keel.v1.PutInstallSettingsRequest"> & {
+  /**
+   * @generated from field: optional uint32 root_run_ceiling = 1;
+   */
+  rootRunCeiling?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 retention_days = 2;
+   */
+  retentionDays?: number | undefined;
+};
+
+/**
+ * Describes the message keel.v1.PutInstallSettingsRequest.
+ * Use `create(PutInstallSettingsRequestSchema)` to create a new message.
+ */
+export const PutInstallSettingsRequestSchema: GenMessage<PutInstallSettingsRequest> = /*@__PURE__*/
+  messageDesc(file_keel_v1_agent_service, 9);
+
+/**
+ * @generated from message keel.v1.PutInstallSettingsResponse
+ */
+export type PutInstallSettingsResponse = Message<"keel.v1.PutInstallSettingsResponse"> & {
+  /**
+   * @generated from field: keel.v1.InstallSettings settings = 1;
+   */
+  settings?: InstallSettings | undefined;
+};
+
+/**
+ * Describes the message keel.v1.PutInstallSettingsResponse.
+ * Use `create(PutInstallSettingsResponseSchema)` to create a new message.
+ */
+export const PutInstallSettingsResponseSchema: GenMessage<PutInstallSettingsResponse> = /*@__PURE__*/
+  messageDesc(file_keel_v1_agent_service, 10);
+
+/**
+ * Admins define agents and set the install's settings.
  *
  * @generated from service keel.v1.AgentService
  */
@@ -155,6 +269,26 @@ export const AgentService: GenService<{
     methodKind: "unary";
     input: typeof ListAgentsRequestSchema;
     output: typeof ListAgentsResponseSchema;
+  },
+  /**
+   * The settings every replica of the install applies, as the ledger holds them.
+   *
+   * @generated from rpc keel.v1.AgentService.GetInstallSettings
+   */
+  getInstallSettings: {
+    methodKind: "unary";
+    input: typeof GetInstallSettingsRequestSchema;
+    output: typeof GetInstallSettingsResponseSchema;
+  },
+  /**
+   * Changes the settings given and leaves the others; every replica applies the change at once.
+   *
+   * @generated from rpc keel.v1.AgentService.PutInstallSettings
+   */
+  putInstallSettings: {
+    methodKind: "unary";
+    input: typeof PutInstallSettingsRequestSchema;
+    output: typeof PutInstallSettingsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_keel_v1_agent_service, 0);

@@ -4,6 +4,7 @@ import { ApiTokenEntity } from "./api-token.entity.js";
 import { ArtifactEntity } from "./artifact.entity.js";
 import { ConversationEntity } from "./conversation.entity.js";
 import { EmissionEntity } from "./emission.entity.js";
+import { InstallSettingsEntity } from "./install-settings.entity.js";
 import { MessageEntity } from "./message.entity.js";
 import { ModelCallEntity } from "./model-call.entity.js";
 import { ObservationEntity } from "./observation.entity.js";
@@ -41,4 +42,5 @@ export const ledgerEntities = [
   SandboxHostEntity,
   WorkspaceEntity,
   ApiTokenEntity,
+  InstallSettingsEntity,
 ] as const;
