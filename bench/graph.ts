@@ -1,14 +1,15 @@
 // WorkGraph benchmark (issue #14). Part (a), built: admission of a 1,000-node proposal, p50 and
 // p99 over many admissions, beside two baselines timed on the same proposal in the same run:
 // reading it (JSON.parse + the zod schema the model's answer goes through) and a bare
-// topological sort of the same DAG, the least any acyclicity check must do. Parts (b) per-node
-// scheduling overhead and (c) fan-out speedup need the scheduler, which is not built yet.
+// topological sort of the same DAG, the least any acyclicity check must do. Part (c), built: N
+// branches of slow scripted calls as a graph against the same calls in one loop, end to end on an
+// embedded PostgreSQL (graph-fanout.ts). Part (b), per-node scheduling overhead, is not built yet.
 //
 // The proposal: a human gate, then 9 layers of 111 nodes; each node after the first layer
 // depends on two neighbours of the layer before, every 10th is a join and every 7th a verifier
 // of one of its inputs. Write tools are gated, so every rule of admission runs on every node.
 //
-//   npm run bench -- graph [--nodes 1000] [--admissions 200]
+//   npm run bench -- graph [--nodes 1000] [--admissions 200] [--branches 8] [--call-ms 200] [--rounds 3] [--skip-fanout]
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import type { RunBudget } from "../control-plane/src/domain/agent.js";
@@ -16,10 +17,12 @@ import { admitWorkGraph } from "../control-plane/src/domain/graph-admission.js";
 import type { AdmissionContext, WorkGraphProposal } from "../control-plane/src/domain/work-graph.js";
 import { topologicalOrder } from "../control-plane/src/domain/work-graph-order.js";
 import { parseWorkGraphProposal } from "../control-plane/src/models/work-graph-proposal.js";
+import { measureFanout } from "./graph-fanout.js";
 import { integerOption, ms, summarize, table, type Stats } from "./support.js";
 
 const LAYERS = 9;
 const TARGET_P50_MS = 50;
+const TARGET_SPEEDUP = 5;
 
 /** The proposal as the model would write it (snake_case JSON). */
 function proposalAnswer(nodeCount: number): { nodes: Record<string, unknown>[]; edges: { from: string; to: string }[] } {
@@ -89,9 +92,22 @@ function time(times: number, warmup: number, work: () => void): Stats {
 }
 
 export default async function run(args: readonly string[]): Promise<void> {
-  const { values } = parseArgs({ args: [...args], options: { nodes: { type: "string", default: "1000" }, admissions: { type: "string", default: "200" } } });
+  const { values } = parseArgs({
+    args: [...args],
+    options: {
+      nodes: { type: "string", default: "1000" },
+      admissions: { type: "string", default: "200" },
+      branches: { type: "string", default: "8" },
+      "call-ms": { type: "string", default: "200" },
+      rounds: { type: "string", default: "3" },
+      "skip-fanout": { type: "boolean", default: false },
+    },
+  });
   const nodeCount = integerOption("nodes", values.nodes, 2);
   const admissions = integerOption("admissions", values.admissions, 1);
+  const branches = integerOption("branches", values.branches, 2);
+  const callMs = integerOption("call-ms", values["call-ms"], 1);
+  const rounds = integerOption("rounds", values.rounds, 1);
   const text = JSON.stringify(proposalAnswer(nodeCount));
   const parsed = parseWorkGraphProposal(JSON.parse(text));
   if (!parsed.ok) throw new Error(`the bench proposal does not parse: ${parsed.problems.join("; ")}`);
@@ -114,6 +130,22 @@ export default async function run(args: readonly string[]): Promise<void> {
     if (topologicalOrder(successors).length !== proposal.nodes.length) throw new Error("sort lost nodes");
   });
 
+  const fanout = values["skip-fanout"] ? undefined : await measureFanout(branches, callMs, rounds, (line) => process.stderr.write(`${line}\n`));
+  const median = (xs: readonly number[]): number => summarize(xs).p50;
+  const speedup = fanout === undefined ? undefined : median(fanout.loopMs) / median(fanout.graphMs);
+  const fanoutLines =
+    fanout === undefined || speedup === undefined
+      ? ["(c) fan-out: skipped (--skip-fanout)"]
+      : [
+          ...table(
+            [`(c) ${branches} branches x ${callMs} ms calls`, "median ms", "min ms", "max ms"],
+            [
+              ["as a graph (child runs + join + root turn)", ms(median(fanout.graphMs)), ms(Math.min(...fanout.graphMs)), ms(Math.max(...fanout.graphMs))],
+              ["baseline: the same calls in one loop", ms(median(fanout.loopMs)), ms(Math.min(...fanout.loopMs)), ms(Math.max(...fanout.loopMs))],
+            ],
+          ),
+          `(c) speedup ${speedup.toFixed(2)}x over ${rounds} round(s), target >= ${TARGET_SPEEDUP}x: ${speedup >= TARGET_SPEEDUP ? "met" : "MISSED"}`,
+        ];
   const { graph } = verdict;
   const lines = [
     `WorkGraph bench: ${proposal.nodes.length} nodes, ${proposal.edges.length} edges, depth ${graph.depth}, width ${graph.width}, ${admissions} admissions each`,
@@ -128,11 +160,11 @@ export default async function run(args: readonly string[]): Promise<void> {
     ),
     "",
     `(a) admission p50 ${ms(admit.p50)} ms, target <= ${TARGET_P50_MS} ms: ${admit.p50 <= TARGET_P50_MS ? "met" : "MISSED"}`,
-    "(b) per-node scheduling overhead vs a raw PostgreSQL transaction: not built yet (needs the scheduler)",
-    "(c) 8-branch fan-out speedup over a sequential loop: not built yet (needs the scheduler)",
+    "(b) per-node scheduling overhead vs a raw PostgreSQL transaction: not built yet",
+    ...fanoutLines,
     "",
     `RESULT admit_1000_p50_ms=${ms(admit.p50)} admit_1000_p99_ms=${ms(admit.p99)} parse_1000_p50_ms=${ms(read.p50)} ` +
-      `toposort_1000_p50_ms=${ms(sort.p50)} node_overhead_ratio=not_built_yet fanout_speedup=not_built_yet`,
+      `toposort_1000_p50_ms=${ms(sort.p50)} node_overhead_ratio=not_built_yet fanout_speedup=${speedup === undefined ? "skipped" : speedup.toFixed(2)}`,
   ];
   process.stdout.write(`${lines.join("\n")}\n`);
   return Promise.resolve();
