@@ -10,6 +10,8 @@ import { errorText, isTerminal } from "./format.js";
 const MAX_EVENTS = 300;
 const RUN_REFRESH_MS = 250;
 const RECONNECT_MS = 1_000;
+/** An exec's output lands as observations, which write no run event: a running call's step is fetched this often. */
+const OUTPUT_POLL_MS = 500;
 
 export interface RunView {
   readonly run: Run | undefined;
@@ -30,6 +32,8 @@ const unsettled = (step: RunStep) =>
   step.toolInvocations.some(
     (tool) => tool.status === ToolInvocationStatus.PENDING || (tool.status === ToolInvocationStatus.UNKNOWN_OUTCOME && tool.resolvedOutcome === ResolvedOutcome.UNSPECIFIED),
   );
+
+const running = (tool: RunStep["toolInvocations"][number]) => tool.status === ToolInvocationStatus.PENDING;
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
@@ -136,9 +140,13 @@ export function useRunStream(runId: string): RunView {
       }
     };
     watch().catch((caught: unknown) => signal.aborted || setError(errorText(caught)));
+    const outputPoll = setInterval(() => {
+      for (const step of latestSteps.current.values()) if (step.toolInvocations.some(running)) refetch.current(step.id);
+    }, OUTPUT_POLL_MS);
     return () => {
       stop.abort();
       clearTimeout(refreshDue);
+      clearInterval(outputPoll);
     };
   }, [runId]);
 

@@ -82,6 +82,10 @@ function StepRow(props: { readonly step: RunStep; readonly actor: string; readon
   );
 }
 
+/** A call's output as one text, a chunk per line (a chunk's own final newline is not doubled). */
+const observationText = (tool: ToolInvocation) =>
+  tool.observations.map((o) => `[${o.stream}] ${o.text.endsWith("\n") ? o.text.slice(0, -1) : o.text}${o.truncated ? " …(truncated)" : ""}`).join("\n");
+
 const awaitsResolution = (tool: ToolInvocation) => tool.status === ToolInvocationStatus.UNKNOWN_OUTCOME && tool.resolvedOutcome === ResolvedOutcome.UNSPECIFIED;
 
 function ToolCall(props: { readonly tool: ToolInvocation; readonly actor: string; readonly onResolved: (stepId: string) => void }) {
@@ -114,10 +118,16 @@ function ToolCall(props: { readonly tool: ToolInvocation; readonly actor: string
         )}
       </dl>
       {tool.resultText === "" ? null : <pre class="block result">{tool.resultText}</pre>}
-      {tool.observations.length === 0 ? null : (
+      {tool.observations.length === 0 ? null : tool.status === ToolInvocationStatus.PENDING ? (
+        // While the call runs its output is shown open, growing as the page fetches the step again.
+        <section class="live-output" aria-label="live output">
+          <h4>Output so far ({tool.observations.length} observations)</h4>
+          <pre class="block" aria-live="polite">{observationText(tool)}</pre>
+        </section>
+      ) : (
         <details>
           <summary>{tool.observations.length} observations</summary>
-          <pre class="block">{tool.observations.map((o) => `[${o.stream}] ${o.text}${o.truncated ? " …(truncated)" : ""}`).join("\n")}</pre>
+          <pre class="block">{observationText(tool)}</pre>
         </details>
       )}
       {awaitsResolution(tool) ? <ResolveForm tool={tool} actor={props.actor} onResolved={props.onResolved} /> : null}
