@@ -31,7 +31,7 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel gc [--older-than 30d] [--dry-run]
   keel gc [--older-than 30d] [--dry-run]
   keel replay RUN_ID | keel replay --all [--since 1d] [--limit N]
-  keel sandbox-agent --control-plane URL --token T [--backend docker|process] [--host-id ID]
+  keel sandbox-agent --control-plane URL[,URL...] --token T [--backend docker|process] [--host-id ID]
         [--capacity N] [--label k=v]... [--image I]... [--warm-pool N] [--disk-quota-mib N] [--data-dir D]
         [--allow-unsandboxed] [--ca F] [--tls-cert F --tls-key F] [--insecure]
 
@@ -212,7 +212,8 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         const { values } = parseArgs({
           args: rest,
           options: {
-            "control-plane": { type: "string", default: env["KEEL_URL"] ?? "http://127.0.0.1:7070" },
+            // Repeated or comma-separated: replicas of one control plane, any of which the host attaches to.
+            "control-plane": { type: "string", multiple: true, default: [env["KEEL_URL"] ?? "http://127.0.0.1:7070"] },
             token: { type: "string", default: env["KEEL_SANDBOX_TOKEN"] ?? "" },
             backend: { type: "string", default: "docker" },
             "host-id": { type: "string" },
@@ -231,7 +232,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         allowHeapGrowthForStreaming();
         try {
           return await sandboxAgentCommand({
-            controlPlaneUrl: values["control-plane"],
+            controlPlaneUrl: values["control-plane"].join(","),
             token: values.token,
             backend: values.backend,
             hostId: values["host-id"],

@@ -18,6 +18,7 @@ import type { WorkspaceBackend } from "./workspace-backend.js";
 export const SANDBOX_AGENT_VERSION = "0.1.0";
 
 export interface SandboxAgentCommandOptions {
+  /** One control plane, or several replicas on one ledger separated by commas (tried in order). */
   readonly controlPlaneUrl: string;
   readonly token: string;
   readonly backend: "docker" | "process";
@@ -105,7 +106,14 @@ export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): 
     throw new SandboxAgentUsageError("--disk-quota-mib must be 0 (no quota) or 16 to 1048576 MiB per workspace");
   }
   if (options.token === "") throw new SandboxAgentUsageError("a sandbox-host token is required: --token T or KEEL_SANDBOX_TOKEN");
-  const tls = await agentTlsMaterial(options.controlPlaneUrl, options.tls);
+  const controlPlanes = options.controlPlaneUrl
+    .split(",")
+    .map((url) => url.trim())
+    .filter((url) => url !== "");
+  const [controlPlaneUrl, ...moreControlPlaneUrls] = controlPlanes;
+  if (controlPlaneUrl === undefined) throw new SandboxAgentUsageError("--control-plane names no URL");
+  let tls: AgentTlsMaterial | undefined;
+  for (const url of controlPlanes) tls = await agentTlsMaterial(url, options.tls);
   const labels = parseLabels(options.labels);
   const dataDir = path.resolve(options.dataDir);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
@@ -138,7 +146,8 @@ export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): 
   }
 
   const agent = createSandboxAgent({
-    controlPlaneUrl: options.controlPlaneUrl,
+    controlPlaneUrl,
+    moreControlPlaneUrls,
     ...(tls === undefined ? {} : { tls }),
     token: options.token,
     hostId,
@@ -152,7 +161,7 @@ export async function sandboxAgentCommand(options: SandboxAgentCommandOptions): 
     memoryBytes: totalmem(),
   });
   log.info(
-    { controlPlane: options.controlPlaneUrl, backend: options.backend, capacity: options.capacity, labels, images: options.images, instanceId: agent.instanceId },
+    { controlPlanes, backend: options.backend, capacity: options.capacity, labels, images: options.images, instanceId: agent.instanceId },
     "sandbox agent starting",
   );
   const stop = (signal: string) => {

@@ -28,6 +28,11 @@ export interface AgentTlsMaterial {
 
 export interface SandboxAgentOptions {
   readonly controlPlaneUrl: string;
+  /**
+   * Further control planes (replicas on one ledger) to attach to, in order, when the one before
+   * goes away or cannot be reached; the host stays one host whichever holds it.
+   */
+  readonly moreControlPlaneUrls?: readonly string[];
   readonly tls?: AgentTlsMaterial;
   readonly token: string;
   readonly hostId: string;
@@ -148,10 +153,12 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
     return next(request);
   };
 
+  const controlPlanes = [options.controlPlaneUrl, ...(options.moreControlPlaneUrls ?? [])];
+
   /** One Attach stream, from registration to its end. Returns whether the host got registered. */
-  const session = async (): Promise<boolean> => {
+  const session = async (controlPlaneUrl: string): Promise<boolean> => {
     const transport = createGrpcTransport({
-      baseUrl: options.controlPlaneUrl,
+      baseUrl: controlPlaneUrl,
       interceptors: [bearer],
       // A control plane that vanished without closing the connection is noticed by pings.
       pingIntervalMs: 10_000,
@@ -200,7 +207,10 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
             () => send({ message: { case: "heartbeat", value: { freeWorkspaces: Math.max(0, options.capacity - workspaces.size) } } }),
             interval,
           );
-          log.info({ instanceId, replayed: waiting.length, reap: message.value.reapWorkspaceIds.length }, "attached to the control plane");
+          log.info(
+            { instanceId, controlPlane: controlPlaneUrl, replayed: waiting.length, reap: message.value.reapWorkspaceIds.length },
+            "attached to the control plane",
+          );
           void reap(message.value.reapWorkspaceIds).catch((error: unknown) => log.warn({ err: error }, "reaping failed"));
         } else if (message.case === "command") {
           void commands.handle(message.value);
@@ -241,9 +251,24 @@ export function createSandboxAgent(options: SandboxAgentOptions): SandboxAgent {
     run() {
       finished ??= (async () => {
         let backoff = initialBackoffMs;
+        let next = 0;
+        // A control plane that ends the stream or cannot be reached hands over to the next one
+        // at once; the backoff starts once every one has been tried without a registration.
+        let failedInRow = 0;
         while (!stopping.signal.aborted) {
-          if (await session()) backoff = initialBackoffMs;
+          const url = controlPlanes[next % controlPlanes.length]!;
+          next += 1;
+          if (await session(url)) {
+            backoff = initialBackoffMs;
+            failedInRow = 0;
+          } else {
+            failedInRow += 1;
+          }
           if (stopping.signal.aborted) break;
+          if (controlPlanes.length > 1 && failedInRow < controlPlanes.length) {
+            log.info({ controlPlane: controlPlanes[next % controlPlanes.length] }, "attaching to the next control plane");
+            continue;
+          }
           const delay = Math.round(backoff * (0.8 + Math.random() * 0.4));
           log.info({ delayMs: delay }, "reconnecting to the control plane");
           await sleep(delay);
