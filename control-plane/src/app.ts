@@ -43,6 +43,9 @@ import { createWorkerHandoff, startWorkerPool, type WorkerPool } from "./runner/
 import { createSandboxRepository } from "./ledger/sandbox.repository.js";
 import { createRemoteSandboxDispatcher, type RemoteSandboxDispatcher } from "./sandbox/remote-sandbox-dispatcher.js";
 import { createSandboxHub, type SandboxHub } from "./sandbox/sandbox-hub.js";
+import { createSandboxRelayRepository } from "./ledger/sandbox-relay.repository.js";
+import { createFleetRelay } from "./sandbox/fleet-relay.js";
+import { randomUUID } from "node:crypto";
 import { askUserTool } from "./tools/ask-user-tool.js";
 import { createReportProgressTool } from "./tools/report-progress-tool.js";
 import { createProposeWorkGraphTool } from "./graph/propose-work-graph-tool.js";
@@ -160,7 +163,9 @@ export async function buildApp(
 
   // Sandbox hosts attach to this process; exec-class tools reach them through the dispatcher.
   const sandboxLog = logger.child({ component: "sandbox" });
-  const leases = createSandboxRepository(ledger.sql);
+  // Hosts attached to any replica are one fleet: placement in the ledger, commands relayed (fleet-relay.ts).
+  const replicaId = randomUUID();
+  const leases = createSandboxRepository(ledger.sql, { replicaId, liveMs: config.sandbox.heartbeatMs * 3 });
   const sandboxHub = createSandboxHub(
     leases,
     {
@@ -171,8 +176,15 @@ export async function buildApp(
     },
     sandboxLog,
   );
+  const fleet = createFleetRelay(
+    sandboxHub,
+    createSandboxRelayRepository(ledger.sql),
+    { replicaId, route: (hostId) => leases.hostReplica(hostId), subscribe: (listener) => hub.subscribe("keel_sandbox", listener), pollMs: 1_000 },
+    sandboxLog,
+  );
   const dispatcher = createRemoteSandboxDispatcher(
     sandboxHub,
+    fleet,
     leases,
     {
       placementWaitMs: config.sandbox.placementWaitMs,
@@ -317,6 +329,7 @@ export async function buildApp(
       await retention.stop();
       // First, so hosts dropping off as the server closes are not treated as departures.
       sandboxHub.close();
+      fleet.close();
       await server.close();
       await Promise.all(pools.map((pool) => pool.stop()));
       await triage.stop();

@@ -3,9 +3,10 @@ import pg from "pg";
 
 /**
  * keel_run_control carries a run id (or "" for every run) when what a working run must react to
- * changed; keel_tokens carries the id of a revoked token.
+ * changed; keel_tokens carries the id of a revoked token; keel_sandbox wakes the replica a sandbox
+ * relay record is for (its replica id) or carries a direct command (sandbox/fleet-relay.ts).
  */
-export type Channel = "keel_runs" | "keel_emissions" | "keel_run_events" | "keel_run_control" | "keel_tokens";
+export type Channel = "keel_runs" | "keel_emissions" | "keel_run_events" | "keel_run_control" | "keel_tokens" | "keel_sandbox";
 
 export interface NotificationHub {
   /** Calls `listener` with each payload on `channel` until the returned function is called. */
@@ -13,7 +14,7 @@ export interface NotificationHub {
   close(): Promise<void>;
 }
 
-const CHANNELS: readonly Channel[] = ["keel_runs", "keel_emissions", "keel_run_events", "keel_run_control", "keel_tokens"];
+const CHANNELS: readonly Channel[] = ["keel_runs", "keel_emissions", "keel_run_events", "keel_run_control", "keel_tokens", "keel_sandbox"];
 
 /**
  * One dedicated connection LISTENs for every channel and fans out in-process, so

@@ -1,4 +1,4 @@
-import type { HostRecord, WorkspaceLease, WorkspaceLeaseStore, WorkspaceStatus } from "../sandbox/workspace-lease-store.js";
+import type { FleetHost, HostCapacity, HostRecord, SandboxFleetStore, WorkspaceLease, WorkspaceStatus } from "../sandbox/workspace-lease-store.js";
 import { LIVE_SQL } from "./run-start.sql.js";
 import { raw, statement, type Sql } from "./sql.js";
 
@@ -18,21 +18,64 @@ const hostId = (p: { readonly hostId: string }) => p.hostId;
 const runId = (p: { readonly runId: string }) => p.runId;
 const workspaceId = (p: { readonly workspaceId: string }) => p.workspaceId;
 
-/** Upserts the host as connected and returns the instance id it had registered with before, in one statement. */
-const registerHostStatement = statement<HostRecord, { previous: string | null }>("sandbox_register_host")`
+const replica = (p: { readonly replicaId: string }) => p.replicaId;
+/** A host counts as live while heard from within this window (ms). */
+const liveWithin = (p: { readonly liveMs: number }) => p.liveMs;
+
+/** Upserts the host as connected to this replica and returns the instance id it had registered with before, in one statement. */
+const registerHostStatement = statement<HostRecord & { replicaId: string }, { previous: string | null }>("sandbox_register_host")`
   WITH before AS (SELECT instance_id FROM sandbox_hosts WHERE id = ${hostId})
-  INSERT INTO sandbox_hosts (id, capacity, labels, backends, images, instance_id, connected, last_heartbeat_at, registered_at)
+  INSERT INTO sandbox_hosts (id, capacity, labels, backends, images, instance_id, connected, replica_id, last_heartbeat_at, registered_at)
   VALUES (${hostId}, ${(p) => JSON.stringify(p.capacity)}::jsonb, ${(p) => JSON.stringify(p.labels)}::jsonb,
-    ${(p) => JSON.stringify(p.backends)}::jsonb, ${(p) => JSON.stringify(p.images)}::jsonb, ${(p) => p.instanceId}, true, now(), now())
+    ${(p) => JSON.stringify(p.backends)}::jsonb, ${(p) => JSON.stringify(p.images)}::jsonb, ${(p) => p.instanceId}, true, ${replica}, now(), now())
   ON CONFLICT (id) DO UPDATE SET capacity = excluded.capacity, labels = excluded.labels, backends = excluded.backends,
-    images = excluded.images, instance_id = excluded.instance_id, connected = true, last_heartbeat_at = now(), registered_at = now()
+    images = excluded.images, instance_id = excluded.instance_id, connected = true, replica_id = excluded.replica_id,
+    last_heartbeat_at = now(), registered_at = now()
   RETURNING (SELECT instance_id FROM before) AS previous`;
 
-const hostDisconnectedStatement = statement<{ hostId: string }>("sandbox_host_disconnected")`
-  UPDATE sandbox_hosts SET connected = false WHERE id = ${hostId}`;
+/** Only this replica's hold ends: a host that has already attached to another replica stays connected there. */
+const hostDisconnectedStatement = statement<{ hostId: string; replicaId: string }>("sandbox_host_disconnected")`
+  UPDATE sandbox_hosts SET connected = false, replica_id = '' WHERE id = ${hostId} AND replica_id = ${replica}`;
 
-const heartbeatStatement = statement<{ hostId: string }>("sandbox_heartbeat")`
-  UPDATE sandbox_hosts SET last_heartbeat_at = now(), connected = true WHERE id = ${hostId}`;
+const heartbeatStatement = statement<{ hostId: string; replicaId: string }>("sandbox_heartbeat")`
+  UPDATE sandbox_hosts SET last_heartbeat_at = now(), connected = true, replica_id = ${replica} WHERE id = ${hostId}`;
+
+const liveHostsStatement = statement<
+  { liveMs: number },
+  { id: string; replica_id: string; capacity: HostCapacity; labels: Record<string, string>; images: string[]; active: number; live: boolean }
+>("sandbox_live_hosts")`
+  SELECT h.id, h.replica_id, h.capacity, h.labels, h.images,
+    (SELECT count(*)::int FROM workspaces w WHERE w.host_id = h.id AND w.status = 'active') AS active,
+    coalesce(h.last_heartbeat_at > now() - (${liveWithin}::float8 * interval '1 millisecond'), false) AS live
+  FROM sandbox_hosts h
+  WHERE h.connected AND h.replica_id <> ''`;
+
+const hostReplicaStatement = statement<{ hostId: string; liveMs: number }, { replica_id: string }>("sandbox_host_replica")`
+  SELECT h.replica_id FROM sandbox_hosts h
+  WHERE h.id = ${hostId} AND h.connected AND h.replica_id <> ''
+    AND h.last_heartbeat_at > now() - (${liveWithin}::float8 * interval '1 millisecond')`;
+
+/** Placement's first statement: the host's row lock, held to the commit, orders every placement on it. */
+const lockHostStatement = statement<{ hostId: string }, { slots: number }>("sandbox_lock_host")`
+  SELECT coalesce((h.capacity ->> 'workspaces')::int, 0) AS slots FROM sandbox_hosts h
+  WHERE h.id = ${hostId} AND h.connected AND h.replica_id <> '' FOR UPDATE`;
+
+/**
+ * Placement's second statement: under the lock, and (READ COMMITTED) with a snapshot taken after
+ * it was granted, so it counts every placement committed before. One statement cannot do both: its
+ * snapshot would predate the lock wait and miss the placement it waited for.
+ */
+const placeIfRoomStatement = statement<Omit<WorkspaceLease, "status"> & { slots: number }, { id: string }>("sandbox_place_if_room")`
+  INSERT INTO workspaces (id, host_id, run_id, image, status)
+  SELECT ${(p) => p.id}::uuid, ${hostId}, ${runId}::uuid, ${(p) => p.image}, 'active'
+  WHERE (SELECT count(*) FROM workspaces w WHERE w.host_id = ${hostId} AND w.status = 'active') < ${(p) => p.slots}
+  RETURNING id`;
+
+const markLostIfDetachedStatement = statement<{ hostId: string; replicaId: string }, { id: string }>("sandbox_mark_lost_if_detached")`
+  UPDATE workspaces SET status = 'lost', released_at = now()
+  WHERE host_id = ${hostId} AND status = 'active'
+    AND NOT EXISTS (SELECT 1 FROM sandbox_hosts h WHERE h.id = ${hostId} AND h.connected AND h.replica_id NOT IN ('', ${replica}))
+  RETURNING id`;
 
 const hostConnected = statement<{ hostId: string }, { connected: boolean }>("sandbox_host_connected")`
   SELECT connected FROM sandbox_hosts WHERE id = ${hostId}`;
@@ -71,19 +114,58 @@ const dueWorkspaces = statement<{ limit: number }, WorkspaceRow>("sandbox_due_fo
   SELECT ${raw(WORKSPACE_COLUMNS)} FROM workspaces w
   WHERE w.status = 'active' AND w.keep_until <= now() ORDER BY w.keep_until LIMIT ${(p) => p.limit}`;
 
-export function createSandboxRepository(sql: Sql): WorkspaceLeaseStore {
+export interface SandboxRepositoryOptions {
+  /** This process's replica id: the host rows it holds Attach streams of carry it. */
+  readonly replicaId: string;
+  /** A host not heard from (registration or heartbeat) within this long is not placed on or routed to. */
+  readonly liveMs: number;
+}
+
+export function createSandboxRepository(sql: Sql, options: SandboxRepositoryOptions): SandboxFleetStore {
+  const { replicaId, liveMs } = options;
   return {
+    replicaId,
+
     async registerHost(host: HostRecord) {
-      const [row] = await sql.run(registerHostStatement, host);
+      const [row] = await sql.run(registerHostStatement, { ...host, replicaId });
       return row?.previous ?? undefined;
     },
 
     async hostDisconnected(hostId) {
-      await sql.run(hostDisconnectedStatement, { hostId });
+      await sql.run(hostDisconnectedStatement, { hostId, replicaId });
     },
 
     async heartbeat(hostId) {
-      await sql.run(heartbeatStatement, { hostId });
+      await sql.run(heartbeatStatement, { hostId, replicaId });
+    },
+
+    async liveHosts(): Promise<FleetHost[]> {
+      return (await sql.run(liveHostsStatement, { liveMs })).map((r) => ({
+        hostId: r.id,
+        replicaId: r.replica_id,
+        capacity: r.capacity,
+        labels: r.labels,
+        images: r.images,
+        active: r.active,
+        live: r.live,
+      }));
+    },
+
+    async hostReplica(hostId) {
+      const [row] = await sql.run(hostReplicaStatement, { hostId, liveMs });
+      return row?.replica_id;
+    },
+
+    placeWorkspace(lease) {
+      return sql.transaction(async (trx) => {
+        const [host] = await trx.run(lockHostStatement, { hostId: lease.hostId });
+        if (host === undefined) return false;
+        return (await trx.run(placeIfRoomStatement, { ...lease, slots: host.slots })).length > 0;
+      });
+    },
+
+    async markLostIfDetached(hostId) {
+      return (await sql.run(markLostIfDetachedStatement, { hostId, replicaId })).map((r) => r.id);
     },
 
     async isHostConnected(hostId) {

@@ -1,6 +1,7 @@
-// SandboxDispatcher over attached sandbox hosts: one workspace per run, placed on a host
-// with capacity and matching labels, commands sent through the hub, output persisted as it
-// streams in and redacted of the run's secrets on the way.
+// SandboxDispatcher over the fleet of sandbox hosts: one workspace per run, placed in the
+// ledger on a live host (attached to any replica) with capacity and matching labels, commands
+// sent through the hub or, for a host another replica holds, through that replica
+// (fleet-relay.ts), output persisted as it streams in and redacted of the run's secrets on the way.
 
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
@@ -10,8 +11,9 @@ import type { SandboxDispatcher, SandboxExecResult, WorkspaceGrant } from "../to
 import { ToolOutcomeUnknownError } from "../tools/tool-registry.js";
 import type { CommandOutcome, HostCommand } from "./host-protocol.js";
 import { createObservationPump } from "./observation-pump.js";
-import { HostLostError, HostUnavailableError, type CommandWatch, type HostView, type SandboxHub } from "./sandbox-hub.js";
-import type { WorkspaceLease, WorkspaceLeaseStore } from "./workspace-lease-store.js";
+import type { FleetRelay } from "./fleet-relay.js";
+import { HostLostError, HostUnavailableError, type CommandWatch, type SandboxHub } from "./sandbox-hub.js";
+import type { FleetHost, SandboxFleetStore, WorkspaceLease } from "./workspace-lease-store.js";
 
 export interface RemoteSandboxOptions {
   /** How long placement waits for an attached host with room before the tool fails. */
@@ -52,17 +54,22 @@ export function labelsMatch(required: readonly string[], labels: Readonly<Record
   });
 }
 
-export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceLeaseStore, options: RemoteSandboxOptions, log: Logger): RemoteSandboxDispatcher {
+export function createRemoteSandboxDispatcher(
+  hub: SandboxHub,
+  fleet: FleetRelay,
+  store: SandboxFleetStore,
+  options: RemoteSandboxOptions,
+  log: Logger,
+): RemoteSandboxDispatcher {
   /** Workspaces this process has handed out: their host and the secrets to redact from their output. */
   const known = new Map<string, Known>();
-  /** One placement at a time, so two runs never take the same last free slot. */
-  let placement: Promise<unknown> = Promise.resolve();
   /** Per run, so one run never gets two workspaces. */
   const acquiring = new Map<string, Promise<string>>();
 
+  /** Until the host is attached to some replica (this one's hub wakes early; others' are polled). */
   const waitAttached = async (hostId: string, waitMs: number, signal: AbortSignal): Promise<boolean> => {
     const deadline = Date.now() + waitMs;
-    while (!hub.isAttached(hostId)) {
+    while (!(await fleet.reachable(hostId))) {
       const left = deadline - Date.now();
       if (left <= 0 || signal.aborted) return false;
       await hub.changed(Math.min(left, 250), signal);
@@ -79,7 +86,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
     if (ws === undefined) throw new Error(`workspace ${workspaceId} was not acquired through this control plane`);
     let outcome: CommandOutcome;
     try {
-      outcome = await hub.send(ws.hostId, { commandId: randomUUID(), action, ...(leaseEpoch === undefined ? {} : { leaseEpoch }) }, {}, signal, FILE_TIMEOUT_MS);
+      outcome = await fleet.send(ws.hostId, { commandId: randomUUID(), action, ...(leaseEpoch === undefined ? {} : { leaseEpoch }) }, {}, signal, FILE_TIMEOUT_MS);
     } catch (error) {
       if (error instanceof HostLostError) throw new ToolOutcomeUnknownError(error.message);
       throw error;
@@ -88,29 +95,28 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
     return outcome;
   };
 
-  const pickHost = async (grant: WorkspaceGrant): Promise<HostView | undefined> => {
-    const counts = await store.activeCountsByHost();
-    const candidates = hub
-      .hosts()
+  /** Live hosts that fit, most free slots first (this replica's own first among equals: no relay hop). */
+  const candidates = (hosts: readonly FleetHost[], grant: WorkspaceGrant): FleetHost[] =>
+    hosts
+      .filter((host) => host.live || hub.isAttached(host.hostId))
       .filter((host) => labelsMatch(grant.labels, host.labels))
       .filter((host) => host.images.length === 0 || host.images.includes(grant.image))
-      .map((host) => ({ host, free: host.capacity.workspaces - (counts.get(host.hostId) ?? 0) }))
+      .map((host) => ({ host, free: host.capacity.workspaces - host.active, local: hub.isAttached(host.hostId) ? 0 : 1 }))
       .filter((c) => c.free > 0)
-      .sort((a, b) => b.free - a.free || a.host.hostId.localeCompare(b.host.hostId));
-    return candidates[0]?.host;
-  };
+      .sort((a, b) => b.free - a.free || a.local - b.local || a.host.hostId.localeCompare(b.host.hostId))
+      .map((c) => c.host);
 
-  /** Under the placement lock: choose a host and record the lease before anything is created. */
-  const reserve = (grant: WorkspaceGrant): Promise<WorkspaceLease | undefined> => {
-    const attempt = placement.then(async () => {
-      const host = await pickHost(grant);
-      if (host === undefined) return undefined;
+  /**
+   * Records the lease before anything is created. The ledger serializes placements per host
+   * (placeWorkspace), so replicas placing at once never overbook one; a host found full there
+   * since the read hands the placement to the next candidate.
+   */
+  const reserve = async (grant: WorkspaceGrant): Promise<WorkspaceLease | undefined> => {
+    for (const host of candidates(await store.liveHosts(), grant)) {
       const lease = { id: randomUUID(), hostId: host.hostId, runId: grant.runId, image: grant.image };
-      await store.createWorkspace(lease);
-      return { ...lease, status: "active" as const };
-    });
-    placement = attempt.catch(() => undefined);
-    return attempt;
+      if (await store.placeWorkspace(lease)) return { ...lease, status: "active" as const };
+    }
+    return undefined;
   };
 
   const acquire = async (grant: WorkspaceGrant, signal: AbortSignal): Promise<string> => {
@@ -134,7 +140,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
       if (lease !== undefined) {
         let outcome: CommandOutcome;
         try {
-          outcome = await hub.send(
+          outcome = await fleet.send(
             lease.hostId,
             {
               commandId: randomUUID(),
@@ -163,7 +169,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
       if (left <= 0) {
         const labels = grant.labels.length === 0 ? "" : ` and labels ${grant.labels.join(", ")}`;
         throw new Error(
-          `no sandbox host with free capacity for image ${grant.image}${labels} was attached within ${Math.round(options.placementWaitMs / 1000)} s; start one with \`keel sandbox-agent\``,
+          `no sandbox host with free capacity for image ${grant.image}${labels} was attached to any replica within ${Math.round(options.placementWaitMs / 1000)} s; start one with \`keel sandbox-agent\``,
         );
       }
       await hub.changed(Math.min(left, 500), signal);
@@ -209,16 +215,16 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
   };
 
   const release = async (lease: WorkspaceLease, why: string, signal: AbortSignal): Promise<boolean> => {
-    if (hub.isAttached(lease.hostId)) {
+    if (await fleet.reachable(lease.hostId)) {
       try {
-        const outcome = await hub.send(lease.hostId, { commandId: randomUUID(), action: { kind: "release", workspaceId: lease.id } }, {}, signal, FILE_TIMEOUT_MS);
+        const outcome = await fleet.send(lease.hostId, { commandId: randomUUID(), action: { kind: "release", workspaceId: lease.id } }, {}, signal, FILE_TIMEOUT_MS);
         if (!outcome.ok) log.warn({ workspaceId: lease.id, hostId: lease.hostId, error: outcome.error }, "host could not release a workspace; it reaps it later");
       } catch (error) {
         if (signal.aborted) return false;
         log.warn({ err: error, workspaceId: lease.id, hostId: lease.hostId }, "releasing a workspace failed; the host reaps it when it next registers");
       }
     } else if (await store.isHostConnected(lease.hostId)) {
-      return false; // attached to another control-plane process: its sweeper releases it
+      return false; // connected but not heard from lately: released once it is live again, or lost
     }
     known.delete(lease.id);
     const released = await store.finish(lease.id, "released");
@@ -239,7 +245,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
       const ws = known.get(workspaceId);
       if (ws === undefined) throw new Error(`workspace ${workspaceId} was not acquired through this control plane`);
       const { outcome, result } = await runExec(ws.secrets, onOutput, (watch) =>
-        hub.send(
+        fleet.send(
           ws.hostId,
           {
             commandId,
@@ -270,7 +276,7 @@ export function createRemoteSandboxDispatcher(hub: SandboxHub, store: WorkspaceL
       const secrets = grantedSecrets(grant.secrets);
       known.set(lease.id, { hostId: lease.hostId, runId: grant.runId, secrets });
       const { outcome, result } = await runExec(secrets, onOutput, (watch) =>
-        hub.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS),
+        fleet.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS),
       );
       if (outcome.unknownCommand) return undefined;
       if (!outcome.ok) throw new Error(failureText(outcome, secrets));

@@ -18,6 +18,7 @@ const emptyStore = (): WorkspaceLeaseStore => ({
   isHostConnected: async () => true,
   activeWorkspaceIdsOfHost: async () => [],
   markLost: async () => [],
+  markLostIfDetached: async () => [],
   activeWorkspaceOfRun: async () => undefined,
   activeCountsByHost: async () => new Map(),
   createWorkspace: async () => {},

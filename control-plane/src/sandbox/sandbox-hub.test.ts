@@ -41,6 +41,9 @@ function memoryStore(): WorkspaceLeaseStore & { workspaces: Map<string, Workspac
       }
       return marked;
     },
+    async markLostIfDetached(hostId) {
+      return this.markLost(hostId, "all");
+    },
     async activeWorkspaceOfRun(runId) {
       return [...workspaces.values()].find((w) => w.runId === runId && w.status === "active");
     },

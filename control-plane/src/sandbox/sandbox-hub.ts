@@ -145,9 +145,10 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
         if (sessions.has(hostId)) return;
         const why = `sandbox host ${hostId} went away (${reason}) and did not come back within ${options.reconnectGraceMs} ms`;
         for (const entry of pendingOf(hostId)) fail(entry, new HostLostError(why));
+        // Unless it attached to another replica meanwhile: then its workspaces live on there.
         background(
           "marking a departed host's workspaces lost",
-          store.markLost(hostId, "all").then((ids) => {
+          store.markLostIfDetached(hostId).then((ids) => {
             if (ids.length > 0) log.warn({ hostId, workspaceIds: ids }, "workspaces of a departed sandbox host marked lost");
           }),
         );

@@ -14,6 +14,7 @@ import { RunStepEntity } from "./run-step.entity.js";
 import { RunTriggerEntity } from "./run-trigger.entity.js";
 import { RunEntity } from "./run.entity.js";
 import { SandboxHostEntity } from "./sandbox-host.entity.js";
+import { SandboxRelayEntity } from "./sandbox-relay.entity.js";
 import { ToolInvocationEntity } from "./tool-invocation.entity.js";
 import { WorkGraphEntity } from "./work-graph.entity.js";
 import { WorkNodeAttemptEntity } from "./work-node-attempt.entity.js";
@@ -41,6 +42,7 @@ export const ledgerEntities = [
   WorkNodeAttemptEntity,
   SandboxHostEntity,
   WorkspaceEntity,
+  SandboxRelayEntity,
   ApiTokenEntity,
   InstallSettingsEntity,
 ] as const;

@@ -15,6 +15,8 @@ export const SandboxHostEntity = defineEntity({
     /** The agent process last registered under this id; another one means the host restarted. */
     instanceId: p.text().default(""),
     connected: p.boolean().default(false),
+    /** The control-plane replica holding the host's Attach stream ("" when none): where its commands go. */
+    replicaId: p.text().default(""),
     lastHeartbeatAt: p.datetime().nullable(),
     registeredAt: p.datetime().defaultRaw("now()"),
   },

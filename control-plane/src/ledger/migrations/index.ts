@@ -12,6 +12,7 @@ import { Migration20261208000000 } from "./Migration20261208000000.js";
 import { Migration20261210000000 } from "./Migration20261210000000.js";
 import { Migration20261211000000 } from "./Migration20261211000000.js";
 import { Migration20261212000000 } from "./Migration20261212000000.js";
+import { Migration20261213000000 } from "./Migration20261213000000.js";
 import { Migration20261214000000 } from "./Migration20261214000000.js";
 import { Migration20261215000000 } from "./Migration20261215000000.js";
 
@@ -34,6 +35,7 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261210000000", class: Migration20261210000000 },
   { name: "Migration20261211000000", class: Migration20261211000000 },
   { name: "Migration20261212000000", class: Migration20261212000000 },
+  { name: "Migration20261213000000", class: Migration20261213000000 },
   { name: "Migration20261214000000", class: Migration20261214000000 },
   { name: "Migration20261215000000", class: Migration20261215000000 },
 ];

@@ -1,0 +1,224 @@
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { createFleetRelay, type FleetRelay } from "./fleet-relay.js";
+import type { CommandOutcome, HostCommand, HostRegistration } from "./host-protocol.js";
+import { createSandboxHub, HostUnavailableError, type AttachedHost, type SandboxHub } from "./sandbox-hub.js";
+import type { RelayRecord, SandboxRelayStore, TakenRelay } from "./sandbox-relay-store.js";
+import type { WorkspaceLeaseStore } from "./workspace-lease-store.js";
+
+const WS = "11111111-1111-4111-8111-111111111111";
+const SECRET = "s3cret-value-never-stored";
+
+const emptyStore = (): WorkspaceLeaseStore => ({
+  registerHost: async () => undefined,
+  hostDisconnected: async () => {},
+  heartbeat: async () => {},
+  isHostConnected: async () => true,
+  activeWorkspaceIdsOfHost: async () => [],
+  markLost: async () => [],
+  markLostIfDetached: async () => [],
+  activeWorkspaceOfRun: async () => undefined,
+  activeCountsByHost: async () => new Map(),
+  createWorkspace: async () => {},
+  finish: async () => false,
+  dueForRelease: async () => [],
+});
+
+/** The ledger's relay table and NOTIFY in memory: wake-ups arrive after the write, as after a commit. */
+function memoryRelays() {
+  const listeners = new Set<(payload: string) => void>();
+  const rows: (RelayRecord & { id: number })[] = [];
+  const stored: RelayRecord[] = [];
+  const notified: string[] = [];
+  let next = 1;
+  const emit = (payload: string) => setTimeout(() => listeners.forEach((l) => l(payload)), 1);
+  const store: SandboxRelayStore = {
+    async append(records) {
+      for (const r of records) rows.push({ ...r, id: next++ });
+      stored.push(...records);
+      for (const to of new Set(records.map((r) => r.toReplica))) emit(to);
+    },
+    async take(replicaId, limit): Promise<TakenRelay[]> {
+      const mine = rows.filter((r) => r.toReplica === replicaId).slice(0, limit);
+      for (const r of mine) rows.splice(rows.indexOf(r), 1);
+      return mine.map((r) => ({ commandId: r.commandId, kind: r.kind, body: JSON.parse(JSON.stringify(r.body)) as Record<string, unknown> }));
+    },
+    async withdraw(toReplica, commandId) {
+      const at = rows.findIndex((r) => r.toReplica === toReplica && r.commandId === commandId && r.kind === "command");
+      if (at < 0) return false;
+      rows.splice(at, 1);
+      return true;
+    },
+    async notify(payload) {
+      notified.push(payload);
+      emit(payload);
+    },
+    prune: async () => 0,
+  };
+  const subscribe = (listener: (payload: string) => void) => {
+    listeners.add(listener);
+    return () => listeners.delete(listener);
+  };
+  return { store, subscribe, stored, notified, rows };
+}
+
+const registration: HostRegistration = {
+  hostId: "host-a",
+  instanceId: "i1",
+  capacity: { workspaces: 2, cpuMillis: 1000, memoryBytes: 1 },
+  labels: {},
+  backends: ["docker"],
+  images: [],
+  running: [],
+  agentVersion: "test",
+};
+
+const outcome = (commandId: string, extra: Partial<CommandOutcome> = {}): CommandOutcome => ({
+  commandId,
+  ok: true,
+  exitCode: 0,
+  durationMs: 5,
+  timedOut: false,
+  outputTruncated: false,
+  error: "",
+  errorReason: "",
+  data: new Uint8Array(),
+  outputTail: new Uint8Array(),
+  outputBytes: 0,
+  unknownCommand: false,
+  ...extra,
+});
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const text = (data: Uint8Array) => new TextDecoder().decode(data);
+
+/** Plays the host: answers each command it is sent with `answer`. */
+function playHost(host: AttachedHost, answer: (command: HostCommand) => void): HostCommand[] {
+  const seen: HostCommand[] = [];
+  void (async () => {
+    for await (const command of host.commands) {
+      seen.push(command);
+      answer(command);
+    }
+  })();
+  return seen;
+}
+
+describe("fleet relay between two replicas", () => {
+  const log = pino({ level: "silent" });
+  let hubs: SandboxHub[] = [];
+  let relays: FleetRelay[] = [];
+  afterEach(() => {
+    relays.forEach((r) => r.close());
+    hubs.forEach((h) => h.close());
+    hubs = [];
+    relays = [];
+  });
+
+  /** Replica A has no host; replica B holds host-a (or, as far as `route` says, whoever it names). */
+  const fleet = (route: (hostId: string) => string | undefined = (hostId) => (hostId === "host-a" ? "B" : undefined)) => {
+    const ledger = memoryRelays();
+    const hub = () => createSandboxHub(emptyStore(), { heartbeatIntervalMs: 10_000, reconnectGraceMs: 50, unclaimedTtlMs: 60_000, maxUnclaimedBytes: 1024 }, log);
+    hubs = [hub(), hub()];
+    const [hubA, hubB] = hubs as [SandboxHub, SandboxHub];
+    const relay = (replicaId: string, onHub: SandboxHub) =>
+      createFleetRelay(onHub, ledger.store, { replicaId, route: async (hostId) => route(hostId), subscribe: ledger.subscribe, pollMs: 1_000 }, log);
+    relays = [relay("A", hubA), relay("B", hubB)];
+    const [a, b] = relays as [FleetRelay, FleetRelay];
+    return { ledger, hubB, a, b };
+  };
+
+  it("sends A's exec to B's host and brings its output back in order, then its outcome", async () => {
+    const { a, hubB } = fleet();
+    const host = await hubB.attach(registration);
+    const seen = playHost(host, (command) => {
+      host.receive({ kind: "output", commandId: command.commandId, stream: "stdout", chunk: bytes("one ") });
+      host.receive({ kind: "output", commandId: command.commandId, stream: "stderr", chunk: bytes("two ") });
+      host.receive({ kind: "output", commandId: command.commandId, stream: "stdout", chunk: bytes("three") });
+      host.receive({ kind: "result", outcome: outcome(command.commandId, { exitCode: 3, outputTail: bytes("tail"), outputBytes: 13 }) });
+    });
+    const chunks: string[] = [];
+    const exec: HostCommand = {
+      commandId: "c1",
+      action: { kind: "exec", workspaceId: WS, argv: ["sh", "-c", "x"], workingDirectory: "/workspace", env: { A: "1" }, timeoutMs: 1000, maxOutputBytes: 1024 },
+      leaseEpoch: 7,
+    };
+    expect(await a.reachable("host-a")).toBe(true);
+    const result = await a.send("host-a", exec, { onOutput: (stream, chunk) => chunks.push(`${stream}:${text(chunk)}`) }, AbortSignal.timeout(5_000), 1_000);
+    expect(result).toMatchObject({ commandId: "c1", exitCode: 3, outputBytes: 13 });
+    expect(text(result.outputTail)).toBe("tail");
+    expect(chunks).toEqual(["stdout:one ", "stderr:two ", "stdout:three"]);
+    // The host got the command as sent, lease epoch (its fence) included.
+    expect(seen).toEqual([exec]);
+  });
+
+  it("carries a write's bytes and a read's data both ways", async () => {
+    const { a, hubB } = fleet();
+    const host = await hubB.attach(registration);
+    const content = new Uint8Array([0, 1, 2, 255, 254]);
+    const seen = playHost(host, (command) => host.receive({ kind: "result", outcome: outcome(command.commandId, { data: new Uint8Array([9, 8, 7]) }) }));
+    const write: HostCommand = { commandId: "w1", action: { kind: "write_file", workspaceId: WS, path: "/workspace/f", content }, leaseEpoch: 2 };
+    const done = await a.send("host-a", write, {}, AbortSignal.timeout(5_000), 1_000);
+    expect([...done.data]).toEqual([9, 8, 7]);
+    const sent = seen[0]?.action;
+    expect(sent?.kind === "write_file" ? [...sent.content] : undefined).toEqual([...content]);
+  });
+
+  it("hands an acquire's secrets over in the wake-up alone, never to the table", async () => {
+    const { a, hubB, ledger } = fleet();
+    const host = await hubB.attach(registration);
+    const seen = playHost(host, (command) => host.receive({ kind: "result", outcome: outcome(command.commandId) }));
+    const acquire: HostCommand = { commandId: "q1", action: { kind: "acquire", workspaceId: WS, runId: "r1", image: "img", networkAccess: false, env: { TOKEN: SECRET } } };
+    await a.send("host-a", acquire, {}, AbortSignal.timeout(5_000), 1_000);
+    expect(seen).toEqual([acquire]);
+    expect(JSON.stringify(ledger.stored)).not.toContain(SECRET);
+    expect(ledger.notified.some((payload) => payload.includes(SECRET))).toBe(true);
+  });
+
+  it("fails as not sent when the holder no longer has the host, and leaves nothing in transit", async () => {
+    const { a, ledger } = fleet();
+    const exec: HostCommand = {
+      commandId: "c2",
+      action: { kind: "exec", workspaceId: WS, argv: ["true"], workingDirectory: "/workspace", env: {}, timeoutMs: 1000, maxOutputBytes: 1024 },
+    };
+    await expect(a.send("host-a", exec, {}, AbortSignal.timeout(5_000), 1_000)).rejects.toBeInstanceOf(HostUnavailableError);
+    await expect(a.send("host-b", exec, {}, AbortSignal.timeout(5_000), 1_000)).rejects.toThrow(/not attached to any control-plane replica/);
+    expect(ledger.rows).toEqual([]);
+  });
+
+  it("withdraws a command a dead holder never took and sends it where the host is now", async () => {
+    // The ledger still names replica Z (killed, its row not stale yet) until Z's command is withdrawn.
+    let holder = "Z";
+    const { a, hubB, ledger } = fleet(() => holder);
+    const host = await hubB.attach(registration);
+    const seen = playHost(host, (command) => host.receive({ kind: "result", outcome: outcome(command.commandId, { exitCode: 4 }) }));
+    const withdraw = ledger.store.withdraw.bind(ledger.store);
+    ledger.store.withdraw = async (to, commandId) => {
+      const withdrawn = await withdraw(to, commandId);
+      if (withdrawn) holder = "B";
+      return withdrawn;
+    };
+    const exec: HostCommand = {
+      commandId: "c4",
+      action: { kind: "exec", workspaceId: WS, argv: ["true"], workingDirectory: "/workspace", env: {}, timeoutMs: 10_000, maxOutputBytes: 1024 },
+    };
+    const result = await a.send("host-a", exec, {}, AbortSignal.timeout(20_000), 10_000);
+    expect(result.exitCode).toBe(4);
+    expect(seen.map((c) => c.commandId)).toEqual(["c4"]);
+    expect(ledger.rows).toEqual([]);
+  });
+
+  it("stops waiting when the caller gives up, as the hub does", async () => {
+    const { a, hubB } = fleet();
+    const host = await hubB.attach(registration);
+    playHost(host, () => {}); // never answers
+    const abort = new AbortController();
+    const exec: HostCommand = {
+      commandId: "c3",
+      action: { kind: "exec", workspaceId: WS, argv: ["sleep", "9"], workingDirectory: "/workspace", env: {}, timeoutMs: 60_000, maxOutputBytes: 1024 },
+    };
+    const waiting = a.send("host-a", exec, {}, abort.signal, 60_000);
+    setTimeout(() => abort.abort(new Error("gave up")), 20);
+    await expect(waiting).rejects.toThrow("gave up");
+  });
+});

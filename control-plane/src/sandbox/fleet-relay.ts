@@ -1,0 +1,365 @@
+// Commands for a sandbox host whose Attach stream another control-plane replica holds. The
+// sending replica stores the command in the ledger (sandbox_relays) and wakes the holding one
+// with NOTIFY; that replica sends it down the stream as its own, and stores the output and the
+// outcome for the sender the same way. A host attached here takes the hub's path, untouched.
+//
+// A command not taken within PICKUP_MS (its holder died, and its row still looks live for a few
+// heartbeats) is withdrawn, which only succeeds if it was never taken, and sent again wherever the
+// host is then. An acquire that carries secrets travels in the NOTIFY payload only, never in a
+// table, because secrets are never written to the ledger (it cannot be withdrawn: a lost one times out).
+// Semantics follow the hub's: giving up on a command leaves it running on its host; a holding
+// replica that fails or vanishes mid-command makes its outcome unknown (HostLostError); a
+// command that never reached a host fails with HostUnavailableError.
+
+import type { Logger } from "pino";
+import type { CommandOutcome, HostAction, HostCommand, OutputStreamName } from "./host-protocol.js";
+import { HostLostError, HostUnavailableError, type CommandWatch, type SandboxHub } from "./sandbox-hub.js";
+import type { RelayKind, RelayRecord, SandboxRelayStore, TakenRelay } from "./sandbox-relay-store.js";
+
+export interface FleetRelayOptions {
+  readonly replicaId: string;
+  /** The replica holding a host's live Attach stream, as the ledger says. */
+  readonly route: (hostId: string) => Promise<string | undefined>;
+  /** Subscribes to keel_sandbox; returns the unsubscribe. */
+  readonly subscribe: (listener: (payload: string) => void) => () => void;
+  /** Safety poll for a wake-up lost in a reconnect, while commands wait or hosts are attached here. */
+  readonly pollMs: number;
+}
+
+export interface FleetRelay {
+  /** The hub's send when the host is attached here; otherwise through the replica that holds it. */
+  send(hostId: string, command: HostCommand, watch: CommandWatch, signal: AbortSignal, timeoutMs: number): Promise<CommandOutcome>;
+  reattach(hostId: string, workspaceId: string, commandId: string, watch: CommandWatch, signal: AbortSignal, timeoutMs: number): Promise<CommandOutcome>;
+  /** Whether the host is attached here or to another live replica. */
+  reachable(hostId: string): Promise<boolean>;
+  close(): void;
+}
+
+/** NOTIFY payloads stop at 8,000 bytes. */
+const MAX_NOTIFY_BYTES = 7_900;
+/** Past the holding replica's own timeout, how long the sender waits before the outcome is unknown. */
+const ROUTE_SLACK_MS = 10_000;
+const TAKE_BATCH = 200;
+/** A holder that has not taken a command by then may be gone: the command is withdrawn and routed again. */
+const PICKUP_MS = 3_000;
+/** How long a command waits for its host to show up on some replica again after a failed hand-over. */
+const REROUTE_WAIT_MS = 30_000;
+/** Output a holding replica has queued for the ledger past which the host's stream is held. */
+const OUTBOX_HIGH_WATER_BYTES = 8 * 1024 * 1024;
+const OUTBOX_BATCH_BYTES = 2 * 1024 * 1024;
+/** Records nobody took within this long were meant for a replica that went away. */
+const PRUNE_AFTER_MS = 10 * 60_000;
+
+const b64 = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
+const unb64 = (text: unknown) => new Uint8Array(Buffer.from(typeof text === "string" ? text : "", "base64"));
+
+function encodeCommand(command: HostCommand): Record<string, unknown> {
+  const action = command.action.kind === "write_file" ? { ...command.action, content: b64(command.action.content) } : command.action;
+  return { commandId: command.commandId, action, ...(command.leaseEpoch === undefined ? {} : { leaseEpoch: command.leaseEpoch }) };
+}
+
+function decodeCommand(body: Record<string, unknown>): HostCommand {
+  const raw = body as { commandId: string; action: HostAction & { content?: unknown }; leaseEpoch?: number };
+  const action = raw.action.kind === "write_file" ? { ...raw.action, content: unb64(raw.action.content) } : raw.action;
+  return { commandId: raw.commandId, action, ...(raw.leaseEpoch === undefined ? {} : { leaseEpoch: raw.leaseEpoch }) };
+}
+
+const encodeOutcome = (o: CommandOutcome): Record<string, unknown> => ({ ...o, data: b64(o.data), outputTail: b64(o.outputTail) });
+const decodeOutcome = (body: Record<string, unknown>): CommandOutcome => {
+  const o = body as unknown as CommandOutcome;
+  return { ...o, data: unb64(body["data"]), outputTail: unb64(body["outputTail"]) };
+};
+
+/** The holder never took the command: nothing ran. */
+class NotTakenError extends HostUnavailableError {}
+
+interface Waiting {
+  readonly hostId: string;
+  readonly watch: CommandWatch;
+  /** Something came back for the command: its holder took it. */
+  heard: boolean;
+  resolve(outcome: CommandOutcome): void;
+  reject(error: Error): void;
+}
+
+interface Queued {
+  readonly record: RelayRecord;
+  readonly bytes: number;
+  readonly onFailed?: (error: Error) => void;
+}
+
+export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, options: FleetRelayOptions, log: Logger): FleetRelay {
+  const me = options.replicaId;
+  const waiting = new Map<string, Waiting>();
+  const stopping = new AbortController();
+
+  // The outbox: one writer, so the records of each command are stored in the order they arose.
+  const outbox: Queued[] = [];
+  let outboxBytes = 0;
+  let writing: Promise<void> | undefined;
+  let drained: { promise: Promise<void>; resolve: () => void } | undefined;
+  const drain = async (): Promise<void> => {
+    while (outbox.length > 0) {
+      let bytes = 0;
+      let n = 0;
+      while (n < outbox.length && (n === 0 || bytes + outbox[n]!.bytes <= OUTBOX_BATCH_BYTES)) bytes += outbox[n++]!.bytes;
+      const batch = outbox.splice(0, n);
+      try {
+        await store.append(batch.map((q) => q.record));
+      } catch (error) {
+        const failure = error instanceof Error ? error : new Error(String(error));
+        if (!stopping.signal.aborted) log.warn({ err: failure, records: batch.length }, "sandbox relay: storing records for another replica failed");
+        for (const q of batch) q.onFailed?.(failure);
+      }
+      outboxBytes -= bytes;
+      if (drained !== undefined && outboxBytes <= OUTBOX_HIGH_WATER_BYTES / 4) {
+        drained.resolve();
+        drained = undefined;
+      }
+    }
+    writing = undefined;
+  };
+  const post = (record: RelayRecord, onFailed?: (error: Error) => void) => {
+    const bytes = JSON.stringify(record.body).length + 100;
+    outbox.push({ record, bytes, ...(onFailed === undefined ? {} : { onFailed }) });
+    outboxBytes += bytes;
+    writing ??= drain();
+  };
+  const outboxBacklog = (): Promise<void> | undefined => {
+    if (outboxBytes <= OUTBOX_HIGH_WATER_BYTES) return undefined;
+    if (drained === undefined) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      drained = { promise, resolve };
+    }
+    return drained.promise;
+  };
+
+  /** A command for a host attached here; a re-attach collects what the host kept for it. */
+  const local = (hostId: string, command: HostCommand, watch: CommandWatch, signal: AbortSignal, timeoutMs: number) =>
+    command.action.kind === "reattach"
+      ? hub.reattach(hostId, command.action.workspaceId, command.commandId, watch, signal, timeoutMs)
+      : hub.send(hostId, command, watch, signal, timeoutMs);
+
+  /** Holding side: runs a command another replica sent for a host attached here, and reports back. */
+  const runForwarded = (body: Record<string, unknown>) => {
+    const from = String(body["from"]);
+    const hostId = String(body["hostId"]);
+    const timeoutMs = Number(body["timeoutMs"]);
+    const command = decodeCommand(body["command"] as Record<string, unknown>);
+    const reply = (kind: RelayKind, replyBody: Record<string, unknown>) => post({ toReplica: from, commandId: command.commandId, kind, body: replyBody });
+    const watch: CommandWatch = {
+      onOutput: (stream, chunk) => reply("output", { stream, chunk: b64(chunk) }),
+      backlog: outboxBacklog,
+    };
+    local(hostId, command, watch, stopping.signal, timeoutMs).then(
+      (result) => reply("result", encodeOutcome(result)),
+      (error: unknown) =>
+        reply("failed", {
+          // Only a command that was never sent is "unavailable"; anything else may have run.
+          reason: error instanceof HostUnavailableError ? "unavailable" : "lost",
+          message: error instanceof Error ? error.message : String(error),
+        }),
+    );
+  };
+
+  /** Sending side: output and the outcome of a command a holding replica ran for us. */
+  const receive = async (taken: TakenRelay): Promise<void> => {
+    if (taken.kind === "command") {
+      runForwarded(taken.body);
+      return;
+    }
+    const entry = waiting.get(taken.commandId);
+    if (entry === undefined) return; // given up on (aborted or timed out): dropped, as the hub drops it
+    entry.heard = true;
+    switch (taken.kind) {
+      case "output": {
+        entry.watch.onOutput?.(taken.body["stream"] as OutputStreamName, unb64(taken.body["chunk"]));
+        const backlog = entry.watch.backlog?.();
+        if (backlog !== undefined) await backlog;
+        return;
+      }
+      case "result":
+        entry.resolve(decodeOutcome(taken.body));
+        return;
+      case "failed": {
+        const message = String(taken.body["message"]);
+        entry.reject(taken.body["reason"] === "unavailable" ? new HostUnavailableError(message) : new HostLostError(message));
+        return;
+      }
+    }
+  };
+
+  // One taker per process, so records are handled in the order they were stored.
+  let taking = false;
+  let again = false;
+  const wake = () => {
+    if (taking) {
+      again = true;
+      return;
+    }
+    taking = true;
+    void (async () => {
+      try {
+        do {
+          again = false;
+          for (;;) {
+            const batch = await store.take(me, TAKE_BATCH);
+            for (const taken of batch) {
+              // Taken is deleted: one bad record must not cost the ones after it.
+              await receive(taken).catch((error: unknown) => log.warn({ err: error, commandId: taken.commandId, kind: taken.kind }, "sandbox relay: a record could not be handled"));
+            }
+            if (batch.length < TAKE_BATCH) break;
+          }
+        } while (again && !stopping.signal.aborted);
+      } catch (error) {
+        if (!stopping.signal.aborted) log.warn({ err: error }, "sandbox relay: taking records failed; the next wake-up tries again");
+      } finally {
+        taking = false;
+      }
+    })();
+  };
+
+  const unsubscribe = options.subscribe((payload) => {
+    if (payload === "" || payload === me) {
+      wake();
+      return;
+    }
+    if (!payload.startsWith("{")) return;
+    try {
+      const direct = JSON.parse(payload) as { to: string; commandId: string; body: Record<string, unknown> };
+      if (direct.to === me) runForwarded(direct.body);
+    } catch (error) {
+      log.warn({ err: error }, "sandbox relay: an unreadable direct command was ignored");
+    }
+  });
+
+  let polls = 0;
+  const poller = setInterval(() => {
+    if (waiting.size > 0 || hub.hosts().length > 0) wake();
+    if (++polls % Math.max(1, Math.round(60_000 / options.pollMs)) === 0) {
+      store.prune(PRUNE_AFTER_MS).catch((error: unknown) => log.warn({ err: error }, "sandbox relay: pruning failed"));
+    }
+  }, options.pollMs);
+  poller.unref();
+
+  /** Sends through the replica holding the host; waits for the outcome as hub.send does. */
+  const viaReplica = (replica: string, hostId: string, command: HostCommand, watch: CommandWatch, signal: AbortSignal, timeoutMs: number) =>
+    new Promise<CommandOutcome>((resolve, reject) => {
+      if (signal.aborted) {
+        reject(signal.reason as Error);
+        return;
+      }
+      const commandId = command.commandId;
+      const finish = () => {
+        clearTimeout(timer);
+        clearTimeout(pickup.timer);
+        signal.removeEventListener("abort", onAbort);
+        if (waiting.get(commandId) === entry) waiting.delete(commandId);
+      };
+      const entry: Waiting = {
+        hostId,
+        watch,
+        heard: false,
+        resolve: (outcome) => (finish(), resolve(outcome)),
+        reject: (error) => (finish(), reject(error)),
+      };
+      const onAbort = () => entry.reject(signal.reason as Error);
+      const timer = setTimeout(
+        () => entry.reject(new HostLostError(`sandbox host ${hostId} (attached to replica ${replica}) gave no outcome for command ${commandId} within ${timeoutMs} ms`)),
+        timeoutMs + ROUTE_SLACK_MS,
+      );
+      timer.unref();
+      const pickup: { timer?: NodeJS.Timeout } = {};
+      signal.addEventListener("abort", onAbort, { once: true });
+      waiting.get(commandId)?.reject(new Error(`command ${commandId} was re-attached elsewhere`));
+      waiting.set(commandId, entry);
+      const body = { from: me, hostId, timeoutMs, command: encodeCommand(command) };
+      if (command.action.kind === "acquire" && Object.keys(command.action.env).length > 0) {
+        const payload = JSON.stringify({ to: replica, commandId, body });
+        if (Buffer.byteLength(payload) > MAX_NOTIFY_BYTES) {
+          entry.reject(
+            new HostUnavailableError(
+              `the workspace's secrets are too large to hand to sandbox host ${hostId}, which is attached to another control-plane replica ` +
+                `(at most about ${MAX_NOTIFY_BYTES} bytes with the command); grant fewer or shorter secrets`,
+            ),
+          );
+          return;
+        }
+        store.notify(payload).catch((error: unknown) => entry.reject(new HostUnavailableError(`could not reach replica ${replica}: ${String(error)}`)));
+        return;
+      }
+      // A failed store may still have committed (a connection lost at COMMIT): the command may run, so its outcome is unknown.
+      post({ toReplica: replica, commandId, kind: "command", body }, (error) => entry.reject(new HostLostError(`could not hand command ${commandId} to replica ${replica}: ${error.message}`)));
+      pickup.timer = setTimeout(() => {
+        if (entry.heard || waiting.get(commandId) !== entry) return;
+        store.withdraw(replica, commandId).then(
+          (withdrawn) => withdrawn && entry.reject(new NotTakenError(`replica ${replica} did not take command ${commandId} within ${PICKUP_MS} ms`)),
+          (error: unknown) => log.warn({ err: error, commandId }, "sandbox relay: withdrawing a command failed; waiting for its outcome"),
+        );
+      }, PICKUP_MS);
+      pickup.timer.unref();
+    });
+
+  const pause = (ms: number, signal: AbortSignal) =>
+    new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener("abort", done, { once: true });
+    });
+
+  /**
+   * Through whichever replica holds the host. A hand-over that provably sent nothing (the holder
+   * no longer had the host, or never took the command) is tried again wherever the host is, for
+   * a bounded time; a host attached nowhere at the first try fails at once, as the hub's send does.
+   */
+  const remote = async (hostId: string, command: HostCommand, watch: CommandWatch, signal: AbortSignal, timeoutMs: number): Promise<CommandOutcome> => {
+    const deadline = Date.now() + Math.min(timeoutMs, REROUTE_WAIT_MS);
+    let failed: HostUnavailableError | undefined;
+    for (;;) {
+      if (hub.isAttached(hostId)) return local(hostId, command, watch, signal, timeoutMs);
+      const replica = await options.route(hostId);
+      if (replica !== undefined && replica !== me) {
+        try {
+          return await viaReplica(replica, hostId, command, watch, signal, timeoutMs);
+        } catch (error) {
+          if (!(error instanceof HostUnavailableError)) throw error;
+          failed = error;
+        }
+      } else if (failed === undefined) {
+        throw new HostUnavailableError(`sandbox host ${hostId} is not attached to any control-plane replica`);
+      }
+      if (Date.now() >= deadline) throw failed;
+      await pause(250, signal);
+      signal.throwIfAborted();
+    }
+  };
+
+  return {
+    send(hostId, command, watch, signal, timeoutMs) {
+      if (hub.isAttached(hostId)) return hub.send(hostId, command, watch, signal, timeoutMs);
+      return remote(hostId, command, watch, signal, timeoutMs);
+    },
+
+    reattach(hostId, workspaceId, commandId, watch, signal, timeoutMs) {
+      if (hub.isAttached(hostId)) return hub.reattach(hostId, workspaceId, commandId, watch, signal, timeoutMs);
+      return remote(hostId, { commandId, action: { kind: "reattach", workspaceId } }, watch, signal, timeoutMs);
+    },
+
+    async reachable(hostId) {
+      if (hub.isAttached(hostId)) return true;
+      const replica = await options.route(hostId);
+      return replica !== undefined && replica !== me;
+    },
+
+    close() {
+      stopping.abort(new Error("the control plane is shutting down"));
+      unsubscribe();
+      clearInterval(poller);
+    },
+  };
+}
