@@ -135,6 +135,7 @@ describe("a control plane stopped mid-graph (issue 14)", () => {
       "SELECT t.status, t.refusal_reason FROM tool_invocations t JOIN runs r ON r.id = t.run_id WHERE r.parent_run_id = $1",
       [rootId],
     );
-    expect(refused).toEqual([{ status: "refused", refusal_reason: expect.stringContaining('there is no tool "keel.propose_work_graph.v1" in this run') }]);
+    expect(refused.map((r) => r.status)).toEqual(["refused"]);
+    expect(refused[0]!.refusal_reason).toContain('there is no tool "keel.propose_work_graph.v1" in this run');
   });
 });
