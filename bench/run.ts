@@ -33,6 +33,7 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     load: () => import("./graph.js"),
   },
   progress: { describe: "1,000 supervised runs on a manual clock, notices through Subscribe with acks, against raw insert+NOTIFY+update", load: () => import("./progress.js") },
+  dashboard: { describe: "opening a 1,000-step run in the dashboard (chromium) and scrolling it, against fetching the same data with the Connect client", load: () => import("./dashboard.js") },
   sandbox: {
     describe: "warm-pool acquisition, exec round trip and observation streaming on a real Docker engine and sandbox agent, against raw dockerode",
     load: () => import("./sandbox.js"),
