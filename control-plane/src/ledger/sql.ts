@@ -65,6 +65,14 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
     ...over((config) => pool.query(config)),
     async transaction(work, keep) {
       const client = await pool.connect();
+      // A checked-out client has no pool listener: a connection the server ends between two
+      // statements (a restart) would emit an unhandled 'error' and end the process. The next
+      // statement fails instead, and the client is closed, not reused.
+      let lost: Error | undefined;
+      const onLost = (error: Error) => {
+        lost = error;
+      };
+      client.on("error", onLost);
       // BEGIN goes out with the first statement (pg-pipelined-begin.ts); no statement, nothing sent.
       let begun = false;
       const trx: Sql = {
@@ -89,7 +97,8 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
         throw error;
       } finally {
         // A connection whose rollback failed is in an unknown state: it is closed, not reused.
-        client.release(broken);
+        client.off("error", onLost);
+        client.release(broken ?? lost);
       }
     },
     close: () => {
