@@ -202,6 +202,7 @@ export default async function dashboard(args: readonly string[]): Promise<void> 
           ),
         ) as number[];
         const dropped = gaps.filter((gap) => gap > DROPPED_OVER_MS).length;
+        const idleDropped = idleGaps.filter((gap) => gap > DROPPED_OVER_MS).length;
         const scroll = summarize(gaps);
         const idle = summarize(idleGaps);
 
@@ -226,10 +227,10 @@ export default async function dashboard(args: readonly string[]): Promise<void> 
             ],
           ),
           "",
-          `scroll: ${gaps.length} frames, ${dropped} dropped (gap > ${ms(DROPPED_OVER_MS)} ms), longest ${ms(Math.max(0, ...gaps))} ms`,
+          `scroll: ${gaps.length} frames, ${dropped} dropped (gap > ${ms(DROPPED_OVER_MS)} ms), longest ${ms(Math.max(0, ...gaps))} ms; idle: ${idleGaps.length} frames, ${idleDropped} dropped`,
           `open vs its data: ${ms(open.p50 - fetchFirst.p50)} ms of p50 is the page's own (render, and the browser's fetches)`,
           "",
-          `RESULT run_${options.steps}_steps_open_ms=${Math.round(open.p50)} dropped_frames=${dropped} scroll_frames=${gaps.length} idle_frame_ms=${ms(idle.p50)} open_p99_ms=${Math.round(open.p99)} all_rows_ms=${Math.round(load.p50)} baseline_first_page_ms=${Math.round(fetchFirst.p50)} baseline_all_steps_ms=${Math.round(fetchAll.p50)}`,
+          `RESULT run_${options.steps}_steps_open_ms=${Math.round(open.p50)} dropped_frames=${dropped} scroll_frames=${gaps.length} idle_frame_ms=${ms(idle.p50)} idle_dropped_frames=${idleDropped} open_p99_ms=${Math.round(open.p99)} all_rows_ms=${Math.round(load.p50)} baseline_first_page_ms=${Math.round(fetchFirst.p50)} baseline_all_steps_ms=${Math.round(fetchAll.p50)}`,
         ];
         process.stdout.write(`${lines.join("\n")}\n`);
       } finally {
