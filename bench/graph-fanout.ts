@@ -118,3 +118,92 @@ export async function measureFanout(branches: number, callMs: number, rounds: nu
     }
   });
 }
+
+export interface ChainFigures {
+  /** Per node of a chain: from its child run's creation to the next node's (ready → claimed → settled → next ready). */
+  readonly perNodeMs: readonly number[];
+  /** One raw transaction writing the rows a node costs the ledger (node, child run, input, attempt, event, settlement). */
+  readonly rawMs: readonly number[];
+}
+
+/**
+ * Part (b): a chain of `length` agent_loop nodes whose calls answer at once, so each node's time
+ * is the scheduler's own: the pass that starts it, the claim, the child's reply commit and the
+ * pass that readies the next. The baseline writes the same rows in one raw transaction.
+ */
+export async function measureChain(length: number, samples: number, progress: (line: string) => void): Promise<ChainFigures> {
+  process.env["KEEL_WORKERS"] ??= "2";
+  return withBenchPostgres("graph-chain", progress, async (postgres) => {
+    const slice = { wall_clock_ms: 60_000, iterations: 1, model_calls: 1, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
+    const keys = Array.from({ length }, (_, i) => `step${i}`);
+    const proposal = {
+      nodes: keys.map((key) => ({ key, kind: "agent_loop", objective: `Do ${key}`, budget: slice })),
+      edges: keys.slice(1).map((key, i) => ({ from: keys[i]!, to: key })),
+    };
+    const agent: AgentSpec = {
+      ...DEMO_AGENT,
+      id: "bench-chain",
+      models: { primary: scriptedModel([turn("", [toolCall("keel.propose_work_graph.v1", proposal)]), turn("done")]), fast: QUIET, decision: QUIET },
+      graph: { maxNodes: length, maxDepth: length, maxParallelism: 1, maxRevisions: 0, maxReplans: 1 },
+    };
+    const keel = await startBenchKeel(postgres, agent, "strict", { wrapRunnerDeps: slowChildren(0) });
+    const db = new pg.Client({ connectionString: postgres.url });
+    try {
+      await db.connect();
+      const ingress = createClient(
+        IngressService,
+        createGrpcTransport({ baseUrl: keel.url, interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${keel.token}`), next(req))] }),
+      );
+      const { runId } = await ingress.submitMessage({ agentId: agent.id, conversationId: "chain", actor: { id: "bench" }, messageId: "m-chain", text: "Do the steps in order", connector: "bench" });
+      for (;;) {
+        const { rows } = await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId]);
+        if (rows[0]?.status === "succeeded") break;
+        if (["failed", "cancelled", "budget_exhausted"].includes(rows[0]?.status ?? "")) throw new Error(`chain run ended ${rows[0]?.status ?? ""}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const { rows: created } = await db.query<{ at: Date }>(
+        "SELECT r.created_at AS at FROM runs r JOIN work_node_attempts a ON a.child_run_id = r.id JOIN work_nodes n ON n.id = a.node_id WHERE r.parent_run_id = $1 ORDER BY n.ordinal",
+        [runId],
+      );
+      const perNodeMs = created.slice(1).map((row, i) => row.at.getTime() - created[i]!.at.getTime());
+      const [ids] = (await db.query<{ graph_id: string; agent_id: string; conversation_id: string }>(
+        "SELECT g.id AS graph_id, r.agent_id, r.conversation_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id WHERE g.root_run_id = $1",
+        [runId],
+      )).rows;
+      if (ids === undefined) throw new Error("the chain's graph is missing");
+      const rawMs: number[] = [];
+      for (let i = 0; i < samples; i++) {
+        const started = performance.now();
+        await db.query("BEGIN");
+        await db.query(
+          `WITH node AS (
+             INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal)
+             VALUES (gen_random_uuid(), $1, 'raw-' || $4::text, 'agent_loop', 'running', 'raw', '[]'::jsonb, 1000 + $4::int) RETURNING id),
+           child AS (
+             INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, parent_run_id, root_run_id, event_seq, trigger_count)
+             VALUES (gen_random_uuid(), $2, $3, 'bench', 'queued', 'bench', '{}'::jsonb, '{}'::jsonb, $5, $5, 1, 1) RETURNING id),
+           message AS (
+             INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id)
+             SELECT gen_random_uuid(), $3, 'raw-' || $4::text, 'bench', 'raw input', child.id FROM child RETURNING id),
+           trigger AS (
+             INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) SELECT child.id, message.id, 'bench', 'raw-' || $4::text FROM child, message),
+           attempt AS (
+             INSERT INTO work_node_attempts (id, node_id, ordinal, status, replayability, child_run_id)
+             SELECT gen_random_uuid(), node.id, 1, 'succeeded', 'replayable', child.id FROM node, child),
+           event AS (
+             INSERT INTO run_events (run_id, seq, kind, status, summary) SELECT child.id, 1, 'created', 'queued', 'raw' FROM child)
+           SELECT child.id FROM child`,
+          [ids.graph_id, ids.agent_id, ids.conversation_id, String(i), runId],
+        );
+        await db.query("UPDATE runs SET status = 'succeeded', final_reply = 'raw', finished_at = now() WHERE root_run_id = $1 AND connector = 'bench' AND status = 'queued'", [runId]);
+        await db.query("UPDATE work_nodes SET status = 'succeeded', output = 'raw', finished_at = now() WHERE graph_id = $1 AND key = 'raw-' || $2::text", [ids.graph_id, String(i)]);
+        await db.query("COMMIT");
+        rawMs.push(performance.now() - started);
+      }
+      return { perNodeMs, rawMs };
+    } finally {
+      await db.end().catch(() => undefined);
+      await keel.app.stop();
+    }
+  });
+}

@@ -3,13 +3,16 @@
 // reading it (JSON.parse + the zod schema the model's answer goes through) and a bare
 // topological sort of the same DAG, the least any acyclicity check must do. Part (c), built: N
 // branches of slow scripted calls as a graph against the same calls in one loop, end to end on an
-// embedded PostgreSQL (graph-fanout.ts). Part (b), per-node scheduling overhead, is not built yet.
+// embedded PostgreSQL (graph-fanout.ts). Part (b): a chain of nodes whose calls answer at once,
+// each node's ready -> claimed -> settled -> next ready, against one raw transaction writing the
+// same rows.
 //
 // The proposal: a human gate, then 9 layers of 111 nodes; each node after the first layer
 // depends on two neighbours of the layer before, every 10th is a join and every 7th a verifier
 // of one of its inputs. Write tools are gated, so every rule of admission runs on every node.
 //
-//   npm run bench -- graph [--nodes 1000] [--admissions 200] [--branches 8] [--call-ms 200] [--rounds 3] [--skip-fanout]
+//   npm run bench -- graph [--nodes 1000] [--admissions 200] [--branches 8] [--call-ms 200] [--rounds 3]
+//                          [--chain 8] [--raw-samples 20] [--skip-fanout] [--skip-chain]
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import type { RunBudget } from "../control-plane/src/domain/agent.js";
@@ -17,12 +20,13 @@ import { admitWorkGraph } from "../control-plane/src/domain/graph-admission.js";
 import type { AdmissionContext, WorkGraphProposal } from "../control-plane/src/domain/work-graph.js";
 import { topologicalOrder } from "../control-plane/src/domain/work-graph-order.js";
 import { parseWorkGraphProposal } from "../control-plane/src/models/work-graph-proposal.js";
-import { measureFanout } from "./graph-fanout.js";
+import { measureChain, measureFanout } from "./graph-fanout.js";
 import { integerOption, ms, summarize, table, type Stats } from "./support.js";
 
 const LAYERS = 9;
 const TARGET_P50_MS = 50;
 const TARGET_SPEEDUP = 5;
+const TARGET_OVERHEAD_RATIO = 4;
 
 /** The proposal as the model would write it (snake_case JSON). */
 function proposalAnswer(nodeCount: number): { nodes: Record<string, unknown>[]; edges: { from: string; to: string }[] } {
@@ -101,6 +105,9 @@ export default async function run(args: readonly string[]): Promise<void> {
       "call-ms": { type: "string", default: "200" },
       rounds: { type: "string", default: "3" },
       "skip-fanout": { type: "boolean", default: false },
+      chain: { type: "string", default: "8" },
+      "raw-samples": { type: "string", default: "20" },
+      "skip-chain": { type: "boolean", default: false },
     },
   });
   const nodeCount = integerOption("nodes", values.nodes, 2);
@@ -108,6 +115,8 @@ export default async function run(args: readonly string[]): Promise<void> {
   const branches = integerOption("branches", values.branches, 2);
   const callMs = integerOption("call-ms", values["call-ms"], 1);
   const rounds = integerOption("rounds", values.rounds, 1);
+  const chainLength = integerOption("chain", values.chain, 2);
+  const rawSamples = integerOption("raw-samples", values["raw-samples"], 1);
   const text = JSON.stringify(proposalAnswer(nodeCount));
   const parsed = parseWorkGraphProposal(JSON.parse(text));
   if (!parsed.ok) throw new Error(`the bench proposal does not parse: ${parsed.problems.join("; ")}`);
@@ -132,6 +141,21 @@ export default async function run(args: readonly string[]): Promise<void> {
 
   const fanout = values["skip-fanout"] ? undefined : await measureFanout(branches, callMs, rounds, (line) => process.stderr.write(`${line}\n`));
   const median = (xs: readonly number[]): number => summarize(xs).p50;
+  const chain = values["skip-chain"] ? undefined : await measureChain(chainLength, rawSamples, (line) => process.stderr.write(`${line}\n`));
+  const overhead = chain === undefined ? undefined : median(chain.perNodeMs) / median(chain.rawMs);
+  const chainLines =
+    chain === undefined || overhead === undefined
+      ? ["(b) per-node scheduling overhead: skipped (--skip-chain)"]
+      : [
+          ...table(
+            [`(b) a chain of ${chainLength} nodes`, "p50 ms", "min ms", "max ms"],
+            [
+              ["per node: ready -> claimed -> settled -> next ready", ms(median(chain.perNodeMs)), ms(Math.min(...chain.perNodeMs)), ms(Math.max(...chain.perNodeMs))],
+              ["baseline: one raw transaction of the same rows", ms(median(chain.rawMs)), ms(Math.min(...chain.rawMs)), ms(Math.max(...chain.rawMs))],
+            ],
+          ),
+          `(b) per-node overhead ${overhead.toFixed(2)}x a raw transaction, target <= ${TARGET_OVERHEAD_RATIO}x: ${overhead <= TARGET_OVERHEAD_RATIO ? "met" : "MISSED"}`,
+        ];
   const speedup = fanout === undefined ? undefined : median(fanout.loopMs) / median(fanout.graphMs);
   const fanoutLines =
     fanout === undefined || speedup === undefined
@@ -160,11 +184,11 @@ export default async function run(args: readonly string[]): Promise<void> {
     ),
     "",
     `(a) admission p50 ${ms(admit.p50)} ms, target <= ${TARGET_P50_MS} ms: ${admit.p50 <= TARGET_P50_MS ? "met" : "MISSED"}`,
-    "(b) per-node scheduling overhead vs a raw PostgreSQL transaction: not built yet",
+    ...chainLines,
     ...fanoutLines,
     "",
     `RESULT admit_1000_p50_ms=${ms(admit.p50)} admit_1000_p99_ms=${ms(admit.p99)} parse_1000_p50_ms=${ms(read.p50)} ` +
-      `toposort_1000_p50_ms=${ms(sort.p50)} node_overhead_ratio=not_built_yet fanout_speedup=${speedup === undefined ? "skipped" : speedup.toFixed(2)}`,
+      `toposort_1000_p50_ms=${ms(sort.p50)} node_overhead_ratio=${overhead === undefined ? "skipped" : overhead.toFixed(2)} fanout_speedup=${speedup === undefined ? "skipped" : speedup.toFixed(2)}`,
   ];
   process.stdout.write(`${lines.join("\n")}\n`);
   return Promise.resolve();

@@ -29,7 +29,7 @@ const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly 
     load: () => import("./subscribe.js"),
   },
   graph: {
-    describe: "WorkGraph admission of a 1,000-node proposal (against parsing it and a bare topological sort); 8 branches as a graph against one loop",
+    describe: "WorkGraph: admission of a 1,000-node proposal, per-node scheduling on a chain, 8 branches as a graph against one loop, each beside its baseline",
     load: () => import("./graph.js"),
   },
   progress: { describe: "1,000 supervised runs on a manual clock, notices through Subscribe with acks, against raw insert+NOTIFY+update", load: () => import("./progress.js") },
