@@ -46,6 +46,8 @@ describe.skipIf(bubblewrap === undefined)("chaos suite (npm run chaos -- --minut
   it("loses, duplicates and strands nothing while replicas, agents and PostgreSQL fail", { timeout: TIMEOUT_MS }, async () => {
     const { code, lines } = await runChaos(["--minutes", "2", "--calm-seconds", "20"]);
     const output = lines.join("\n");
+    // The table is the evidence: keep it in the test log whatever the outcome.
+    console.log(lines.slice(lines.findIndex((line) => line.startsWith("chaos result"))).join("\n"));
     const result = lines.find((line) => line.startsWith("RESULT chaos "));
     expect(result, output).toBeDefined();
     const fields = Object.fromEntries(
@@ -57,12 +59,13 @@ describe.skipIf(bubblewrap === undefined)("chaos suite (npm run chaos -- --minut
     expect(Number(fields["runs"]), output).toBeGreaterThan(0);
     // Every kind of fault came at least once in two minutes (they come in shuffled rounds of four).
     expect(Number(fields["faults"]), output).toBeGreaterThanOrEqual(4);
-    expect({ duplicates: fields["duplicates"], lost: fields["lost"], stuck: fields["stuck"], unsettled: fields["unsettled"], unintended: fields["unintended"] }, output).toEqual({
+    expect({ duplicates: fields["duplicates"], lost: fields["lost"], stuck: fields["stuck"], unsettled: fields["unsettled"], unintended: fields["unintended"], crashes: fields["crashes"] }, output).toEqual({
       duplicates: "0",
       lost: "0",
       stuck: "0",
       unsettled: "0",
       unintended: "0",
+      crashes: "0",
     });
     expect(code, output).toBe(0);
   });

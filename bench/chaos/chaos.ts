@@ -36,7 +36,7 @@ function chaosAgent() {
   return scriptedAgent(
     AGENT_ID,
     [
-      turn([toolCall("sandbox.exec.v1", { command: "echo chaos > note.txt && ls" })]),
+      turn([toolCall("sandbox.exec.v1", { command: "echo chaos > note.txt && sleep 0.2 && ls" })]),
       turn([toolCall("sandbox.read_file.v1", { path: "note.txt" }), toolCall("sandbox.exec.v1", { command: "cat note.txt" })]),
       turn([toolCall(`${EFFECT_TOOL}.v1`, { note: "chaos" })]),
       turn([], "done: {{message}}"),

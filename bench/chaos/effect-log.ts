@@ -24,6 +24,7 @@ export interface EffectLog {
 }
 
 const MAX_BODY_BYTES = 4096;
+const ANSWER_DELAY_MS = 150;
 
 function readBody(request: IncomingMessage): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -62,7 +63,9 @@ export async function startEffectLog(): Promise<EffectLog> {
           }
           records.push({ key: parsed.key, runId: parsed.runId, at: Date.now() });
           applied.add(parsed.key);
-          reply(200, "recorded");
+          // Applied at once, answered later, as a remote service would: a fault in between
+          // leaves a write done whose result its caller never saw.
+          setTimeout(() => reply(200, "recorded"), ANSWER_DELAY_MS);
         },
         () => reply(400, "unreadable body"),
       );

@@ -67,7 +67,7 @@ export function printReport(say: (line: string) => void, input: ReportInput): bo
       ["unsettled (still leased)", String(report.unsettled), "0"],
       ["effects without a done intent", String(report.unintended), "0"],
       ["fault recoveries failed", String(faultErrors), "0"],
-      ["processes that exited unasked", String(input.crashes.length), ""],
+      ["processes that exited unasked", String(input.crashes.length), "0"],
       ["writes waiting on unknown outcome", String(report.unknownOutcomes), ""],
       ["late writes fenced by a lookup", String(input.effectLog.fenced), ""],
     ],
@@ -84,7 +84,8 @@ export function printReport(say: (line: string) => void, input: ReportInput): bo
   for (const problem of report.problems) say(`  ${problem}`);
   for (const crash of input.crashes) say(`  unexpected exit: ${crash}`);
 
-  const failed = report.duplicates + report.lost + report.stuck + report.unsettled + report.unintended + faultErrors > 0;
+  // A replica or agent that dies of a fault it did not receive is a bug too (an unhandled error).
+  const failed = report.duplicates + report.lost + report.stuck + report.unsettled + report.unintended + faultErrors + input.crashes.length > 0;
   say(
     `RESULT chaos runs=${report.runs} faults=${faults.length} duplicates=${report.duplicates} lost=${report.lost} stuck=${report.stuck} ` +
       `chaos_vs_calm=${ratio.toFixed(2)} unsettled=${report.unsettled} unintended=${report.unintended} fault_errors=${faultErrors} crashes=${input.crashes.length} ` +
