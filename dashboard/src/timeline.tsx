@@ -1,5 +1,6 @@
 // A run's steps, oldest first. Each step is a <details> row: its summary has a fixed height so a
-// streaming run only ever appends; the browser skips laying out rows off screen.
+// streaming run only ever appends, and a closed row is cheap enough to lay out that a long
+// timeline scrolls at frame rate without skipping rows off screen (content-visibility cost frames).
 import type { VNode } from "preact";
 import { useRef, useState } from "preact/hooks";
 import { ResolvedOutcome, ToolInvocationStatus, type RunStep, type ToolInvocation } from "../../gen/keel/v1/run_pb.js";
