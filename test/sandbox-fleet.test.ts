@@ -83,7 +83,11 @@ describe("sandbox placement in the ledger", () => {
     const replicaA = createSandboxRepository(a.app.ledger.sql, { replicaId: "replica-a", liveMs: 60_000 });
     const replicaB = createSandboxRepository(b.app.ledger.sql, { replicaId: "replica-b", liveMs: 60_000 });
     const capacity = { workspaces: 10, cpuMillis: 1_000, memoryBytes: 1 << 30 };
-    await replicaB.registerHost({ hostId, instanceId: randomUUID(), capacity, labels: {}, backends: ["docker"], images: [] });
+    const instanceId = randomUUID();
+    await replicaB.registerHost({ hostId, instanceId, capacity, labels: {}, backends: ["docker"], images: [] });
+    // Another replica sees which agent instance holds the host (its hub refuses any other one).
+    expect(await replicaA.instanceAttachedElsewhere(hostId)).toBe(instanceId);
+    expect(await replicaB.instanceAttachedElsewhere(hostId)).toBeUndefined();
     const runId = await submit(a, DEMO_AGENT.id);
 
     const place = (i: number) => (i % 2 === 0 ? replicaA : replicaB).placeWorkspace({ id: randomUUID(), hostId, runId, image: "img" });

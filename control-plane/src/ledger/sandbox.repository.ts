@@ -71,6 +71,11 @@ const placeIfRoomStatement = statement<Omit<WorkspaceLease, "status"> & { slots:
   WHERE (SELECT count(*) FROM workspaces w WHERE w.host_id = ${hostId} AND w.status = 'active') < ${(p) => p.slots}
   RETURNING id`;
 
+const attachedElsewhereStatement = statement<{ hostId: string; replicaId: string; liveMs: number }, { instance_id: string }>("sandbox_attached_elsewhere")`
+  SELECT h.instance_id FROM sandbox_hosts h
+  WHERE h.id = ${hostId} AND h.connected AND h.replica_id NOT IN ('', ${replica})
+    AND h.last_heartbeat_at > now() - (${liveWithin}::float8 * interval '1 millisecond')`;
+
 const markLostIfDetachedStatement = statement<{ hostId: string; replicaId: string }, { id: string }>("sandbox_mark_lost_if_detached")`
   UPDATE workspaces SET status = 'lost', released_at = now()
   WHERE host_id = ${hostId} AND status = 'active'
@@ -162,6 +167,11 @@ export function createSandboxRepository(sql: Sql, options: SandboxRepositoryOpti
         if (host === undefined) return false;
         return (await trx.run(placeIfRoomStatement, { ...lease, slots: host.slots })).length > 0;
       });
+    },
+
+    async instanceAttachedElsewhere(hostId) {
+      const [row] = await sql.run(attachedElsewhereStatement, { hostId, replicaId, liveMs });
+      return row?.instance_id;
     },
 
     async markLostIfDetached(hostId) {

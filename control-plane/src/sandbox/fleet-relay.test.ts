@@ -17,6 +17,7 @@ const emptyStore = (): WorkspaceLeaseStore => ({
   activeWorkspaceIdsOfHost: async () => [],
   markLost: async () => [],
   markLostIfDetached: async () => [],
+  instanceAttachedElsewhere: async () => undefined,
   activeWorkspaceOfRun: async () => undefined,
   activeCountsByHost: async () => new Map(),
   createWorkspace: async () => {},

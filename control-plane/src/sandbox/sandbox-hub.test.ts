@@ -8,13 +8,19 @@ import type { WorkspaceLease, WorkspaceLeaseStore } from "./workspace-lease-stor
 const WS = "11111111-1111-4111-8111-111111111111";
 
 /** The ledger side in memory: hosts by id, workspaces by id. */
-function memoryStore(): WorkspaceLeaseStore & { workspaces: Map<string, WorkspaceLease>; instances: Map<string, string> } {
+function memoryStore(): WorkspaceLeaseStore & { workspaces: Map<string, WorkspaceLease>; instances: Map<string, string>; elsewhere: Map<string, string> } {
   const workspaces = new Map<string, WorkspaceLease>();
   const instances = new Map<string, string>();
+  /** Hosts another replica holds a live stream of, and the agent instance holding it. */
+  const elsewhere = new Map<string, string>();
   const connected = new Set<string>();
   return {
     workspaces,
     instances,
+    elsewhere,
+    async instanceAttachedElsewhere(hostId) {
+      return elsewhere.get(hostId);
+    },
     async registerHost(host) {
       const previous = instances.get(host.hostId);
       instances.set(host.hostId, host.instanceId);
@@ -116,6 +122,16 @@ describe("sandbox hub", () => {
     hub = createSandboxHub(store, { heartbeatIntervalMs: 10_000, reconnectGraceMs, unclaimedTtlMs: 60_000, maxUnclaimedBytes: 1024 }, pino({ level: "silent" }));
     return store;
   };
+
+  it("refuses another agent instance while another replica holds the host, and lets the same instance move here", async () => {
+    const store = start();
+    store.elsewhere.set("host-a", "i-other");
+    await expect(hub.attach(registration("i1"))).rejects.toThrow(/attached to another control-plane replica by another live agent instance/);
+    expect(hub.isAttached("host-a")).toBe(false);
+    store.elsewhere.set("host-a", "i1");
+    await hub.attach(registration("i1"));
+    expect(hub.isAttached("host-a")).toBe(true);
+  });
 
   it("sends a command and routes its output, in order, then its result", async () => {
     start();

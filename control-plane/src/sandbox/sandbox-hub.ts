@@ -236,6 +236,15 @@ export function createSandboxHub(store: WorkspaceLeaseStore, options: SandboxHub
           `(its stream closes or ${options.heartbeatIntervalMs * 3} ms pass without a heartbeat) or its token is revoked`,
       );
     }
+    // The same guard across replicas: a live session elsewhere is taken over only by its own agent
+    // process (same instance id), which is how a host moves to another replica.
+    const elsewhere = await store.instanceAttachedElsewhere(hostId);
+    if (elsewhere !== undefined && elsewhere !== registration.instanceId) {
+      throw new FailedPreconditionError(
+        `sandbox host ${hostId} is attached to another control-plane replica by another live agent instance; a new instance may ` +
+          `register once that session ends (its stream closes or ${options.heartbeatIntervalMs * 3} ms pass without a heartbeat)`,
+      );
+    }
     if (previousSession !== undefined) {
       sessions.delete(hostId); // replaced, not departed: its commands carry over
       previousSession.close("replaced by a new registration of the same host");

@@ -36,6 +36,8 @@ export interface WorkspaceLeaseStore {
   activeWorkspaceIdsOfHost(hostId: string): Promise<string[]>;
   /** Marks active workspaces of a host lost (all of them, or those named); returns the ids marked. */
   markLost(hostId: string, workspaceIds: readonly string[] | "all"): Promise<string[]>;
+  /** The instance id of the agent holding a live Attach stream of the host on another replica, if one does. */
+  instanceAttachedElsewhere(hostId: string): Promise<string | undefined>;
   /** markLost(hostId, "all") unless the host is attached to another replica now (it moved; its workspaces live on). */
   markLostIfDetached(hostId: string): Promise<string[]>;
   activeWorkspaceOfRun(runId: string): Promise<WorkspaceLease | undefined>;
