@@ -186,6 +186,8 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
           await appendRunEvents(trx, command.runId, [
             { kind: "status_changed", status: "waiting", toolInvocationId: command.invocationId, summary: command.summary },
           ]);
+          // The pass makes this commit skip its WAL flush too: if it is lost, the root's last durable
+          // state is its step with the proposal pending, which recovery settles as interrupted.
           await pass(trx, command.runId);
           return true;
         },

@@ -60,12 +60,19 @@ export interface LockedGraphRow {
   max_parallelism: number;
 }
 
-/** The live graph of a root, locked for one pass: passes over one graph take turns. */
+/**
+ * The live graph of a root, locked for one pass: passes over one graph take turns. A pass commits
+ * without waiting for its WAL flush, in either durability mode: everything it writes is derived
+ * from committed rows and a lost pass is redone by the next one (the sweep), and whatever could
+ * depend on it (a child's claim, the woken root's claim) is a durable commit later in the WAL,
+ * which flushes the pass first.
+ */
 export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_graph_lock")`
+  WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
   SELECT g.id, g.proposed_by_invocation_id, r.status AS root_status, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
     r.requested_by_actor_id,
     coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism
-  FROM work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
+  FROM durability, work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
   WHERE g.root_run_id = ${rootRunId}::uuid AND g.status = 'running'
   FOR UPDATE OF g`;
 
