@@ -209,6 +209,28 @@ describe("fleet relay between two replicas", () => {
     expect(ledger.rows).toEqual([]);
   });
 
+  it("says truncated when output could not be stored for the sender, never complete", async () => {
+    const { a, hubB, ledger } = fleet();
+    const host = await hubB.attach(registration);
+    const append = ledger.store.append.bind(ledger.store);
+    ledger.store.append = async (records) => {
+      if (records.some((r) => r.kind === "output" && String(r.body["chunk"]) === Buffer.from("lost").toString("base64"))) throw new Error("disk full");
+      return append(records);
+    };
+    // Output and result arrive together: the output's store is already under way (and fails) when
+    // the result is queued, and the result's body is settled only when its own batch is formed.
+    playHost(host, (command) => {
+      host.receive({ kind: "output", commandId: command.commandId, stream: "stdout", chunk: bytes("lost") });
+      host.receive({ kind: "result", outcome: outcome(command.commandId) });
+    });
+    const exec: HostCommand = {
+      commandId: "c5",
+      action: { kind: "exec", workspaceId: WS, argv: ["true"], workingDirectory: "/workspace", env: {}, timeoutMs: 1000, maxOutputBytes: 1024 },
+    };
+    const result = await a.send("host-a", exec, {}, AbortSignal.timeout(5_000), 1_000);
+    expect(result.outputTruncated).toBe(true);
+  });
+
   it("stops waiting when the caller gives up, as the hub does", async () => {
     const { a, hubB } = fleet();
     const host = await hubB.attach(registration);

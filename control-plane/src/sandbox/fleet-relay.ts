@@ -86,6 +86,8 @@ interface Queued {
   readonly record: RelayRecord;
   readonly bytes: number;
   readonly onFailed?: (error: Error) => void;
+  /** The body as of the moment its batch is stored (everything queued before it is settled by then). */
+  readonly finalBody?: () => Readonly<Record<string, unknown>>;
 }
 
 export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, options: FleetRelayOptions, log: Logger): FleetRelay {
@@ -105,7 +107,7 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
       while (n < outbox.length && (n === 0 || bytes + outbox[n]!.bytes <= OUTBOX_BATCH_BYTES)) bytes += outbox[n++]!.bytes;
       const batch = outbox.splice(0, n);
       try {
-        await store.append(batch.map((q) => q.record));
+        await store.append(batch.map((q) => (q.finalBody === undefined ? q.record : { ...q.record, body: q.finalBody() })));
       } catch (error) {
         const failure = error instanceof Error ? error : new Error(String(error));
         if (!stopping.signal.aborted) log.warn({ err: failure, records: batch.length }, "sandbox relay: storing records for another replica failed");
@@ -119,9 +121,9 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
     }
     writing = undefined;
   };
-  const post = (record: RelayRecord, onFailed?: (error: Error) => void) => {
+  const post = (record: RelayRecord, onFailed?: (error: Error) => void, finalBody?: () => Readonly<Record<string, unknown>>) => {
     const bytes = JSON.stringify(record.body).length + 100;
-    outbox.push({ record, bytes, ...(onFailed === undefined ? {} : { onFailed }) });
+    outbox.push({ record, bytes, ...(onFailed === undefined ? {} : { onFailed }), ...(finalBody === undefined ? {} : { finalBody }) });
     outboxBytes += bytes;
     writing ??= drain();
   };
@@ -147,13 +149,22 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
     const hostId = String(body["hostId"]);
     const timeoutMs = Number(body["timeoutMs"]);
     const command = decodeCommand(body["command"] as Record<string, unknown>);
-    const reply = (kind: RelayKind, replyBody: Record<string, unknown>) => post({ toReplica: from, commandId: command.commandId, kind, body: replyBody });
+    const record = (kind: RelayKind, replyBody: Record<string, unknown>): RelayRecord => ({ toReplica: from, commandId: command.commandId, kind, body: replyBody });
+    const reply = (kind: RelayKind, replyBody: Record<string, unknown>) => post(record(kind, replyBody));
+    // Output that could not be stored for the sender makes the outcome say truncated, never complete.
+    let outputLost = false;
     const watch: CommandWatch = {
-      onOutput: (stream, chunk) => reply("output", { stream, chunk: b64(chunk) }),
+      onOutput: (stream, chunk) =>
+        post(record("output", { stream, chunk: b64(chunk) }), () => {
+          outputLost = true;
+        }),
       backlog: outboxBacklog,
     };
     local(hostId, command, watch, stopping.signal, timeoutMs).then(
-      (result) => reply("result", encodeOutcome(result)),
+      (result) => {
+        const encoded = encodeOutcome(result);
+        post(record("result", encoded), undefined, () => (outputLost ? { ...encoded, outputTruncated: true } : encoded));
+      },
       (error: unknown) =>
         reply("failed", {
           // Only a command that was never sent is "unavailable"; anything else may have run.
