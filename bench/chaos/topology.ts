@@ -24,7 +24,7 @@ export interface Agent {
   readonly hostId: string;
   readonly token: string;
   readonly dataDir: string;
-  /** The replica it attaches to, and the others it is also given (a fleet-aware agent may use them). */
+  /** The replica it attaches to first, and the others it re-attaches to when that one goes. */
   readonly url: string;
   readonly otherUrls: readonly string[];
   readonly log: CapturedLog;
@@ -91,7 +91,7 @@ export async function startTopology(options: TopologyOptions): Promise<ChaosTopo
   const launch = async (agent: Agent) => {
     agent.log.lines.length = 0; // only the latest incarnation's lines, so a long run keeps little
     agent.process = await startSandboxAgent({
-      // Given last, so an agent that reads one --control-plane (the last) attaches to its own replica.
+      // Its own replica first (agents spread over replicas); it re-attaches to the next when that one goes.
       url: agent.url,
       moreUrls: agent.otherUrls,
       token: agent.token,

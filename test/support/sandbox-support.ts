@@ -133,7 +133,7 @@ export interface StartAgentOptions {
   readonly log?: CapturedLog;
   /** Default docker; process needs bubblewrap. */
   readonly backend?: "docker" | "process";
-  /** Further control-plane URLs, each as another --control-plane before `url`. */
+  /** Further control-plane URLs, each as another --control-plane after `url`: the agent re-attaches to the next when one goes. */
   readonly moreUrls?: readonly string[];
   /** The agent's KEEL_LOG_LEVEL (default debug: tests wait for its debug lines). */
   readonly logLevel?: string;
@@ -144,9 +144,9 @@ export async function startSandboxAgent(options: StartAgentOptions): Promise<Age
   const args = [
     KEEL_BIN,
     "sandbox-agent",
-    ...(options.moreUrls ?? []).flatMap((url) => ["--control-plane", url]),
     "--control-plane",
     options.url,
+    ...(options.moreUrls ?? []).flatMap((url) => ["--control-plane", url]),
     "--host-id",
     options.hostId,
     "--data-dir",
