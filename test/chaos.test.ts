@@ -59,13 +59,14 @@ describe.skipIf(bubblewrap === undefined)("chaos suite (npm run chaos -- --minut
     expect(Number(fields["runs"]), output).toBeGreaterThan(0);
     // Every kind of fault came at least once in two minutes (they come in shuffled rounds of four).
     expect(Number(fields["faults"]), output).toBeGreaterThanOrEqual(4);
-    expect({ duplicates: fields["duplicates"], lost: fields["lost"], stuck: fields["stuck"], unsettled: fields["unsettled"], unintended: fields["unintended"], crashes: fields["crashes"] }, output).toEqual({
+    expect({ duplicates: fields["duplicates"], lost: fields["lost"], stuck: fields["stuck"], unsettled: fields["unsettled"], unintended: fields["unintended"], crashes: fields["crashes"], internal_errors: fields["internal_errors"] }, output).toEqual({
       duplicates: "0",
       lost: "0",
       stuck: "0",
       unsettled: "0",
       unintended: "0",
       crashes: "0",
+      internal_errors: "0",
     });
     expect(code, output).toBe(0);
   });

@@ -47,10 +47,16 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
+/** Resolves after `ms`, or at once when `signal` aborts; leaves no listener behind either way. */
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
   });
 
 export function startFaults(options: FaultOptions): FaultInjector {

@@ -31,6 +31,8 @@ export function printReport(say: (line: string) => void, input: ReportInput): bo
   const chaosRate = rate(input.chaos);
   const ratio = calmRate > 0 ? chaosRate / calmRate : 0;
   const faultErrors = faults.filter((f) => f.error !== undefined).length;
+  // A database restart or a dying replica is a retryable condition (Unavailable, DeadlineExceeded); Internal or Unknown is a bug.
+  const internalErrors = (input.workload.rpcErrors["Internal"] ?? 0) + (input.workload.rpcErrors["Unknown"] ?? 0);
 
   say("");
   say(`chaos result (seed ${input.options.seed})`);
@@ -68,6 +70,7 @@ export function printReport(say: (line: string) => void, input: ReportInput): bo
       ["effects without a done intent", String(report.unintended), "0"],
       ["fault recoveries failed", String(faultErrors), "0"],
       ["processes that exited unasked", String(input.crashes.length), "0"],
+      ["RPCs answered Internal or Unknown", String(internalErrors), "0"],
       ["writes waiting on unknown outcome", String(report.unknownOutcomes), ""],
       ["late writes fenced by a lookup", String(input.effectLog.fenced), ""],
     ],
@@ -79,16 +82,16 @@ export function printReport(say: (line: string) => void, input: ReportInput): bo
   say(`sandbox calls by outcome: ${tally(report.execs)}`);
   say(
     `workload: submitted=${input.workload.submitted} unacknowledged=${input.workload.unacknowledged} submit_retries=${input.workload.submitRetries} ` +
-      `emissions_received=${input.workload.emissionsReceived} stream_reconnects=${input.workload.reconnects}`,
+      `emissions_received=${input.workload.emissionsReceived} stream_reconnects=${input.workload.reconnects} rpc_errors: ${tally(input.workload.rpcErrors) || "none"}`,
   );
   for (const problem of report.problems) say(`  ${problem}`);
   for (const crash of input.crashes) say(`  unexpected exit: ${crash}`);
 
   // A replica or agent that dies of a fault it did not receive is a bug too (an unhandled error).
-  const failed = report.duplicates + report.lost + report.stuck + report.unsettled + report.unintended + faultErrors + input.crashes.length > 0;
+  const failed = report.duplicates + report.lost + report.stuck + report.unsettled + report.unintended + faultErrors + input.crashes.length + internalErrors > 0;
   say(
     `RESULT chaos runs=${report.runs} faults=${faults.length} duplicates=${report.duplicates} lost=${report.lost} stuck=${report.stuck} ` +
-      `chaos_vs_calm=${ratio.toFixed(2)} unsettled=${report.unsettled} unintended=${report.unintended} fault_errors=${faultErrors} crashes=${input.crashes.length} ` +
+      `chaos_vs_calm=${ratio.toFixed(2)} unsettled=${report.unsettled} unintended=${report.unintended} fault_errors=${faultErrors} crashes=${input.crashes.length} internal_errors=${internalErrors} ` +
       `calm_runs_per_s=${calmRate.toFixed(2)} chaos_runs_per_s=${chaosRate.toFixed(2)} minutes=${input.options.minutes} ${failed ? "FAILED" : "OK"}`,
   );
   return failed;

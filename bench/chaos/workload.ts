@@ -2,9 +2,9 @@
 // up (a failed call is retried elsewhere with the same message id, which admission treats as
 // the same message), their progress read from the ledger, and one connector's Subscribe stream
 // that counts every emission it receives by idempotency key and resumes from its last seq.
-import type { Client } from "@connectrpc/connect";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import pg from "pg";
-import { EmissionKind, EmissionService } from "../../gen/keel/v1/emission_service_pb.js";
+import { DeliveryStatus, EmissionKind, EmissionService } from "../../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../../gen/keel/v1/ingress_service_pb.js";
 import { grpcClient } from "../../test/support/clients.js";
 
@@ -28,6 +28,8 @@ export interface WorkloadStats {
   /** Submissions no replica acknowledged within the deadline (the run may still exist). */
   unacknowledged: number;
   submitRetries: number;
+  /** Errors the replicas answered SubmitMessage and Subscribe with, by gRPC code name (our own cancels left out). */
+  readonly rpcErrors: Record<string, number>;
 }
 
 export interface Workload {
@@ -65,7 +67,11 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function startWorkload(options: WorkloadOptions): Workload {
   const runs = new Map<string, TrackedRun>();
-  const stats: WorkloadStats = { submitted: 0, unacknowledged: 0, submitRetries: 0 };
+  const stats: WorkloadStats = { submitted: 0, unacknowledged: 0, submitRetries: 0, rpcErrors: {} };
+  const countError = (error: unknown) => {
+    const code = Code[ConnectError.from(error).code];
+    stats.rpcErrors[code] = (stats.rpcErrors[code] ?? 0) + 1;
+  };
   const received = new Map<string, number>();
   const repliesByRun = new Map<string, number>();
   let lastSeq = 0n;
@@ -101,7 +107,8 @@ export function startWorkload(options: WorkloadOptions): Workload {
             { timeoutMs: CALL_TIMEOUT_MS },
           );
           return runId;
-        } catch {
+        } catch (error) {
+          countError(error);
           stats.submitRetries += 1;
         }
       }
@@ -148,6 +155,25 @@ export function startWorkload(options: WorkloadOptions): Workload {
     }
   };
 
+  // The connector reports each reply delivered, as a real one would: one more RPC that must keep
+  // answering (or fail retryably) while replicas and the database fail. A failed ack is not retried.
+  const acks = new Set<Promise<void>>();
+  const emissions = new Map<string, Client<typeof EmissionService>>();
+  const acknowledge = (emissionId: string) => {
+    const url = pickLive();
+    if (url === undefined) return;
+    let client = emissions.get(url);
+    if (client === undefined) emissions.set(url, (client = grpcClient(EmissionService, url, options.token)));
+    const ack = client
+      .acknowledgeEmission({ emissionId, outcome: DeliveryStatus.DELIVERED }, { timeoutMs: CALL_TIMEOUT_MS })
+      .then(
+        () => undefined,
+        (error: unknown) => countError(error),
+      )
+      .finally(() => acks.delete(ack));
+    acks.add(ack);
+  };
+
   const subscribe = async () => {
     while (following) {
       const url = pickLive();
@@ -165,11 +191,15 @@ export function startWorkload(options: WorkloadOptions): Workload {
         for await (const { emission } of stream) {
           if (emission === undefined) continue;
           received.set(emission.idempotencyKey, (received.get(emission.idempotencyKey) ?? 0) + 1);
-          if (emission.kind === EmissionKind.REPLY) repliesByRun.set(emission.runId, (repliesByRun.get(emission.runId) ?? 0) + 1);
+          if (emission.kind === EmissionKind.REPLY) {
+            repliesByRun.set(emission.runId, (repliesByRun.get(emission.runId) ?? 0) + 1);
+            acknowledge(emission.id);
+          }
           if (emission.seq > lastSeq) lastSeq = emission.seq;
         }
-      } catch {
-        // the replica went away or the stream was cut: resume from lastSeq elsewhere
+      } catch (error) {
+        // The replica went away or the stream was cut: resume from lastSeq elsewhere.
+        if (!abort.signal.aborted) countError(error);
       } finally {
         clearInterval(watchdog);
       }
@@ -200,6 +230,7 @@ export function startWorkload(options: WorkloadOptions): Workload {
       submitting = false;
       following = false;
       await Promise.all([...slots, ...background]);
+      await Promise.all([...acks]);
       await db.end();
     },
   };
