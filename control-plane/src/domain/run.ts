@@ -34,7 +34,8 @@ export type WaitReason =
   | "conversation_busy"
   | "coalescing"
   | "paused"
-  | "human_gate";
+  | "human_gate"
+  | "awaiting_children";
 
 export type CommitBoundary = "buffering" | "committed";
 export type Replayability = "replayable" | "not_replayable";
