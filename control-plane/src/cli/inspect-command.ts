@@ -1,7 +1,9 @@
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import {
   ArtifactProvenanceSchema,
   BudgetDimension,
   BudgetDimensionSchema,
+  ExecutionShape,
   ModelRoleSchema,
   ResolvedOutcome,
   ResolvedOutcomeSchema,
@@ -15,6 +17,7 @@ import {
 import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { fromEnum } from "../api/convert.js";
 import { connect, type ClientOptions } from "./client.js";
+import { renderWorkGraphTree } from "./work-graph-tree.js";
 
 const clip = (text: string, max = 200) => (text.length > max ? `${text.slice(0, max)}… (${text.length} chars)` : text);
 
@@ -84,7 +87,25 @@ export async function inspectCommand(client: ClientOptions, runId: string, out: 
       );
     }
   }
+  if (run.shape === ExecutionShape.GRAPH || run.parentRunId !== "") await printWorkGraph(runs, run.id, out);
   return 0;
+}
+
+/** The run's WorkGraph as a tree, with each child run's spend; a child of no graph prints nothing. */
+async function printWorkGraph(runs: Client<typeof RunService>, runId: string, out: (line: string) => void): Promise<void> {
+  let graph;
+  try {
+    ({ graph } = await runs.getWorkGraph({ runId }));
+  } catch (error) {
+    if (ConnectError.from(error).code === Code.NotFound) return;
+    throw error;
+  }
+  if (graph === undefined) return;
+  const childIds = [...new Set(graph.nodes.flatMap((n) => n.attempts.map((a) => a.childRunId)).filter((id) => id !== ""))];
+  const children = await Promise.all(childIds.map(async (id) => [id, (await runs.getRun({ runId: id })).run?.usage] as const));
+  const usage = new Map(children.flatMap(([id, used]) => (used === undefined ? [] : [[id, used] as const])));
+  out("");
+  for (const line of renderWorkGraphTree(graph, usage, runId)) out(line);
 }
 
 /** The status with why it is where it is: paused, waiting on what, which budget ran out, who cancelled. */
