@@ -3,11 +3,15 @@
 // child runs claimed by the worker pool, a join combines them, and the root replies once with the
 // results. Refused proposals are recorded with every reason and, past the bound, the run goes on
 // as a loop. Real PostgreSQL, real workers, gRPC clients.
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import { ExecutionShape, RunStatus } from "../gen/keel/v1/run_pb.js";
+import { ExecutionShape, RunStatus, WaitReason } from "../gen/keel/v1/run_pb.js";
 import { WorkNodeStatus } from "../gen/keel/v1/work_graph_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, withBudgetDefaults, type AgentSpec } from "../control-plane/src/domain/agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
@@ -17,6 +21,9 @@ import { grpcClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const KEEL_BIN = path.join(ROOT, "bin", "keel.js");
+const execFileAsync = promisify(execFile);
 const SLICE = {
   wall_clock_ms: 120_000,
   iterations: 2,
@@ -87,8 +94,10 @@ const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
  * The children's model: a child's call waits until every branch's call has started (or 30 s
  * pass), so the branches pass only if they really run at the same time; the peak is recorded.
  */
-const branches = { inFlight: 0, peak: 0, started: 0, release: undefined as (() => void) | undefined };
+const branches = { inFlight: 0, peak: 0, started: 0, release: undefined as (() => void) | undefined, rootSeen: undefined as (() => void) | undefined };
 const allStarted = new Promise<void>((resolve) => (branches.release = resolve));
+/** The branches also hold until the test has seen the root parked on them, so that state is observable. */
+const rootSeenWaiting = new Promise<void>((resolve) => (branches.rootSeen = resolve));
 
 function childAware(deps: RunnerDeps): RunnerDeps {
   const scripted = deps.providers.scripted;
@@ -103,6 +112,7 @@ function childAware(deps: RunnerDeps): RunnerDeps {
       branches.peak = Math.max(branches.peak, branches.inFlight);
       if (branches.started >= 3) branches.release?.();
       await Promise.race([allStarted, new Promise((resolve) => setTimeout(resolve, 30_000).unref())]);
+      await Promise.race([rootSeenWaiting, new Promise((resolve) => setTimeout(resolve, 60_000).unref())]);
       branches.inFlight -= 1;
       return { text: `result of ${match[1]}`, toolCalls: [], usage: { inputTokens: 100, outputTokens: 10 }, finishReason: "stop" };
     },
@@ -145,6 +155,15 @@ async function submit(agentId: string, conversationId: string): Promise<string> 
 describe("WorkGraph fan-out and fan-in (issue 14)", () => {
   it("runs three branches at once as child runs, joins them and replies once", async () => {
     const rootId = await submit(fanOut.id, "fan-out");
+    // While its children run, the root waits on them, and the wire says so.
+    const watcher = grpcClient(RunService, keel.url, keel.tokens.operator);
+    let waitReason = WaitReason.UNSPECIFIED;
+    for (let i = 0; i < 1_200 && waitReason !== WaitReason.AWAITING_CHILDREN; i++) {
+      waitReason = (await watcher.getRun({ runId: rootId })).run?.waitReason ?? WaitReason.UNSPECIFIED;
+      if (waitReason !== WaitReason.AWAITING_CHILDREN) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    branches.rootSeen?.();
+    expect(WaitReason[waitReason]).toBe("AWAITING_CHILDREN");
     expect(await settled(rootId)).toBe("SUCCEEDED");
     expect(branches.peak).toBe(3);
 
@@ -201,6 +220,19 @@ describe("WorkGraph fan-out and fan-in (issue 14)", () => {
 
     const { rows: events } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [rootId]);
     expect(events.some((e) => e.summary.startsWith("shape loop -> graph: admitted 4 nodes"))).toBe(true);
+
+    // `keel inspect` on the root draws the graph: the join once, under its first input.
+    const { stdout } = await execFileAsync(process.execPath, [KEEL_BIN, "inspect", rootId, "--url", keel.url, "--token", keel.tokens.operator], {
+      cwd: ROOT,
+      env: { ...process.env, KEEL_URL: "", KEEL_TOKEN: "" },
+      timeout: 60_000,
+    });
+    expect(stdout).toContain(`root run ${rootId.slice(0, 8)}  ← this run`);
+    const childOf = (key: string) => nodes.find((n) => n.key === key)?.attempts[0]?.childRunId.slice(0, 8) ?? "?";
+    expect(stdout).toMatch(new RegExp(`^├─ a  agent_loop  succeeded  run ${childOf("a")}  1 attempt  1 model call, 110 tokens, \\d+ µUSD$`, "m"));
+    expect(stdout).toMatch(/^│  └─ merge  join  succeeded  .*  also after: b, c$/m);
+    expect(stdout).toMatch(new RegExp(`^└─ c  agent_loop  succeeded  run ${childOf("c")}  `, "m"));
+    expect(stdout).toMatch(/^4 of 4 nodes done$/m);
   });
 
   it("refuses a proposal over every ceiling with each reason, then falls back to a loop", async () => {

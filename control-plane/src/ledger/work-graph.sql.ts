@@ -9,7 +9,7 @@ const list = (statuses: readonly RunStatus[]): string => statuses.map((s) => `'$
 const TERMINAL_SQL = list(RUN_STATUSES.filter(isTerminal));
 const EXECUTING_SQL = list(EXECUTING_STATUSES);
 const LIVE_SQL = list(LIVE_STATUSES);
-/** Why a root waits while its graph runs (stored as text; the wire has no value for it yet). */
+/** Why a root waits while its graph runs (WaitReason AWAITING_CHILDREN on the wire). */
 export const AWAITING_CHILDREN = "awaiting_children";
 
 const runId = (p: { readonly runId: string }) => p.runId;
