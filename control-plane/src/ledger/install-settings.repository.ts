@@ -35,7 +35,7 @@ const selectSettings = statement<Record<string, never>, SettingsRow>("install_se
 const updateSettings = statement<ChangeParams, SettingsRow & { old_root_run_ceiling: number; old_retention_days: number; old_updated_by: string | null; old_updated_at: Date }>(
   "install_settings_update",
 )`
-  WITH before AS (SELECT root_run_ceiling, retention_days, updated_by, updated_at FROM install_settings WHERE id = 1 FOR UPDATE)
+  WITH before AS (SELECT root_run_ceiling, retention_days, updated_by, updated_at FROM install_settings WHERE id = 1 FOR NO KEY UPDATE)
   UPDATE install_settings s SET
     root_run_ceiling = coalesce(${(p) => p.rootRunCeiling}::int, s.root_run_ceiling),
     retention_days = coalesce(${(p) => p.retentionDays}::int, s.retention_days),

@@ -20,7 +20,7 @@ const takeStatement = statement<{ replicaId: string; limit: number }, { id: stri
   "sandbox_relay_take",
 )`
   DELETE FROM sandbox_relays WHERE id IN (
-    SELECT r.id FROM sandbox_relays r WHERE r.to_replica = ${(p) => p.replicaId} ORDER BY r.id LIMIT ${(p) => p.limit} FOR UPDATE SKIP LOCKED)
+    SELECT r.id FROM sandbox_relays r WHERE r.to_replica = ${(p) => p.replicaId} ORDER BY r.id LIMIT ${(p) => p.limit} FOR NO KEY UPDATE SKIP LOCKED)
   RETURNING id::text AS id, command_id, kind, body`;
 
 const withdrawStatement = statement<{ toReplica: string; commandId: string }, { id: string }>("sandbox_relay_withdraw")`

@@ -58,7 +58,7 @@ const hostReplicaStatement = statement<{ hostId: string; liveMs: number }, { rep
 /** Placement's first statement: the host's row lock, held to the commit, orders every placement on it. */
 const lockHostStatement = statement<{ hostId: string }, { slots: number }>("sandbox_lock_host")`
   SELECT coalesce((h.capacity ->> 'workspaces')::int, 0) AS slots FROM sandbox_hosts h
-  WHERE h.id = ${hostId} AND h.connected AND h.replica_id <> '' FOR UPDATE`;
+  WHERE h.id = ${hostId} AND h.connected AND h.replica_id <> '' FOR NO KEY UPDATE`;
 
 /**
  * Placement's second statement: under the lock, and (READ COMMITTED) with a snapshot taken after

@@ -74,7 +74,7 @@ export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_
     coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism
   FROM durability, work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
   WHERE g.root_run_id = ${rootRunId}::uuid AND g.status = 'running'
-  FOR UPDATE OF g`;
+  FOR NO KEY UPDATE OF g`;
 
 export interface PassNodeRow {
   id: string;

@@ -230,7 +230,7 @@ export interface ObservationLog {
 /** The runner's port to the ledger. Every write is fenced by the lease epoch. */
 export interface RunStore {
   /**
-   * Claims the oldest runnable run (FOR UPDATE SKIP LOCKED), raising its fencing epoch. A queued
+   * Claims the oldest runnable run (FOR NO KEY UPDATE SKIP LOCKED), raising its fencing epoch. A queued
    * root run is admitted only when its conversation has no other run in flight and neither its
    * agent's nor the install's ceiling on concurrent root runs is reached.
    */
