@@ -22,6 +22,8 @@ export interface InvariantReport {
   readonly unknownOutcomes: number;
   readonly writes: Readonly<Record<string, number>>;
   readonly execs: Readonly<Record<string, number>>;
+  /** Why sandbox calls failed, by the start of their result text. */
+  readonly execFailures: Readonly<Record<string, number>>;
   readonly problems: readonly string[];
 }
 
@@ -45,14 +47,16 @@ export async function checkInvariants(input: InvariantInput): Promise<InvariantR
   const db = new pg.Client({ connectionString: input.databaseUrl });
   await db.connect();
   try {
-    const { rows: runs } = await db.query<{ id: string; status: string; wait_reason: string | null; leased: boolean; unleased_ms: number }>(
+    const { rows: runs } = await db.query<{ id: string; status: string; wait_reason: string | null; leased: boolean; unleased_ms: number; lease: string }>(
       `SELECT id::text AS id, status, wait_reason, coalesce(lease_expires_at > now(), false) AS leased,
+              coalesce(lease_owner, '-') || ' epoch ' || lease_epoch AS lease,
               (extract(epoch FROM now() - greatest(coalesce(lease_expires_at, updated_at), updated_at)) * 1000)::float8 AS unleased_ms
          FROM runs WHERE agent_id = $1`,
       [input.agentId],
     );
-    const { rows: calls } = await db.query<{ id: string; run_id: string; tool_name: string; status: string; resolved_outcome: string | null }>(
-      `SELECT t.id::text AS id, t.run_id::text AS run_id, t.tool_name, t.status, t.resolved_outcome
+    const { rows: calls } = await db.query<{ id: string; run_id: string; tool_name: string; status: string; resolved_outcome: string | null; result_text: string | null; age_s: number }>(
+      `SELECT t.id::text AS id, t.run_id::text AS run_id, t.tool_name, t.status, t.resolved_outcome, left(t.result_text, 160) AS result_text,
+              extract(epoch FROM now() - t.created_at)::int AS age_s
          FROM tool_invocations t JOIN runs r ON r.id = t.run_id WHERE r.agent_id = $1`,
       [input.agentId],
     );
@@ -80,7 +84,8 @@ export async function checkInvariants(input: InvariantInput): Promise<InvariantR
         note(`stuck: run ${run.id} ${run.status}${run.wait_reason === null ? "" : ` (${run.wait_reason})`}, unleased for ${Math.round(run.unleased_ms / 1000)} s`);
       } else {
         unsettled += 1;
-        note(`unsettled: run ${run.id} ${run.status}${run.leased ? ", leased" : ""}`);
+        const open = calls.filter((c) => c.run_id === run.id && c.status === "pending").map((c) => `${c.tool_name} ${c.id} pending for ${c.age_s} s`);
+        note(`unsettled: run ${run.id} ${run.status}${run.leased ? `, leased by ${run.lease}` : ""}${open.length === 0 ? "" : `; ${open.join(", ")}`}`);
       }
     }
     for (const runId of input.workload.runs.keys()) {
@@ -169,6 +174,11 @@ export async function checkInvariants(input: InvariantInput): Promise<InvariantR
       unknownOutcomes: writes.filter((w) => w.status === "unknown_outcome").length,
       writes: count(writes.map((w) => (w.resolved_outcome === null ? w.status : `${w.status}:${w.resolved_outcome}`))),
       execs: count(calls.filter((c) => c.tool_name.startsWith("sandbox.")).map((c) => `${c.tool_name.replace(/\.v\d+$/, "")}:${c.status}`)),
+      execFailures: count(
+        calls
+          .filter((c) => c.tool_name.startsWith("sandbox.") && c.status !== "succeeded")
+          .map((c) => `${c.status}: ${(c.result_text ?? "").replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, "<id>").replace(/\s+/g, " ").slice(0, 100)}`),
+      ),
       problems,
     };
   } finally {

@@ -84,6 +84,7 @@ export function printReport(say: (line: string) => void, input: ReportInput): bo
     `workload: submitted=${input.workload.submitted} unacknowledged=${input.workload.unacknowledged} submit_retries=${input.workload.submitRetries} ` +
       `emissions_received=${input.workload.emissionsReceived} stream_reconnects=${input.workload.reconnects} rpc_errors: ${tally(input.workload.rpcErrors) || "none"}`,
   );
+  for (const [why, n] of Object.entries(report.execFailures)) say(`  sandbox call ${why} (${n}x)`);
   for (const problem of report.problems) say(`  ${problem}`);
   for (const crash of input.crashes) say(`  unexpected exit: ${crash}`);
 
