@@ -29,6 +29,13 @@ const USAGE = `usage: npm run chaos -- [--minutes N] [--calm-seconds S] [--concu
 
 const AGENT_ID = "chaos";
 const MODEL_DELAY_MS = 100;
+/**
+ * The workload's execs are bounded well below the default: an exec relayed to a replica that
+ * dies mid-command is settled only when its timeout (plus the dispatcher's 30 s slack) runs out,
+ * and the drain waits that long before it calls a run stuck.
+ */
+const EXEC_TIMEOUT_MS = 10_000;
+const EXEC_SETTLE_MS = EXEC_TIMEOUT_MS + 30_000;
 
 /** One job: an exec that writes in the workspace, two reads of it, the external write, the reply. */
 function chaosAgent() {
@@ -36,8 +43,8 @@ function chaosAgent() {
   return scriptedAgent(
     AGENT_ID,
     [
-      turn([toolCall("sandbox.exec.v1", { command: "echo chaos > note.txt && sleep 0.2 && ls" })]),
-      turn([toolCall("sandbox.read_file.v1", { path: "note.txt" }), toolCall("sandbox.exec.v1", { command: "cat note.txt" })]),
+      turn([toolCall("sandbox.exec.v1", { command: "echo chaos > note.txt && sleep 0.2 && ls", timeout_ms: EXEC_TIMEOUT_MS })]),
+      turn([toolCall("sandbox.read_file.v1", { path: "note.txt" }), toolCall("sandbox.exec.v1", { command: "cat note.txt", timeout_ms: EXEC_TIMEOUT_MS })]),
       turn([toolCall(`${EFFECT_TOOL}.v1`, { note: "chaos" })]),
       turn([], "done: {{message}}"),
     ],
@@ -215,9 +222,9 @@ async function main(args: readonly string[]): Promise<number> {
       await workload.stopSubmitting();
       // Runs left unleased past this long count as stuck: three leases, with room for a placement wait.
       const stuckAfterMs = 3 * options.leaseMs + 10_000;
-      // Every run gets that long past the last one to settle, then the stream to catch up with
-      // what the ledger committed, before they are compared.
-      let deadline = Date.now() + 2 * stuckAfterMs;
+      // Every run gets that long past the last one to settle (and at least an exec's bounded
+      // wait), then the stream to catch up with what the ledger committed, before they are compared.
+      let deadline = Date.now() + Math.max(2 * stuckAfterMs, EXEC_SETTLE_MS + 15_000);
       while ((await unsettledRuns(postgres.url)) > 0 && Date.now() < deadline) await sleep(500);
       const target = await maxEmissionSeq(postgres.url);
       deadline = Date.now() + 30_000;
