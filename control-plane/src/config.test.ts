@@ -4,7 +4,7 @@ import { ConfigError, loadConfig } from "./config.js";
 describe("loadConfig", () => {
   it("has bounded defaults for everything", () => {
     const config = loadConfig({});
-    expect(config).toMatchObject({ host: "127.0.0.1", port: 7070, http1Port: 7071, workers: 8, databaseUrl: undefined });
+    expect(config).toMatchObject({ host: "127.0.0.1", port: 7070, http1Port: 7071, workers: 32, databaseUrl: undefined });
     expect(config.maxMessageBytes).toBe(4 * 1024 * 1024);
     expect(config.defaultDeadlineMs).toBeLessThanOrEqual(config.maxDeadlineMs);
   });

@@ -28,7 +28,7 @@ const ConfigSchema = z.object({
   KEEL_EMBEDDED_PG_PORT: int(1024, 65535).default(54320),
   KEEL_EMBEDDED_PG_LISTEN: z.string().max(1024).regex(/^[^\s'"]*$/, "must be a comma-separated address list").default(""),
   KEEL_DB_POOL_MAX: int(2, 200).default(20),
-  KEEL_WORKERS: int(0, 256).default(8),
+  KEEL_WORKERS: int(0, 256).default(32),
   KEEL_LEASE_MS: int(200, 3_600_000).default(15_000),
   KEEL_IDLE_POLL_MS: int(50, 60_000).default(2_000),
   KEEL_MAX_STREAMS_PER_TOKEN: int(1, 100_000).default(256),
