@@ -17,8 +17,9 @@
 //      (KEEL_SANDBOX_MAX_OUTPUT_BYTES), every chunk persisted as observations by the run store's
 //      observationLog (the runner's sink for exec tools), timed until the result is back and
 //      the last observation is written; the observations table is checked to hold every byte.
-//      Run four times: the first (the process's first large stream, still warming up) is
-//      printed but not counted, and the figure is the median of the other three.
+//      Run six times: the first (the process's first large stream, still warming up) is
+//      printed but not counted, and the figure is the median of the other five (one stream
+//      takes well under a second, so one slow scheduling slice on a 2-core machine moves it).
 //      Peak RSS is this process's lifetime peak (it hosts the control plane; the agent is a
 //      separate process), beside its peak before the stream. Baseline: the same command through a
 //      raw dockerode exec, read to the end. For diagnosis, the same stream through Keel with a

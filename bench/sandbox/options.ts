@@ -5,7 +5,7 @@ import { benchDurability, DURABILITY_OPTION, type Durability } from "../support.
 export const DEFAULT_IMAGE = "keel/sandbox-base:busybox";
 export const MiB = 1024 * 1024;
 /** Streams timed after the first one; the figure is their median. */
-export const TIMED_STREAMS = 3;
+export const TIMED_STREAMS = 5;
 
 export interface Options {
   readonly acquisitions: number;
