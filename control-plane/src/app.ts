@@ -50,6 +50,7 @@ import { askUserTool } from "./tools/ask-user-tool.js";
 import { createReportProgressTool } from "./tools/report-progress-tool.js";
 import { createProposeWorkGraphTool } from "./graph/propose-work-graph-tool.js";
 import { startWorkGraphScheduler } from "./graph/work-graph-scheduler.js";
+import { createGateDecisions } from "./graph/gate-decisions.js";
 import { createWorkGraphRepository } from "./ledger/work-graph.repository.js";
 import { createProgressRepository } from "./ledger/progress.repository.js";
 import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
@@ -209,6 +210,7 @@ export async function buildApp(
   // WorkGraphs: the propose tool admits a graph; the scheduler moves it on as children settle.
   const graphs = createWorkGraphRepository(ledger.sql);
   const graphScheduler = startWorkGraphScheduler(graphs, logger.child({ component: "graph" }), { sweepMs: 2_000 });
+  const gates = createGateDecisions(graphs, graphScheduler);
   const proposeWorkGraph = createProposeWorkGraphTool({ ledger: graphs, tools: () => tools, now: () => clock.now(), admitted: (rootRunId) => graphScheduler.poke(rootRunId) });
   const tools = createToolRegistry([askUserTool, createReportProgressTool(progress), proposeWorkGraph, ...sandboxTools, ...(options.tools ?? [])]);
   let sweeping: Promise<void> | undefined;
@@ -241,9 +243,10 @@ export async function buildApp(
         runs: runQueries,
         scopes: createScopeLookups(ledger.sql),
         maxMessageTextBytes: config.maxTextBytes,
+        gates,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), feed: emissionFeed, maxStreamsPerToken: config.maxStreamsPerToken }),
-      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
+      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs, gates, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({
         agents,
         bounds: {

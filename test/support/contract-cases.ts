@@ -148,9 +148,14 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     },
     "keel.v1.IngressService/DecideGate": {
       role: "connector",
+      // A loop-shaped run has no work graph, so no gate to decide.
       valid: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_APPROVE" },
-      expect: Code.Unimplemented,
-      invalid: [{ request: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_UNSPECIFIED" }, field: "decision" }],
+      expect: Code.NotFound,
+      invalid: [
+        { request: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_UNSPECIFIED" }, field: "decision" },
+        { request: { run_id: seed.liveRunId, gate_id: "", actor: ACTOR, decision: "GATE_DECISION_APPROVE" }, field: "gate_id" },
+      ],
+      notFound: { run_id: MISSING_UUID, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_APPROVE" },
     },
     "keel.v1.IngressService/CancelRun": {
       role: "connector",
@@ -303,6 +308,17 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       expect: Code.FailedPrecondition,
       invalid: [{ request: { ...live, reason: "" }, field: "reason" }],
       notFound: { ...settled, run_id: MISSING_UUID },
+    },
+    "keel.v1.RunService/DecideGate": {
+      role: "operator",
+      // A loop-shaped run has no work graph, so no gate to decide.
+      valid: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_REJECT", reason: "checked" },
+      expect: Code.NotFound,
+      invalid: [
+        { request: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_REJECT", reason: " " }, field: "reason" },
+        { request: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_UNSPECIFIED", reason: "checked" }, field: "decision" },
+      ],
+      notFound: { run_id: MISSING_UUID, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_REJECT", reason: "checked" },
     },
     "keel.v1.RunService/ForkRun": {
       role: "operator",

@@ -11,7 +11,8 @@ import { optionalExternalId, requireExternalId, requireSlug, requireText, requir
 import type { Mailbox } from "../conversation/ingress.js";
 import { runToProto, toEnum } from "./convert.js";
 import { RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
-import { requireActor, requireEnum, requireReason } from "./validate.js";
+import { requireActor, requireGateDecision, requireReason } from "./validate.js";
+import type { GateDecisions } from "../graph/gate-decisions.js";
 
 export interface IngressServiceDeps {
   readonly mailbox: Mailbox;
@@ -19,6 +20,8 @@ export interface IngressServiceDeps {
   readonly runs: RunQueries;
   readonly scopes: ScopeLookups;
   readonly maxMessageTextBytes: number;
+  /** Human gates' decisions (DecideGate). */
+  readonly gates?: GateDecisions;
 }
 
 const deny = (violation: ScopeViolation | undefined): void => {
@@ -28,10 +31,6 @@ const deny = (violation: ScopeViolation | undefined): void => {
 /** Whether the principal may act for every connector and agent (admins, and connector tokens from before scopes). */
 const unlimited = (principal: Principal): boolean =>
   principal.scope.kind === "role" || (principal.scope.kind === "connector" && principal.scope.connectors === "any" && principal.scope.agents === "any");
-
-const later = (rpc: string): never => {
-  throw new UnimplementedError(`IngressService.${rpc} is not implemented yet; it arrives with the WorkGraph work`);
-};
 
 export function createIngressService(deps: IngressServiceDeps): ServiceImpl<typeof IngressService> {
   /** A call on an existing conversation: it must belong to a connector (and agent) of the token. */
@@ -105,12 +104,14 @@ export function createIngressService(deps: IngressServiceDeps): ServiceImpl<type
     },
     async decideGate(request, context) {
       const runId = requireUuid("run_id", request.runId);
-      requireExternalId("gate_id", request.gateId);
-      requireActor("actor", request.actor);
-      requireEnum("decision", request.decision);
-      requireReason("reason", request.reason);
+      const gate = requireExternalId("gate_id", request.gateId);
+      const actor = requireActor("actor", request.actor);
+      const decision = requireGateDecision("decision", request.decision);
+      const reason = requireReason("reason", request.reason).trim();
       await checkRun(principalOf(context), runId);
-      return later("DecideGate");
+      if (deps.gates === undefined) throw new UnimplementedError("IngressService.DecideGate is not configured on this server");
+      const rootRunId = await deps.gates.decide({ runId, gate, decision, actorId: actor.id, reason: reason === "" ? "no reason given" : reason });
+      return { runId: rootRunId };
     },
     async cancelRun(request, context) {
       const runId = requireUuid("run_id", request.runId);

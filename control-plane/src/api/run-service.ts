@@ -3,15 +3,16 @@ import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { ResolvedOutcomeSchema, RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
 import { InvalidArgumentError, NotFoundError, UnimplementedError } from "../domain/errors.js";
 import type { RunControl } from "../runner/run-control.js";
-import { optionalExternalId, requireSlug, requireUuid } from "../domain/ids.js";
+import { optionalExternalId, requireExternalId, requireSlug, requireUuid } from "../domain/ids.js";
 import type { RunRecord } from "../domain/records.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
 import { DEFAULT_STEPS_PAGE_BYTES, parseRunsPageToken, parseStepsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
 import type { RunForks } from "../ledger/run-fork.repository.js";
 import type { WorkGraphReads } from "../ledger/work-graph.repository.js";
+import type { GateDecisions } from "../graph/gate-decisions.js";
 import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
-import { cursorOf, pageSizeOf, requireActor, requireEnum, requireReason } from "./validate.js";
+import { cursorOf, pageSizeOf, requireActor, requireEnum, requireGateDecision, requireReason } from "./validate.js";
 import { workGraphToProto } from "./work-graph-convert.js";
 
 export interface RunServiceDeps {
@@ -25,6 +26,8 @@ export interface RunServiceDeps {
   readonly maxReplyBytes?: number;
   /** WorkGraphs; absent, GetWorkGraph answers NotFound. */
   readonly graphs?: WorkGraphReads;
+  /** Human gates' decisions (RunService.DecideGate). */
+  readonly gates?: GateDecisions;
 }
 
 /** A ListRuns token the ledger did not issue is the caller's mistake (the ledger defines the format). */
@@ -153,6 +156,18 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     requeueRun: operatorAction((runId, actorId, reason) => deps.control.requeue(runId, actorId, reason)),
     // The connector cancel's path: stops at the next safe point, recorded with the operator and reason.
     cancelRun: operatorAction((runId, actorId, reason) => deps.control.cancel(runId, actorId, requireGivenReason(reason))),
+    async decideGate(request) {
+      const runId = requireUuid("run_id", request.runId);
+      const gate = requireExternalId("gate_id", request.gateId);
+      const actor = requireActor("actor", request.actor);
+      const decision = requireGateDecision("decision", request.decision);
+      const reason = requireGivenReason(requireReason("reason", request.reason));
+      if (deps.gates === undefined || deps.graphs === undefined) throw new UnimplementedError("RunService.DecideGate is not configured on this server");
+      const rootRunId = await deps.gates.decide({ runId, gate, decision, actorId: actor.id, reason });
+      const graph = await deps.graphs.graphOf(rootRunId);
+      if (graph === undefined) throw new NotFoundError("work graph of run", rootRunId);
+      return { graph: workGraphToProto(graph) };
+    },
     async forkRun(request) {
       const runId = requireUuid("run_id", request.runId);
       const actor = requireActor("actor", request.actor);

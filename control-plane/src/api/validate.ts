@@ -1,7 +1,9 @@
 // Request checks shared by the service files; each error names the proto field.
 import type { Actor } from "../../../gen/keel/v1/run_pb.js";
+import { GateDecision as GateDecisionEnum } from "../../../gen/keel/v1/work_graph_pb.js";
 import { InvalidArgumentError } from "../domain/errors.js";
 import { requireExternalId } from "../domain/ids.js";
+import type { GateDecision } from "../domain/work-graph-schedule.js";
 
 export const MAX_PAGE_SIZE = 500;
 export const DEFAULT_PAGE_SIZE = 50;
@@ -21,6 +23,13 @@ export function pageSizeOf(requested: number): number {
 export function requireEnum(field: string, value: number): number {
   if (value === 0) throw new InvalidArgumentError(field, "must be set");
   return value;
+}
+
+export function requireGateDecision(field: string, value: GateDecisionEnum): GateDecision {
+  if (value === GateDecisionEnum.APPROVE) return "approve";
+  if (value === GateDecisionEnum.REJECT) return "reject";
+  if (value === GateDecisionEnum.UNSPECIFIED) throw new InvalidArgumentError(field, "must be set");
+  throw new InvalidArgumentError(field, `${String(value)} is not a GateDecision`);
 }
 
 export function requireReason(field: string, reason: string): string {

@@ -33,6 +33,7 @@ export function workGraphToProto(graph: WorkGraphView): WorkGraph {
       dependsOn: [...node.dependsOn],
       gateDecision: toEnum(GateDecisionSchema, node.gateDecision),
       gateDecidedByActorId: node.gateDecidedByActorId ?? "",
+      gateReason: node.gateReason ?? "",
       attempts: node.attempts.map((attempt) => ({
         id: attempt.id,
         ordinal: attempt.ordinal,

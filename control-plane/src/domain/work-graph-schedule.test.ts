@@ -34,7 +34,7 @@ describe("planSchedule", () => {
       ],
       4,
     );
-    expect(plan.joined).toEqual([{ key: "j", output: "--- a ---\nA\n\n--- b ---\nB" }]);
+    expect(plan.joined).toEqual([{ key: "j", status: "succeeded", output: "--- a ---\nA\n\n--- b ---\nB" }]);
     expect(plan.start).toEqual(["after"]);
     expect(plan.outcome).toBe("running");
   });

@@ -15,13 +15,30 @@ export interface ScheduledNode {
   readonly dependsOn: readonly string[];
   /** What a finished node handed on (a child's reply, a join's combination). */
   readonly output: string | undefined;
+  /** human_gate only: the decision recorded on it, if any. */
+  readonly gate?: GateDecisionRecord;
+}
+
+export const GATE_DECISIONS = ["approve", "reject"] as const;
+export type GateDecision = (typeof GATE_DECISIONS)[number];
+
+/** Who decided a gate, how and why. */
+export interface GateDecisionRecord {
+  readonly decision: GateDecision;
+  readonly actorId: string;
+  readonly reason: string;
 }
 
 export type GraphOutcome = "running" | "succeeded" | "failed";
 
 export interface SchedulePlan {
-  /** Join nodes whose inputs all succeeded: done now, with their inputs' outputs combined. */
-  readonly joined: readonly { readonly key: string; readonly output: string }[];
+  /**
+   * Join nodes whose inputs all succeeded, and decided gates whose inputs did: done now (a
+   * rejected gate failed), with their inputs' outputs combined.
+   */
+  readonly joined: readonly { readonly key: string; readonly status: "succeeded" | "failed"; readonly output: string }[];
+  /** Gates whose inputs all succeeded and that wait for a decision (status blocked). */
+  readonly awaitingDecision: readonly string[];
   /** agent_loop nodes to start as child runs now, within the parallelism ceiling. */
   readonly start: readonly string[];
   /** Nodes whose inputs are done but which wait for a free slot. */
@@ -53,13 +70,14 @@ const DONE: ReadonlySet<WorkNodeStatus> = new Set(["succeeded", "failed", "cance
 export function planSchedule(nodes: readonly ScheduledNode[], maxParallelism: number): SchedulePlan {
   const status = new Map<string, WorkNodeStatus>(nodes.map((node) => [node.key, node.status]));
   const output = new Map<string, string | undefined>(nodes.map((node) => [node.key, node.output]));
-  const joined: { key: string; output: string }[] = [];
+  const joined: { key: string; status: "succeeded" | "failed"; output: string }[] = [];
+  const awaitingDecision: string[] = [];
   const candidates: string[] = [];
   const cancelled: string[] = [];
   let failed = nodes.some((node) => node.status === "failed" || node.status === "cancelled");
   for (const node of nodes) {
     const now = status.get(node.key);
-    if (now !== "pending" && now !== "ready") continue;
+    if (now !== "pending" && now !== "ready" && now !== "blocked") continue;
     const inputs = node.dependsOn.map((key) => status.get(key));
     if (failed || inputs.some((s) => s === "failed" || s === "cancelled")) {
       status.set(node.key, "cancelled");
@@ -72,7 +90,24 @@ export function planSchedule(nodes: readonly ScheduledNode[], maxParallelism: nu
       const combined = combineOutputs(node.dependsOn.map((key) => ({ key, output: output.get(key) })));
       status.set(node.key, "succeeded");
       output.set(node.key, combined);
-      joined.push({ key: node.key, output: combined });
+      joined.push({ key: node.key, status: "succeeded", output: combined });
+      continue;
+    }
+    if (node.kind === "human_gate") {
+      if (node.gate === undefined) {
+        status.set(node.key, "blocked");
+        awaitingDecision.push(node.key);
+        continue;
+      }
+      // A gate hands on what reached it, headed by who let it through (or why it did not).
+      const approved = node.gate.decision === "approve";
+      const inputs = combineOutputs(node.dependsOn.map((key) => ({ key, output: output.get(key) })));
+      const verdict = `${approved ? "Approved" : "Rejected"} by ${node.gate.actorId}: ${node.gate.reason}`;
+      const handed = inputs === "" ? verdict : `${verdict}\n\n${inputs}`;
+      status.set(node.key, approved ? "succeeded" : "failed");
+      output.set(node.key, handed);
+      joined.push({ key: node.key, status: approved ? "succeeded" : "failed", output: handed });
+      if (!approved) failed = true;
       continue;
     }
     candidates.push(node.key);
@@ -86,7 +121,7 @@ export function planSchedule(nodes: readonly ScheduledNode[], maxParallelism: nu
     if (failed) outcome = "failed";
     else if (nodes.every((node) => DONE.has(status.get(node.key) ?? "pending"))) outcome = "succeeded";
   }
-  return { joined, start, ready, cancelled, outcome };
+  return { joined, awaitingDecision, start, ready, cancelled, outcome };
 }
 
 /** The graph's sinks (no dependants), in node order: their outputs are the graph's result. */
@@ -94,3 +129,31 @@ export function sinkKeys(nodes: readonly Pick<ScheduledNode, "key" | "dependsOn"
   const feeds = new Set(nodes.flatMap((node) => node.dependsOn));
   return nodes.filter((node) => !feeds.has(node.key)).map((node) => node.key);
 }
+
+/** What a gate decision does to a node as it stands: recorded, already so, or refused with why. */
+export type GateJudgement = { readonly kind: "record" } | { readonly kind: "already" } | { readonly kind: "refuse"; readonly reason: string };
+
+const DECIDED: Readonly<Record<GateDecision, string>> = { approve: "approved", reject: "rejected" };
+
+/**
+ * A gate takes one decision, once it waits for it (its inputs all succeeded). The same decision
+ * again is answered as done, so a retried call is harmless; a different one is refused.
+ */
+export function judgeGateDecision(
+  node: { readonly key: string; readonly kind: string; readonly status: string; readonly decision: GateDecision | undefined; readonly decidedBy: string | undefined },
+  decision: GateDecision,
+): GateJudgement {
+  if (node.kind !== "human_gate") return { kind: "refuse", reason: `node "${node.key}" is a ${node.kind} node, not a human_gate` };
+  if (node.decision !== undefined) {
+    return node.decision === decision
+      ? { kind: "already" }
+      : { kind: "refuse", reason: `gate "${node.key}" was already ${DECIDED[node.decision]} by ${node.decidedBy ?? "someone"}` };
+  }
+  if (node.status === "blocked") return { kind: "record" };
+  if (node.status === "pending" || node.status === "ready") {
+    return { kind: "refuse", reason: `gate "${node.key}" is not waiting for a decision yet: the nodes before it have not all succeeded` };
+  }
+  return { kind: "refuse", reason: `gate "${node.key}" is ${node.status}: a node before it failed or the root run stopped` };
+}
+
+export const isGateDecision = (value: string | null | undefined): value is GateDecision => value === "approve" || value === "reject";

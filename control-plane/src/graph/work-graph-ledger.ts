@@ -2,7 +2,7 @@
 // proposal is judged against, how an admitted graph is persisted with its root parked, and the
 // scheduler pass that moves a graph on. The scheduler's whole state is these rows.
 import type { AdmittedWorkGraph } from "../domain/work-graph.js";
-import type { GraphOutcome } from "../domain/work-graph-schedule.js";
+import type { GateDecision, GraphOutcome } from "../domain/work-graph-schedule.js";
 import type { RunUsage } from "../domain/run.js";
 
 /** What the proposing run's row says, read when its proposal is judged. */
@@ -32,6 +32,21 @@ export interface AdmitGraphCommand {
   readonly summary: string;
 }
 
+export interface GateDecisionCommand {
+  /** Any run of the graph: its root's live graph is the one meant. */
+  readonly runId: string;
+  /** The gate node's id or key. */
+  readonly gate: string;
+  readonly decision: GateDecision;
+  readonly actorId: string;
+  readonly reason: string;
+}
+
+export type GateDecisionOutcome =
+  | { readonly kind: "recorded" | "already"; readonly rootRunId: string }
+  | { readonly kind: "not_found" }
+  | { readonly kind: "refused"; readonly reason: string };
+
 export interface WorkGraphLedger {
   proposerFacts(runId: string, toolName: string): Promise<ProposerFacts | undefined>;
   /** Appends events to the proposing run (one per rejection reason, and a fallback notice). */
@@ -48,6 +63,11 @@ export interface WorkGraphLedger {
    * result to the root's proposing call and queues the root. Undefined when there is no live graph.
    */
   advance(rootRunId: string): Promise<GraphOutcome | undefined>;
-  /** Root runs whose live graph has work a pass would do (a child settled, the root stopped). */
+  /**
+   * Records a decision on a gate that waits for one, with a root run event, under the graph's row
+   * lock (a pass then lets the gate through or fails it); the same decision again is "already".
+   */
+  decideGate(command: GateDecisionCommand): Promise<GateDecisionOutcome>;
+  /** Root runs whose live graph has work a pass would do (a child settled, a gate decided, the root stopped). */
   stalledRoots(): Promise<readonly string[]>;
 }

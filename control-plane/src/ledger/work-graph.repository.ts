@@ -5,8 +5,16 @@ import { randomUUID } from "node:crypto";
 import { LIVE_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { WorkNodeKind } from "../domain/work-graph.js";
 import { childInput, graphResult } from "../domain/work-graph-child.js";
-import { planSchedule, sinkKeys, type GraphOutcome, type ScheduledNode, type WorkNodeStatus } from "../domain/work-graph-schedule.js";
-import type { AdmitGraphCommand, WorkGraphLedger } from "../graph/work-graph-ledger.js";
+import {
+  isGateDecision,
+  judgeGateDecision,
+  planSchedule,
+  sinkKeys,
+  type GraphOutcome,
+  type ScheduledNode,
+  type WorkNodeStatus,
+} from "../domain/work-graph-schedule.js";
+import type { AdmitGraphCommand, GateDecisionCommand, GateDecisionOutcome, WorkGraphLedger } from "../graph/work-graph-ledger.js";
 import { appendRunEvents } from "./ledger-writes.js";
 import { asDate, optionalDate, type Sql, type SqlTransaction } from "./sql.js";
 import * as q from "./work-graph.sql.js";
@@ -30,6 +38,7 @@ export interface WorkNodeView {
   readonly dependsOn: readonly string[];
   readonly gateDecision: string | undefined;
   readonly gateDecidedByActorId: string | undefined;
+  readonly gateReason: string | undefined;
   readonly attempts: readonly WorkNodeAttemptView[];
 }
 
@@ -83,16 +92,20 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
         nodeUpdates.push({ id: row.id, status, output });
         attemptUpdates.push({ id: row.attempt_id, status });
       }
-      return { key: row.key, kind: row.kind as WorkNodeKind, status, dependsOn: row.depends_on, output };
+      const gate = isGateDecision(row.gate_decision)
+        ? { decision: row.gate_decision, actorId: row.gate_decided_by_actor_id ?? "", reason: row.gate_reason ?? "" }
+        : undefined;
+      return { key: row.key, kind: row.kind as WorkNodeKind, status, dependsOn: row.depends_on, output, ...(gate === undefined ? {} : { gate }) };
     });
     const byKey = new Map(rows.map((row) => [row.key, row]));
     const rootStopped = !(LIVE_STATUSES as readonly RunStatus[]).includes(graph.root_status);
     const plan = rootStopped ? undefined : planSchedule(nodes, graph.max_parallelism);
     const outputs = new Map(nodes.map((node) => [node.key, node.output]));
     for (const joined of plan?.joined ?? []) {
-      nodeUpdates.push({ id: byKey.get(joined.key)!.id, status: "succeeded", output: joined.output });
+      nodeUpdates.push({ id: byKey.get(joined.key)!.id, status: joined.status, output: joined.output });
       outputs.set(joined.key, joined.output);
     }
+    for (const key of plan?.awaitingDecision ?? []) if (byKey.get(key)!.status !== "blocked") nodeUpdates.push({ id: byKey.get(key)!.id, status: "blocked", output: null });
     for (const key of plan?.cancelled ?? []) nodeUpdates.push({ id: byKey.get(key)!.id, status: "cancelled", output: null });
     for (const key of plan?.ready ?? []) if (byKey.get(key)!.status !== "ready") nodeUpdates.push({ id: byKey.get(key)!.id, status: "ready", output: null });
     if (nodeUpdates.length > 0) await trx.run(q.updateNodes, { updates: JSON.stringify(nodeUpdates) });
@@ -136,8 +149,18 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       await trx.run(q.finishGraph, { graphId: graph.id, status: "cancelled", usage: JSON.stringify(addUsage({}, childUsages)) });
       return "failed";
     }
-    if (plan === undefined || plan.outcome === "running") return "running";
-    const finalNodes = nodes.map((node) => ({ key: node.key, status: plan.cancelled.includes(node.key) ? "cancelled" : plan.joined.some((j) => j.key === node.key) ? "succeeded" : node.status, output: outputs.get(node.key) }));
+    if (plan === undefined) return "running";
+    if (plan.outcome === "running") {
+      // Nothing runs and a gate waits: the root waits on a person, and says so.
+      const working = plan.start.length > 0 || nodes.some((node) => node.status === "running");
+      await trx.run(q.rootWaitReason, { rootRunId, reason: !working && plan.awaitingDecision.length > 0 ? q.HUMAN_GATE : q.AWAITING_CHILDREN });
+      return "running";
+    }
+    const finalNodes = nodes.map((node) => ({
+      key: node.key,
+      status: plan.cancelled.includes(node.key) ? "cancelled" : (plan.joined.find((j) => j.key === node.key)?.status ?? node.status),
+      output: outputs.get(node.key),
+    }));
     const text = graphResult(plan.outcome, finalNodes, sinkKeys(nodes));
     await trx.run(q.finishGraph, { graphId: graph.id, status: plan.outcome, usage: JSON.stringify(addUsage({}, childUsages)) });
     const settled = graph.proposed_by_invocation_id === null ? [] : await trx.run(q.settleProposal, { invocationId: graph.proposed_by_invocation_id, rootRunId, text });
@@ -196,6 +219,29 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
 
     advance: (rootRunId) => sql.transaction((trx) => pass(trx, rootRunId)),
 
+    decideGate: (command: GateDecisionCommand) =>
+      sql.transaction(async (trx): Promise<GateDecisionOutcome> => {
+        const [node] = await trx.run(q.lockGate, { runId: command.runId, gate: command.gate });
+        if (node === undefined) return { kind: "not_found" };
+        const judged = judgeGateDecision(
+          {
+            key: node.key,
+            kind: node.kind,
+            status: node.status,
+            decision: isGateDecision(node.gate_decision) ? node.gate_decision : undefined,
+            decidedBy: node.gate_decided_by_actor_id ?? undefined,
+          },
+          command.decision,
+        );
+        if (judged.kind === "refuse") return { kind: "refused", reason: judged.reason };
+        if (judged.kind === "record") {
+          await trx.run(q.recordGateDecision, { nodeId: node.id, decision: command.decision, actorId: command.actorId, reason: command.reason });
+          const verb = command.decision === "approve" ? "approved" : "rejected";
+          await appendRunEvents(trx, node.root_run_id, [{ kind: "status_changed", status: "waiting", summary: `gate "${node.key}" ${verb} by ${command.actorId}: ${command.reason}` }]);
+        }
+        return { kind: judged.kind === "record" ? "recorded" : "already", rootRunId: node.root_run_id };
+      }),
+
     async stalledRoots() {
       const rows = await sql.run(q.stalledRoots, {});
       return rows.map((row) => row.root_run_id);
@@ -222,6 +268,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
           dependsOn: node.depends_on,
           gateDecision: node.gate_decision ?? undefined,
           gateDecidedByActorId: node.gate_decided_by_actor_id ?? undefined,
+          gateReason: node.gate_reason ?? undefined,
           attempts: (node.attempts ?? []).map((attempt) => ({
             id: attempt.id,
             ordinal: attempt.ordinal,

@@ -11,6 +11,8 @@ const EXECUTING_SQL = list(EXECUTING_STATUSES);
 const LIVE_SQL = list(LIVE_STATUSES);
 /** Why a root waits while its graph runs (WaitReason AWAITING_CHILDREN on the wire). */
 export const AWAITING_CHILDREN = "awaiting_children";
+/** Why a root waits while nothing runs but a gate waits for its decision (WaitReason HUMAN_GATE). */
+export const HUMAN_GATE = "human_gate";
 
 const runId = (p: { readonly runId: string }) => p.runId;
 const rootRunId = (p: { readonly rootRunId: string }) => p.rootRunId;
@@ -91,12 +93,15 @@ export interface PassNodeRow {
   final_reply: string | null;
   error: string | null;
   child_usage: Partial<RunUsage> | null;
+  gate_decision: string | null;
+  gate_decided_by_actor_id: string | null;
+  gate_reason: string | null;
 }
 
 /** Every node with its latest attempt and that attempt's child run, in admitted (topological) order. */
 export const passNodes = statement<{ graphId: string }, PassNodeRow>("work_graph_pass_nodes")`
   SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.output, n.child_spec,
-    t.id AS attempt_id, t.ordinal AS attempt_ordinal, c.status AS child_status, c.final_reply, c.error, c.usage AS child_usage
+    n.gate_decision, n.gate_decided_by_actor_id, n.gate_reason, t.id AS attempt_id, t.ordinal AS attempt_ordinal, c.status AS child_status, c.final_reply, c.error, c.usage AS child_usage
   FROM work_nodes n
   LEFT JOIN LATERAL (SELECT a.id, a.ordinal, a.child_run_id FROM work_node_attempts a WHERE a.node_id = n.id ORDER BY a.ordinal DESC LIMIT 1) t ON true
   LEFT JOIN runs c ON c.id = t.child_run_id
@@ -171,19 +176,54 @@ export const wakeRoot = statement<{ rootRunId: string; usage: string }, { id: st
   WHERE id = ${rootRunId}::uuid AND status = 'waiting'
   RETURNING id, pg_notify('keel_runs', id::text) AS notified`;
 
+/** Why the parked root waits: on its children, or on a gate's decision when nothing else runs. */
+export const rootWaitReason = statement<{ rootRunId: string; reason: string }>("work_graph_root_wait_reason")`
+  UPDATE runs SET wait_reason = ${(p) => p.reason}, updated_at = now()
+  WHERE id = ${rootRunId}::uuid AND status = 'waiting' AND wait_reason IN (${raw(`'${AWAITING_CHILDREN}', '${HUMAN_GATE}'`)})
+    AND wait_reason <> ${(p) => p.reason}`;
+
+export interface GateRow {
+  graph_id: string;
+  root_run_id: string;
+  id: string;
+  key: string;
+  kind: string;
+  status: string;
+  gate_decision: string | null;
+  gate_decided_by_actor_id: string | null;
+}
+
+/**
+ * A node of the live graph of run runId's root, by id or key, with the graph's row locked so a
+ * decision and a pass take turns. Nothing when the run has no live graph or no such node.
+ */
+export const lockGate = statement<{ runId: string; gate: string }, GateRow>("work_graph_lock_gate")`
+  SELECT g.id AS graph_id, g.root_run_id, n.id, n.key, n.kind, n.status, n.gate_decision, n.gate_decided_by_actor_id
+  FROM work_graphs g JOIN work_nodes n ON n.graph_id = g.id
+  WHERE g.root_run_id = (SELECT coalesce(r.root_run_id, r.id) FROM runs r WHERE r.id = ${runId}::uuid) AND g.status = 'running'
+    AND (n.key = ${(p) => p.gate} OR n.id::text = ${(p) => p.gate})
+  FOR NO KEY UPDATE OF g`;
+
+export const recordGateDecision = statement<{ nodeId: string; decision: string; actorId: string; reason: string }, { id: string }>("work_graph_decide_gate")`
+  UPDATE work_nodes SET gate_decision = ${(p) => p.decision}, gate_decided_by_actor_id = ${(p) => p.actorId},
+    gate_reason = ${(p) => p.reason}, gate_decided_at = now()
+  WHERE id = ${(p) => p.nodeId}::uuid AND kind = 'human_gate' AND status = 'blocked' AND gate_decision IS NULL
+  RETURNING id`;
+
 /** A stopped root stops its children at their next safe point. */
 export const cancelChildren = statement<{ rootRunId: string }, { id: string }>("work_graph_cancel_children")`
   UPDATE runs SET cancel_requested_by_actor_id = 'keel-work-graph', cancel_reason = 'the root run stopped', updated_at = now()
   WHERE parent_run_id = ${rootRunId}::uuid AND status IN (${raw(LIVE_SQL)}) AND cancel_requested_by_actor_id IS NULL
   RETURNING id, pg_notify('keel_run_control', id::text) AS notified, pg_notify('keel_runs', id::text) AS woken`;
 
-/** Live graphs a pass would move on: a child settled under a running node, or the root stopped. */
+/** Live graphs a pass would move on: a child settled under a running node, a gate decided, or the root stopped. */
 export const stalledRoots = statement<Record<string, never>, { root_run_id: string }>("work_graph_stalled")`
   SELECT g.root_run_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id
   WHERE g.status = 'running' AND (r.status IN (${raw(TERMINAL_SQL)}) OR EXISTS (
     SELECT 1 FROM work_nodes n JOIN work_node_attempts a ON a.node_id = n.id AND a.status = 'running'
       JOIN runs c ON c.id = a.child_run_id
-    WHERE n.graph_id = g.id AND c.status IN (${raw(TERMINAL_SQL)})))
+    WHERE n.graph_id = g.id AND c.status IN (${raw(TERMINAL_SQL)}))
+    OR EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'blocked' AND n.gate_decision IS NOT NULL))
   LIMIT 100`;
 
 export interface GraphViewRow {
@@ -221,11 +261,12 @@ export interface NodeViewRow {
   depends_on: string[];
   gate_decision: string | null;
   gate_decided_by_actor_id: string | null;
+  gate_reason: string | null;
   attempts: AttemptJson[] | null;
 }
 
 export const nodesView = statement<{ graphId: string }, NodeViewRow>("work_graph_view_nodes")`
-  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.gate_decision, n.gate_decided_by_actor_id,
+  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.gate_decision, n.gate_decided_by_actor_id, n.gate_reason,
     (SELECT json_agg(json_build_object('id', a.id, 'ordinal', a.ordinal, 'status', a.status, 'replayability', a.replayability,
         'child_run_id', a.child_run_id, 'started_at', a.started_at, 'finished_at', a.finished_at) ORDER BY a.ordinal)
      FROM work_node_attempts a WHERE a.node_id = n.id) AS attempts

@@ -19,6 +19,9 @@ export const WorkNodeEntity = defineEntity({
     gateDecision: p.text().nullable(),
     // No foreign key: gates are decided by operators, who need not be conversation actors.
     gateDecidedByActorId: p.text().nullable(),
+    /** Why the gate was decided so, in the decider's words. */
+    gateReason: p.text().nullable(),
+    gateDecidedAt: p.datetime().nullable(),
     /** Position in the admitted (topological) order: passes walk nodes in it. */
     ordinal: p.integer().default(0),
     /** What the node's child run overrides in the agent spec: its tools, policy and budget slice. */
