@@ -4,6 +4,7 @@ import { dateOf, eventKindLabel, statusLabel, waitReasonLabel } from "./format.j
 import { ActionsPanel, BudgetPanel } from "./run-panels.js";
 import { useRunStream } from "./run-stream.js";
 import { Timeline } from "./timeline.js";
+import { mayHaveWorkGraph, WorkGraphView } from "./work-graph.js";
 
 export function RunPage(props: { readonly runId: string; readonly actor: string }) {
   const view = useRunStream(props.runId);
@@ -28,6 +29,7 @@ export function RunPage(props: { readonly runId: string; readonly actor: string 
         <div class="run-grid">
           <div class="run-main">
             <RunFacts run={run} />
+            {mayHaveWorkGraph(run) ? <WorkGraphView run={run} actor={props.actor} /> : null}
             <h2>Timeline</h2>
             <Timeline steps={view.steps} actor={props.actor} onResolved={view.refreshStep} />
           </div>
