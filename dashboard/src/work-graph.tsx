@@ -37,7 +37,7 @@ interface GraphView {
   readonly setGraph: (graph: WorkGraph) => void;
 }
 
-function useWorkGraph(runId: string, runSettled: boolean): GraphView {
+function useWorkGraph(runId: string, runSettled: boolean, isRoot: boolean): GraphView {
   const [graph, setGraph] = useState<WorkGraph | undefined>(undefined);
   const [missing, setMissing] = useState(false);
   const [error, setError] = useState("");
@@ -56,10 +56,10 @@ function useWorkGraph(runId: string, runSettled: boolean): GraphView {
         again = !(runSettled && (reply.graph?.nodes ?? []).every((node) => SETTLED.has(node.status)));
       } catch (caught) {
         if (stop.signal.aborted) return;
-        // A graph root's graph may not be readable for a moment; a run outside any graph has none.
+        // A graph root's graph may not be readable for a moment; a child outside any graph has none.
         if (caught instanceof ConnectError && caught.code === Code.NotFound) {
           setMissing(true);
-          again = !runSettled;
+          again = isRoot && !runSettled;
         } else setError(errorText(caught));
       }
       setLive(again);
@@ -70,7 +70,7 @@ function useWorkGraph(runId: string, runSettled: boolean): GraphView {
       stop.abort();
       clearTimeout(timer);
     };
-  }, [runId, runSettled]);
+  }, [runId, runSettled, isRoot]);
 
   return { graph, missing, error, live, setGraph };
 }
@@ -89,7 +89,7 @@ function onNodesKey(event: KeyboardEvent) {
 }
 
 export function WorkGraphView(props: { readonly run: Run; readonly actor: string }) {
-  const view = useWorkGraph(props.run.id, isTerminal(props.run.status));
+  const view = useWorkGraph(props.run.id, isTerminal(props.run.status), props.run.shape === ExecutionShape.GRAPH);
   const { graph } = view;
   if (graph === undefined && view.missing) return null;
   const usage = graph?.aggregateUsage;
