@@ -38,6 +38,22 @@ const gatedAgent = (id: string, reply: string): AgentSpec => {
 const approved = gatedAgent("gate-approve", "Shipped after sign-off.");
 const rejected = gatedAgent("gate-reject", "Not shipped: the sign-off was refused.");
 
+/** An agent that requires a gate before writes: an ungated writer is refused, a gated one admitted. */
+const WRITE_TOOL = "sandbox.write_file.v1";
+const writer = { key: "write", kind: "agent_loop", objective: "Write the file", tools: [WRITE_TOOL], budget: SLICE };
+const UNGATED = { nodes: [writer], edges: [] };
+const GATED_WRITE = {
+  nodes: [{ key: "ok-to-write", kind: "human_gate", objective: "A person allows the write" }, writer],
+  edges: [{ from: "ok-to-write", to: "write" }],
+};
+const writesBase = scriptedAgent("gate-writes", [turn("", [toolCall(PROPOSE, UNGATED)]), turn("", [toolCall(PROPOSE, GATED_WRITE)]), turn("Nothing was written.")]);
+const writes: AgentSpec = {
+  ...writesBase,
+  tools: [{ toolName: WRITE_TOOL, connectors: [], readOnlyCommands: [] }],
+  models: { primary: writesBase.models.primary, fast: QUIET, decision: QUIET },
+  graph: { ...DEFAULT_GRAPH_CEILINGS, requireGateBeforeWrites: true },
+};
+
 const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 /** Each child's whole input, by node key: what the node was handed. */
 const childInputs = new Map<string, string[]>();
@@ -61,7 +77,7 @@ let keel: TestKeel;
 let db: pg.Client;
 
 beforeAll(async () => {
-  keel = await startTestKeel({ workers: 3, agents: [approved, rejected], wrapRunnerDeps: answeringChildren, env: { KEEL_IDLE_POLL_MS: "250" } });
+  keel = await startTestKeel({ workers: 3, agents: [approved, rejected, writes], wrapRunnerDeps: answeringChildren, env: { KEEL_IDLE_POLL_MS: "250" } });
   db = new pg.Client({ connectionString: keel.databaseUrl });
   await db.connect();
 });
@@ -182,5 +198,27 @@ describe("human gates (issue 14)", () => {
     const { rows } = await db.query<{ result_text: string }>("SELECT result_text FROM tool_invocations WHERE run_id = $1 AND tool_name = $2", [rootId, PROPOSE]);
     expect(rows[0]?.result_text).toContain("The work graph failed");
     expect(rows[0]?.result_text).toContain('node "sign-off" failed: Rejected by ops: not this week');
+  });
+
+  it("refuses a node that may write with no gate before it when the agent requires one, and admits it behind a gate", async () => {
+    const rootId = await submit(writes.id, "gate-writes");
+    const graph = await until("the gated proposal to park on its gate", async () => {
+      const { run } = await runs().getRun({ runId: rootId });
+      return run?.waitReason === WaitReason.HUMAN_GATE ? (await runs().getWorkGraph({ runId: rootId })).graph : undefined;
+    });
+    expect(graph?.nodes.map((n) => [n.key, WorkNodeStatus[n.status]])).toEqual([
+      ["ok-to-write", "BLOCKED"],
+      ["write", "PENDING"],
+    ]);
+    const { rows } = await db.query<{ status: string; result_text: string | null }>(
+      "SELECT status, result_text FROM tool_invocations WHERE run_id = $1 AND tool_name = $2 ORDER BY created_at",
+      [rootId, PROPOSE],
+    );
+    expect(rows[0]?.status).toBe("failed");
+    expect(rows[0]?.result_text).toContain(`node "write" may use write tool "${WRITE_TOOL}" with no human_gate before it`);
+    expect(rows[1]?.status).toBe("pending");
+    await runs().decideGate({ runId: rootId, gateId: "ok-to-write", actor: { id: "ops" }, decision: GateDecision.REJECT, reason: "no writes today" });
+    expect(await settled(rootId)).toBe(RunStatus.SUCCEEDED);
+    expect(childInputs.has("write")).toBe(false);
   });
 });

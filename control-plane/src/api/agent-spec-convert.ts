@@ -179,6 +179,7 @@ export function agentSpecFromProto(spec: AgentSpecProto | undefined, bounds: Age
       maxParallelism: graph("max_parallelism", "maxParallelism", spec.graph?.maxParallelism) || DEFAULT_GRAPH_CEILINGS.maxParallelism,
       maxRevisions: graph("max_revisions", "maxRevisions", spec.graph?.maxRevisions) || DEFAULT_GRAPH_CEILINGS.maxRevisions,
       maxReplans: graph("max_replans", "maxReplans", spec.graph?.maxReplans) || DEFAULT_GRAPH_CEILINGS.maxReplans,
+      ...(spec.graph?.requireGateBeforeWrites === true ? { requireGateBeforeWrites: true } : {}),
     },
     profile: {
       name: spec.profile?.name || "solution_delivered",

@@ -87,6 +87,8 @@ export interface GraphCeilings {
   readonly maxParallelism: number;
   readonly maxRevisions: number;
   readonly maxReplans: number;
+  /** A node that may write must have a human_gate before it (GraphCeilings.require_gate_before_writes). */
+  readonly requireGateBeforeWrites?: boolean;
 }
 
 export interface ProfileRef {

@@ -65,8 +65,7 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
         ceilings: agent.graph,
         policy: agent.policy,
         effectiveTools: effectiveTools(deps.tools(), agent, facts.connector),
-        // No agent setting declares effects that need a gate yet: gates run when a proposal has them.
-        gatedEffects: [],
+        gatedEffects: agent.graph.requireGateBeforeWrites === true ? ["write"] : [],
         remaining: remainingBudget(agent.budget, facts.usage, Math.max(0, deps.now().getTime() - facts.startedAt.getTime())),
         purpose: "initial",
         revisionsSoFar: 0,
