@@ -154,10 +154,11 @@ describe("human gates (issue 14)", () => {
     // By key, from the connector, with the run id of any run of the graph (here the root).
     const { runId } = await ingress().decideGate({ runId: rootId, gateId: "sign-off", actor: { id: "bob" }, decision: GateDecision.APPROVE, reason: "the draft reads well" });
     expect(runId).toBe(rootId);
-    // The same decision again is harmless; the other one is refused.
+    // bob's call retried is harmless; a second decision on the used gate, either way, is refused.
     await ingress().decideGate({ runId: rootId, gateId: "sign-off", actor: { id: "bob" }, decision: GateDecision.APPROVE, reason: "again" });
-    const flipped = await codeOf(runs().decideGate({ runId: rootId, gateId: "sign-off", actor: { id: "ops" }, decision: GateDecision.REJECT, reason: "changed my mind" }));
-    expect(flipped).toEqual({ code: Code.FailedPrecondition, message: 'gate "sign-off" was already approved by bob' });
+    const used = { code: Code.FailedPrecondition, message: 'gate "sign-off" was already approved by bob' };
+    expect(await codeOf(runs().decideGate({ runId: rootId, gateId: "sign-off", actor: { id: "ops" }, decision: GateDecision.REJECT, reason: "changed my mind" }))).toEqual(used);
+    expect(await codeOf(ingress().decideGate({ runId: rootId, gateId: "sign-off", actor: { id: "carol" }, decision: GateDecision.APPROVE, reason: "me too" }))).toEqual(used);
 
     expect(await settled(rootId)).toBe(RunStatus.SUCCEEDED);
     const { run } = await runs().getRun({ runId: rootId });
@@ -169,6 +170,9 @@ describe("human gates (issue 14)", () => {
       ["ship", "SUCCEEDED"],
     ]);
     expect(node(done, "sign-off")).toMatchObject({ gateDecision: GateDecision.APPROVE, gateDecidedByActorId: "bob", gateReason: "the draft reads well" });
+    // The graph has ended: the gate still answers as used, and bob's retry still succeeds.
+    expect(await codeOf(runs().decideGate({ runId: rootId, gateId: "sign-off", actor: { id: "ops" }, decision: GateDecision.REJECT, reason: "too late" }))).toEqual(used);
+    await ingress().decideGate({ runId: rootId, gateId: "sign-off", actor: { id: "bob" }, decision: GateDecision.APPROVE, reason: "retried" });
     // The node after the gate was handed the decision and what reached the gate.
     expect(childInputs.get("ship")?.[0]).toContain("Approved by bob: the draft reads well");
     expect(childInputs.get("ship")?.[0]).toContain("draft done");

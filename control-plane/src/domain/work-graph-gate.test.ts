@@ -63,25 +63,25 @@ describe("judgeGateDecision", () => {
   });
 
   it("records a decision on a gate that waits for one", () => {
-    expect(judgeGateDecision(facts(), "approve")).toEqual({ kind: "record" });
-    expect(judgeGateDecision(facts(), "reject")).toEqual({ kind: "record" });
+    expect(judgeGateDecision(facts(), "approve", "ops")).toEqual({ kind: "record" });
+    expect(judgeGateDecision(facts(), "reject", "ops")).toEqual({ kind: "record" });
   });
 
-  it("answers the same decision again as done and refuses the other one", () => {
-    expect(judgeGateDecision(facts({ status: "succeeded", decision: "approve", decidedBy: "ops" }), "approve")).toEqual({ kind: "already" });
-    expect(judgeGateDecision(facts({ status: "succeeded", decision: "approve", decidedBy: "ops" }), "reject")).toEqual({
-      kind: "refuse",
-      reason: 'gate "gate" was already approved by ops',
-    });
+  it("answers the decider's own decision again as done and refuses any other", () => {
+    const used = facts({ status: "succeeded", decision: "approve", decidedBy: "ops" });
+    expect(judgeGateDecision(used, "approve", "ops")).toEqual({ kind: "already" });
+    const refused = { kind: "refuse", reason: 'gate "gate" was already approved by ops' };
+    expect(judgeGateDecision(used, "reject", "ops")).toEqual(refused);
+    expect(judgeGateDecision(used, "approve", "someone-else")).toEqual(refused);
   });
 
   it("refuses nodes that are not gates, gates not reached yet and cancelled gates, saying why", () => {
-    expect(judgeGateDecision(facts({ kind: "agent_loop" }), "approve")).toEqual({ kind: "refuse", reason: 'node "gate" is a agent_loop node, not a human_gate' });
-    expect(judgeGateDecision(facts({ status: "pending" }), "approve")).toEqual({
+    expect(judgeGateDecision(facts({ kind: "agent_loop" }), "approve", "ops")).toEqual({ kind: "refuse", reason: 'node "gate" is a agent_loop node, not a human_gate' });
+    expect(judgeGateDecision(facts({ status: "pending" }), "approve", "ops")).toEqual({
       kind: "refuse",
       reason: 'gate "gate" is not waiting for a decision yet: the nodes before it have not all succeeded',
     });
-    expect(judgeGateDecision(facts({ status: "cancelled" }), "approve")).toEqual({
+    expect(judgeGateDecision(facts({ status: "cancelled" }), "approve", "ops")).toEqual({
       kind: "refuse",
       reason: 'gate "gate" is cancelled: a node before it failed or the root run stopped',
     });

@@ -136,16 +136,17 @@ export type GateJudgement = { readonly kind: "record" } | { readonly kind: "alre
 const DECIDED: Readonly<Record<GateDecision, string>> = { approve: "approved", reject: "rejected" };
 
 /**
- * A gate takes one decision, once it waits for it (its inputs all succeeded). The same decision
- * again is answered as done, so a retried call is harmless; a different one is refused.
+ * A gate takes one decision, once it waits for it (its inputs all succeeded). The decider's own
+ * decision again is answered as done, so a retried call is harmless; any other is refused.
  */
 export function judgeGateDecision(
   node: { readonly key: string; readonly kind: string; readonly status: string; readonly decision: GateDecision | undefined; readonly decidedBy: string | undefined },
   decision: GateDecision,
+  actorId: string,
 ): GateJudgement {
   if (node.kind !== "human_gate") return { kind: "refuse", reason: `node "${node.key}" is a ${node.kind} node, not a human_gate` };
   if (node.decision !== undefined) {
-    return node.decision === decision
+    return node.decision === decision && node.decidedBy === actorId
       ? { kind: "already" }
       : { kind: "refuse", reason: `gate "${node.key}" was already ${DECIDED[node.decision]} by ${node.decidedBy ?? "someone"}` };
   }

@@ -17,7 +17,7 @@ export function createGateDecisions(ledger: Pick<WorkGraphLedger, "decideGate">,
       const outcome = await ledger.decideGate(command);
       switch (outcome.kind) {
         case "not_found":
-          throw new NotFoundError("gate", `${command.gate} in a running work graph of run ${command.runId}`);
+          throw new NotFoundError(`gate in the work graph of run ${command.runId}:`, command.gate);
         case "refused":
           throw new FailedPreconditionError(outcome.reason);
         case "recorded":

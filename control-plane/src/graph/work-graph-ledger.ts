@@ -65,7 +65,7 @@ export interface WorkGraphLedger {
   advance(rootRunId: string): Promise<GraphOutcome | undefined>;
   /**
    * Records a decision on a gate that waits for one, with a root run event, under the graph's row
-   * lock (a pass then lets the gate through or fails it); the same decision again is "already".
+   * lock (a pass then lets the gate through or fails it); the decider's own decision again is "already".
    */
   decideGate(command: GateDecisionCommand): Promise<GateDecisionOutcome>;
   /** Root runs whose live graph has work a pass would do (a child settled, a gate decided, the root stopped). */

@@ -232,6 +232,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
             decidedBy: node.gate_decided_by_actor_id ?? undefined,
           },
           command.decision,
+          command.actorId,
         );
         if (judged.kind === "refuse") return { kind: "refused", reason: judged.reason };
         if (judged.kind === "record") {

@@ -194,13 +194,14 @@ export interface GateRow {
 }
 
 /**
- * A node of the live graph of run runId's root, by id or key, with the graph's row locked so a
- * decision and a pass take turns. Nothing when the run has no live graph or no such node.
+ * A node of the graph of run runId's root, by id or key, with the graph's row locked so a
+ * decision and a pass take turns; an ended graph's nodes say why a late decision is refused.
+ * Nothing when the run has no graph or no such node.
  */
 export const lockGate = statement<{ runId: string; gate: string }, GateRow>("work_graph_lock_gate")`
   SELECT g.id AS graph_id, g.root_run_id, n.id, n.key, n.kind, n.status, n.gate_decision, n.gate_decided_by_actor_id
   FROM work_graphs g JOIN work_nodes n ON n.graph_id = g.id
-  WHERE g.root_run_id = (SELECT coalesce(r.root_run_id, r.id) FROM runs r WHERE r.id = ${runId}::uuid) AND g.status = 'running'
+  WHERE g.root_run_id = (SELECT coalesce(r.root_run_id, r.id) FROM runs r WHERE r.id = ${runId}::uuid)
     AND (n.key = ${(p) => p.gate} OR n.id::text = ${(p) => p.gate})
   FOR NO KEY UPDATE OF g`;
 
