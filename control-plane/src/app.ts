@@ -51,6 +51,7 @@ import { createReportProgressTool } from "./tools/report-progress-tool.js";
 import { createProposeWorkGraphTool } from "./graph/propose-work-graph-tool.js";
 import { startWorkGraphScheduler } from "./graph/work-graph-scheduler.js";
 import { createGateDecisions } from "./graph/gate-decisions.js";
+import { createSandboxHostReads } from "./ledger/sandbox-host-view.repository.js";
 import { createWorkGraphRepository } from "./ledger/work-graph.repository.js";
 import { createProgressRepository } from "./ledger/progress.repository.js";
 import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
@@ -246,7 +247,7 @@ export async function buildApp(
         gates,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), feed: emissionFeed, maxStreamsPerToken: config.maxStreamsPerToken }),
-      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs, gates, hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
+      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs, gates, hosts: createSandboxHostReads(ledger.sql), hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({
         agents,
         bounds: {

@@ -320,6 +320,16 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       ],
       notFound: { run_id: MISSING_UUID, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_REJECT", reason: "checked" },
     },
+    "keel.v1.RunService/ListSandboxHosts": {
+      role: "operator",
+      valid: { page_size: 10 },
+      expect: "ok",
+      // Empty until a host attaches (proto JSON then omits the field); a list of hosts after.
+      check: (response) => {
+        if (!Array.isArray(response.hosts ?? [])) throw new Error(`response.hosts: expected a list, got ${JSON.stringify(response.hosts)}`);
+      },
+      invalid: [{ request: { page_token: "not-a-token" }, field: "page_token" }],
+    },
     "keel.v1.RunService/ForkRun": {
       role: "operator",
       // The seeded runs have no committed step to fork from.

@@ -11,6 +11,8 @@ import { armNotification, type NotificationHub } from "../ledger/notification-hu
 import type { RunForks } from "../ledger/run-fork.repository.js";
 import type { WorkGraphReads } from "../ledger/work-graph.repository.js";
 import type { GateDecisions } from "../graph/gate-decisions.js";
+import type { SandboxHostReads } from "../ledger/sandbox-host-view.repository.js";
+import { encodeHostsPageToken, MAX_HOSTS_PAGE, parseHostsPageToken, sandboxHostToProto } from "./sandbox-host-convert.js";
 import { artifactToProto, fromEnum, runEventToProto, runStepToProto, runToProto, toolInvocationToProto } from "./convert.js";
 import { cursorOf, pageSizeOf, requireActor, requireEnum, requireGateDecision, requireReason } from "./validate.js";
 import { workGraphToProto } from "./work-graph-convert.js";
@@ -26,6 +28,8 @@ export interface RunServiceDeps {
   readonly maxReplyBytes?: number;
   /** WorkGraphs; absent, GetWorkGraph answers NotFound. */
   readonly graphs?: WorkGraphReads;
+  /** The fleet's hosts (RunService.ListSandboxHosts). */
+  readonly hosts?: SandboxHostReads;
   /** Human gates' decisions (RunService.DecideGate). */
   readonly gates?: GateDecisions;
 }
@@ -167,6 +171,15 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
       const graph = await deps.graphs.graphOf(rootRunId);
       if (graph === undefined) throw new NotFoundError("work graph of run", rootRunId);
       return { graph: workGraphToProto(graph) };
+    },
+    async listSandboxHosts(request) {
+      if (deps.hosts === undefined) throw new UnimplementedError("RunService.ListSandboxHosts is not configured on this server");
+      const size = Math.min(request.pageSize === 0 ? 100 : request.pageSize, MAX_HOSTS_PAGE);
+      const after = request.pageToken === "" ? undefined : parseHostsPageToken(request.pageToken);
+      const hosts = await deps.hosts.listHosts(size + 1, after);
+      const page = hosts.slice(0, size);
+      const last = page.at(-1);
+      return { hosts: page.map(sandboxHostToProto), nextPageToken: hosts.length > size && last !== undefined ? encodeHostsPageToken(last.hostId) : "" };
     },
     async forkRun(request) {
       const runId = requireUuid("run_id", request.runId);

@@ -4,8 +4,12 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Actor, Artifact, ResolvedOutcome, Run, RunEvent, RunStatus, RunStep, ToolInvocation } from "./run_pb.js";
 import { file_keel_v1_run } from "./run_pb.js";
+import type { HostCapacity } from "./sandbox_service_pb.js";
+import { file_keel_v1_sandbox_service } from "./sandbox_service_pb.js";
 import type { GateDecision, WorkGraph } from "./work_graph_pb.js";
 import { file_keel_v1_work_graph } from "./work_graph_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -14,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file keel/v1/run_service.proto.
  */
 export const file_keel_v1_run_service: GenFile = /*@__PURE__*/
-  fileDesc("ChlrZWVsL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdrZWVsLnYxIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIisKDkdldFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIocBCg9MaXN0UnVuc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEiIKBnN0YXR1cxgDIAEoDjISLmtlZWwudjEuUnVuU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgEIAEoDRISCgpwYWdlX3Rva2VuGAUgASgJIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLmtlZWwudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJMChNMaXN0UnVuU3RlcHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSJQChRMaXN0UnVuU3RlcHNSZXNwb25zZRIfCgVzdGVwcxgBIAMoCzIQLmtlZWwudjEuUnVuU3RlcBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiNAoRR2V0UnVuU3RlcFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg8KB3N0ZXBfaWQYAiABKAkiNAoSR2V0UnVuU3RlcFJlc3BvbnNlEh4KBHN0ZXAYASABKAsyEC5rZWVsLnYxLlJ1blN0ZXAiJgoUTGlzdEFydGlmYWN0c1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJIj0KFUxpc3RBcnRpZmFjdHNSZXNwb25zZRIkCglhcnRpZmFjdHMYASADKAsyES5rZWVsLnYxLkFydGlmYWN0IjQKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEIjQKEFdhdGNoUnVuUmVzcG9uc2USIAoFZXZlbnQYASABKAsyES5rZWVsLnYxLlJ1bkV2ZW50IiUKE0dldFdvcmtHcmFwaFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjkKFEdldFdvcmtHcmFwaFJlc3BvbnNlEiEKBWdyYXBoGAEgASgLMhIua2VlbC52MS5Xb3JrR3JhcGgipAEKHFJlc29sdmVVbmtub3duT3V0Y29tZVJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhoKEnRvb2xfaW52b2NhdGlvbl9pZBgCIAEoCRIpCgdvdXRjb21lGAMgASgOMhgua2VlbC52MS5SZXNvbHZlZE91dGNvbWUSHQoFYWN0b3IYBCABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgFIAEoCSJsCh1SZXNvbHZlVW5rbm93bk91dGNvbWVSZXNwb25zZRIwCg90b29sX2ludm9jYXRpb24YASABKAsyFy5rZWVsLnYxLlRvb2xJbnZvY2F0aW9uEhkKA3J1bhgCIAEoCzIMLmtlZWwudjEuUnVuIlAKD1BhdXNlUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSHQoFYWN0b3IYAiABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgDIAEoCSItChBQYXVzZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIlEKEFJlc3VtZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLgoRUmVzdW1lUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwua2VlbC52MS5SdW4iUgoRUmVxdWV1ZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLwoSUmVxdWV1ZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIlsKGlJ1blNlcnZpY2VDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIdCgVhY3RvchgCIAEoCzIOLmtlZWwudjEuQWN0b3ISDgoGcmVhc29uGAMgASgJIjgKG1J1blNlcnZpY2VDYW5jZWxSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5rZWVsLnYxLlJ1biJjCg5Gb3JrUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEgoKc3RlcF9pbmRleBgCIAEoDRIdCgVhY3RvchgDIAEoCzIOLmtlZWwudjEuQWN0b3ISDgoGcmVhc29uGAQgASgJIiwKD0ZvcmtSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5rZWVsLnYxLlJ1biKWAQobUnVuU2VydmljZURlY2lkZUdhdGVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdnYXRlX2lkGAIgASgJEh0KBWFjdG9yGAMgASgLMg4ua2VlbC52MS5BY3RvchInCghkZWNpc2lvbhgEIAEoDjIVLmtlZWwudjEuR2F0ZURlY2lzaW9uEg4KBnJlYXNvbhgFIAEoCSJBChxSdW5TZXJ2aWNlRGVjaWRlR2F0ZVJlc3BvbnNlEiEKBWdyYXBoGAEgASgLMhIua2VlbC52MS5Xb3JrR3JhcGgyoQgKClJ1blNlcnZpY2USOQoGR2V0UnVuEhYua2VlbC52MS5HZXRSdW5SZXF1ZXN0Ghcua2VlbC52MS5HZXRSdW5SZXNwb25zZRI/CghMaXN0UnVucxIYLmtlZWwudjEuTGlzdFJ1bnNSZXF1ZXN0Ghkua2VlbC52MS5MaXN0UnVuc1Jlc3BvbnNlEksKDExpc3RSdW5TdGVwcxIcLmtlZWwudjEuTGlzdFJ1blN0ZXBzUmVxdWVzdBodLmtlZWwudjEuTGlzdFJ1blN0ZXBzUmVzcG9uc2USRQoKR2V0UnVuU3RlcBIaLmtlZWwudjEuR2V0UnVuU3RlcFJlcXVlc3QaGy5rZWVsLnYxLkdldFJ1blN0ZXBSZXNwb25zZRJOCg1MaXN0QXJ0aWZhY3RzEh0ua2VlbC52MS5MaXN0QXJ0aWZhY3RzUmVxdWVzdBoeLmtlZWwudjEuTGlzdEFydGlmYWN0c1Jlc3BvbnNlEkEKCFdhdGNoUnVuEhgua2VlbC52MS5XYXRjaFJ1blJlcXVlc3QaGS5rZWVsLnYxLldhdGNoUnVuUmVzcG9uc2UwARJLCgxHZXRXb3JrR3JhcGgSHC5rZWVsLnYxLkdldFdvcmtHcmFwaFJlcXVlc3QaHS5rZWVsLnYxLkdldFdvcmtHcmFwaFJlc3BvbnNlEmYKFVJlc29sdmVVbmtub3duT3V0Y29tZRIlLmtlZWwudjEuUmVzb2x2ZVVua25vd25PdXRjb21lUmVxdWVzdBomLmtlZWwudjEuUmVzb2x2ZVVua25vd25PdXRjb21lUmVzcG9uc2USPwoIUGF1c2VSdW4SGC5rZWVsLnYxLlBhdXNlUnVuUmVxdWVzdBoZLmtlZWwudjEuUGF1c2VSdW5SZXNwb25zZRJCCglSZXN1bWVSdW4SGS5rZWVsLnYxLlJlc3VtZVJ1blJlcXVlc3QaGi5rZWVsLnYxLlJlc3VtZVJ1blJlc3BvbnNlEkUKClJlcXVldWVSdW4SGi5rZWVsLnYxLlJlcXVldWVSdW5SZXF1ZXN0Ghsua2VlbC52MS5SZXF1ZXVlUnVuUmVzcG9uc2USVgoJQ2FuY2VsUnVuEiMua2VlbC52MS5SdW5TZXJ2aWNlQ2FuY2VsUnVuUmVxdWVzdBokLmtlZWwudjEuUnVuU2VydmljZUNhbmNlbFJ1blJlc3BvbnNlEjwKB0ZvcmtSdW4SFy5rZWVsLnYxLkZvcmtSdW5SZXF1ZXN0Ghgua2VlbC52MS5Gb3JrUnVuUmVzcG9uc2USWQoKRGVjaWRlR2F0ZRIkLmtlZWwudjEuUnVuU2VydmljZURlY2lkZUdhdGVSZXF1ZXN0GiUua2VlbC52MS5SdW5TZXJ2aWNlRGVjaWRlR2F0ZVJlc3BvbnNlYgZwcm90bzM", [file_keel_v1_run, file_keel_v1_work_graph]);
+  fileDesc("ChlrZWVsL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdrZWVsLnYxIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIisKDkdldFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIocBCg9MaXN0UnVuc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEiIKBnN0YXR1cxgDIAEoDjISLmtlZWwudjEuUnVuU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgEIAEoDRISCgpwYWdlX3Rva2VuGAUgASgJIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLmtlZWwudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJMChNMaXN0UnVuU3RlcHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSJQChRMaXN0UnVuU3RlcHNSZXNwb25zZRIfCgVzdGVwcxgBIAMoCzIQLmtlZWwudjEuUnVuU3RlcBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiNAoRR2V0UnVuU3RlcFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg8KB3N0ZXBfaWQYAiABKAkiNAoSR2V0UnVuU3RlcFJlc3BvbnNlEh4KBHN0ZXAYASABKAsyEC5rZWVsLnYxLlJ1blN0ZXAiJgoUTGlzdEFydGlmYWN0c1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJIj0KFUxpc3RBcnRpZmFjdHNSZXNwb25zZRIkCglhcnRpZmFjdHMYASADKAsyES5rZWVsLnYxLkFydGlmYWN0IjQKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEIjQKEFdhdGNoUnVuUmVzcG9uc2USIAoFZXZlbnQYASABKAsyES5rZWVsLnYxLlJ1bkV2ZW50IiUKE0dldFdvcmtHcmFwaFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjkKFEdldFdvcmtHcmFwaFJlc3BvbnNlEiEKBWdyYXBoGAEgASgLMhIua2VlbC52MS5Xb3JrR3JhcGgipAEKHFJlc29sdmVVbmtub3duT3V0Y29tZVJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhoKEnRvb2xfaW52b2NhdGlvbl9pZBgCIAEoCRIpCgdvdXRjb21lGAMgASgOMhgua2VlbC52MS5SZXNvbHZlZE91dGNvbWUSHQoFYWN0b3IYBCABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgFIAEoCSJsCh1SZXNvbHZlVW5rbm93bk91dGNvbWVSZXNwb25zZRIwCg90b29sX2ludm9jYXRpb24YASABKAsyFy5rZWVsLnYxLlRvb2xJbnZvY2F0aW9uEhkKA3J1bhgCIAEoCzIMLmtlZWwudjEuUnVuIlAKD1BhdXNlUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSHQoFYWN0b3IYAiABKAsyDi5rZWVsLnYxLkFjdG9yEg4KBnJlYXNvbhgDIAEoCSItChBQYXVzZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIlEKEFJlc3VtZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLgoRUmVzdW1lUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwua2VlbC52MS5SdW4iUgoRUmVxdWV1ZVJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEh0KBWFjdG9yGAIgASgLMg4ua2VlbC52MS5BY3RvchIOCgZyZWFzb24YAyABKAkiLwoSUmVxdWV1ZVJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLmtlZWwudjEuUnVuIlsKGlJ1blNlcnZpY2VDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIdCgVhY3RvchgCIAEoCzIOLmtlZWwudjEuQWN0b3ISDgoGcmVhc29uGAMgASgJIjgKG1J1blNlcnZpY2VDYW5jZWxSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5rZWVsLnYxLlJ1biJjCg5Gb3JrUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEgoKc3RlcF9pbmRleBgCIAEoDRIdCgVhY3RvchgDIAEoCzIOLmtlZWwudjEuQWN0b3ISDgoGcmVhc29uGAQgASgJIiwKD0ZvcmtSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5rZWVsLnYxLlJ1biKWAQobUnVuU2VydmljZURlY2lkZUdhdGVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdnYXRlX2lkGAIgASgJEh0KBWFjdG9yGAMgASgLMg4ua2VlbC52MS5BY3RvchInCghkZWNpc2lvbhgEIAEoDjIVLmtlZWwudjEuR2F0ZURlY2lzaW9uEg4KBnJlYXNvbhgFIAEoCSJBChxSdW5TZXJ2aWNlRGVjaWRlR2F0ZVJlc3BvbnNlEiEKBWdyYXBoGAEgASgLMhIua2VlbC52MS5Xb3JrR3JhcGgiQAoXTGlzdFNhbmRib3hIb3N0c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkijwMKD1NhbmRib3hIb3N0VmlldxIPCgdob3N0X2lkGAEgASgJEicKCGNhcGFjaXR5GAIgASgLMhUua2VlbC52MS5Ib3N0Q2FwYWNpdHkSNAoGbGFiZWxzGAMgAygLMiQua2VlbC52MS5TYW5kYm94SG9zdFZpZXcuTGFiZWxzRW50cnkSEAoIYmFja2VuZHMYBCADKAkSDgoGaW1hZ2VzGAUgAygJEhEKCWNvbm5lY3RlZBgGIAEoCBISCgpyZXBsaWNhX2lkGAcgASgJEjUKEWxhc3RfaGVhcnRiZWF0X2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIxCg1yZWdpc3RlcmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIZChF3b3Jrc3BhY2VzX2luX3VzZRgKIAEoDRIPCgdydW5faWRzGAsgAygJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiXAoYTGlzdFNhbmRib3hIb3N0c1Jlc3BvbnNlEicKBWhvc3RzGAEgAygLMhgua2VlbC52MS5TYW5kYm94SG9zdFZpZXcSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJMvoICgpSdW5TZXJ2aWNlEjkKBkdldFJ1bhIWLmtlZWwudjEuR2V0UnVuUmVxdWVzdBoXLmtlZWwudjEuR2V0UnVuUmVzcG9uc2USPwoITGlzdFJ1bnMSGC5rZWVsLnYxLkxpc3RSdW5zUmVxdWVzdBoZLmtlZWwudjEuTGlzdFJ1bnNSZXNwb25zZRJLCgxMaXN0UnVuU3RlcHMSHC5rZWVsLnYxLkxpc3RSdW5TdGVwc1JlcXVlc3QaHS5rZWVsLnYxLkxpc3RSdW5TdGVwc1Jlc3BvbnNlEkUKCkdldFJ1blN0ZXASGi5rZWVsLnYxLkdldFJ1blN0ZXBSZXF1ZXN0Ghsua2VlbC52MS5HZXRSdW5TdGVwUmVzcG9uc2USTgoNTGlzdEFydGlmYWN0cxIdLmtlZWwudjEuTGlzdEFydGlmYWN0c1JlcXVlc3QaHi5rZWVsLnYxLkxpc3RBcnRpZmFjdHNSZXNwb25zZRJBCghXYXRjaFJ1bhIYLmtlZWwudjEuV2F0Y2hSdW5SZXF1ZXN0Ghkua2VlbC52MS5XYXRjaFJ1blJlc3BvbnNlMAESSwoMR2V0V29ya0dyYXBoEhwua2VlbC52MS5HZXRXb3JrR3JhcGhSZXF1ZXN0Gh0ua2VlbC52MS5HZXRXb3JrR3JhcGhSZXNwb25zZRJmChVSZXNvbHZlVW5rbm93bk91dGNvbWUSJS5rZWVsLnYxLlJlc29sdmVVbmtub3duT3V0Y29tZVJlcXVlc3QaJi5rZWVsLnYxLlJlc29sdmVVbmtub3duT3V0Y29tZVJlc3BvbnNlEj8KCFBhdXNlUnVuEhgua2VlbC52MS5QYXVzZVJ1blJlcXVlc3QaGS5rZWVsLnYxLlBhdXNlUnVuUmVzcG9uc2USQgoJUmVzdW1lUnVuEhkua2VlbC52MS5SZXN1bWVSdW5SZXF1ZXN0Ghoua2VlbC52MS5SZXN1bWVSdW5SZXNwb25zZRJFCgpSZXF1ZXVlUnVuEhoua2VlbC52MS5SZXF1ZXVlUnVuUmVxdWVzdBobLmtlZWwudjEuUmVxdWV1ZVJ1blJlc3BvbnNlElYKCUNhbmNlbFJ1bhIjLmtlZWwudjEuUnVuU2VydmljZUNhbmNlbFJ1blJlcXVlc3QaJC5rZWVsLnYxLlJ1blNlcnZpY2VDYW5jZWxSdW5SZXNwb25zZRI8CgdGb3JrUnVuEhcua2VlbC52MS5Gb3JrUnVuUmVxdWVzdBoYLmtlZWwudjEuRm9ya1J1blJlc3BvbnNlElkKCkRlY2lkZUdhdGUSJC5rZWVsLnYxLlJ1blNlcnZpY2VEZWNpZGVHYXRlUmVxdWVzdBolLmtlZWwudjEuUnVuU2VydmljZURlY2lkZUdhdGVSZXNwb25zZRJXChBMaXN0U2FuZGJveEhvc3RzEiAua2VlbC52MS5MaXN0U2FuZGJveEhvc3RzUmVxdWVzdBohLmtlZWwudjEuTGlzdFNhbmRib3hIb3N0c1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_keel_v1_run, file_keel_v1_sandbox_service, file_keel_v1_work_graph]);
 
 /**
  * @generated from message keel.v1.GetRunRequest
@@ -666,6 +670,125 @@ export const RunServiceDecideGateResponseSchema: GenMessage<RunServiceDecideGate
   messageDesc(file_keel_v1_run_service, 27);
 
 /**
+ * @generated from message keel.v1.ListSandboxHostsRequest
+ */
+export type ListSandboxHostsRequest = Message<"keel.v1.ListSandboxHostsRequest"> & {
+  /**
+   * At most 500; 0 means 100.
+   *
+   * @generated from field: uint32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message keel.v1.ListSandboxHostsRequest.
+ * Use `create(ListSandboxHostsRequestSchema)` to create a new message.
+ */
+export const ListSandboxHostsRequestSchema: GenMessage<ListSandboxHostsRequest> = /*@__PURE__*/
+  messageDesc(file_keel_v1_run_service, 28);
+
+/**
+ * @generated from message keel.v1.SandboxHostView
+ */
+export type SandboxHostView = Message<"keel.v1.SandboxHostView"> & {
+  /**
+   * @generated from field: string host_id = 1;
+   */
+  hostId: string;
+
+  /**
+   * @generated from field: keel.v1.HostCapacity capacity = 2;
+   */
+  capacity?: HostCapacity | undefined;
+
+  /**
+   * @generated from field: map<string, string> labels = 3;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * @generated from field: repeated string backends = 4;
+   */
+  backends: string[];
+
+  /**
+   * @generated from field: repeated string images = 5;
+   */
+  images: string[];
+
+  /**
+   * Whether a sandbox agent holds an Attach stream for it now.
+   *
+   * @generated from field: bool connected = 6;
+   */
+  connected: boolean;
+
+  /**
+   * The control-plane replica that holds (or last held) its Attach stream.
+   *
+   * @generated from field: string replica_id = 7;
+   */
+  replicaId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_heartbeat_at = 8;
+   */
+  lastHeartbeatAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp registered_at = 9;
+   */
+  registeredAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: uint32 workspaces_in_use = 10;
+   */
+  workspacesInUse: number;
+
+  /**
+   * Runs with an active workspace on the host (at most 100).
+   *
+   * @generated from field: repeated string run_ids = 11;
+   */
+  runIds: string[];
+};
+
+/**
+ * Describes the message keel.v1.SandboxHostView.
+ * Use `create(SandboxHostViewSchema)` to create a new message.
+ */
+export const SandboxHostViewSchema: GenMessage<SandboxHostView> = /*@__PURE__*/
+  messageDesc(file_keel_v1_run_service, 29);
+
+/**
+ * @generated from message keel.v1.ListSandboxHostsResponse
+ */
+export type ListSandboxHostsResponse = Message<"keel.v1.ListSandboxHostsResponse"> & {
+  /**
+   * @generated from field: repeated keel.v1.SandboxHostView hosts = 1;
+   */
+  hosts: SandboxHostView[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message keel.v1.ListSandboxHostsResponse.
+ * Use `create(ListSandboxHostsResponseSchema)` to create a new message.
+ */
+export const ListSandboxHostsResponseSchema: GenMessage<ListSandboxHostsResponse> = /*@__PURE__*/
+  messageDesc(file_keel_v1_run_service, 30);
+
+/**
  * Operators read and steer runs.
  *
  * @generated from service keel.v1.RunService
@@ -792,6 +915,17 @@ export const RunService: GenService<{
     methodKind: "unary";
     input: typeof RunServiceDecideGateRequestSchema;
     output: typeof RunServiceDecideGateResponseSchema;
+  },
+  /**
+   * The sandbox hosts the fleet knows, as the ledger has them: capacity, labels, whether attached
+   * and to which replica, the last heartbeat, and the runs holding workspaces on each.
+   *
+   * @generated from rpc keel.v1.RunService.ListSandboxHosts
+   */
+  listSandboxHosts: {
+    methodKind: "unary";
+    input: typeof ListSandboxHostsRequestSchema;
+    output: typeof ListSandboxHostsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_keel_v1_run_service, 0);
