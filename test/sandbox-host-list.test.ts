@@ -2,7 +2,11 @@
 // it. A host attached over a real Attach stream shows as connected on this replica with its
 // capacity, labels and heartbeat, and as detached once its stream ends; a host with an active
 // workspace lists the run holding it; pages follow host ids. Real server and PostgreSQL, gRPC.
+import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -16,6 +20,7 @@ import { grpcClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const HOST_ID = "fleet-host";
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
 let keel: TestKeel;
 let db: pg.Client;
@@ -101,6 +106,16 @@ describe("RunService.ListSandboxHosts", () => {
     expect(attached?.lastHeartbeatAt).toBeDefined();
     expect(first.hosts.find((h) => h.hostId === "aa-idle")).toMatchObject({ connected: false, workspacesInUse: 0 });
     expect(second.hosts[0]).toMatchObject({ workspacesInUse: 1, runIds: [runId] });
+
+    // The same at the command line.
+    const { stdout } = await promisify(execFile)(process.execPath, [path.join(ROOT, "bin", "keel.js"), "hosts", "--url", keel.url, "--token", keel.tokens.operator], { timeout: 30_000 });
+    const lines = stdout.trim().split("\n");
+    expect(lines[0]).toMatch(/^HOST\s+STATE\s+WORKSPACES\s+LABELS\s+HEARTBEAT$/);
+    expect(lines.slice(1).map((line) => line.split(/\s{2,}/).slice(0, 4))).toEqual([
+      ["aa-idle", "detached", "0/2", "-"],
+      [HOST_ID, `attached (${attached?.replicaId ?? ""})`, "0/3", "zone=eu-1"],
+      ["zz-busy", "detached", "1/1", "-"],
+    ]);
 
     // A host whose agent hangs up reads as detached.
     host.hangUp();

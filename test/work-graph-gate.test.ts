@@ -3,6 +3,10 @@
 // (IngressService.DecideGate) lets the next node run with the decision in its input; an
 // operator's rejection (RunService.DecideGate) fails the graph and cancels what follows. Bad
 // decisions are refused with the code and the reason. Real PostgreSQL, real workers, gRPC clients.
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,6 +22,8 @@ import { grpcClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
+const KEEL_BIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "bin", "keel.js");
+const execFileAsync = promisify(execFile);
 const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 const GATED = {
   nodes: [
@@ -184,8 +190,12 @@ describe("human gates (issue 14)", () => {
     const rootId = await submit(rejected.id, "gate-reject");
     const graph = await waitingOnGate(rootId);
     const gateId = node(graph, "sign-off")!.id;
-    // By node id, from an operator; the response carries the graph as the decision left it.
-    const { graph: after } = await runs().decideGate({ runId: rootId, gateId, actor: { id: "ops" }, decision: GateDecision.REJECT, reason: "not this week" });
+    // By node id, from an operator at the command line (RunService.DecideGate).
+    const cli = (...args: string[]) => execFileAsync(process.execPath, [KEEL_BIN, ...args, "--url", keel.url, "--token", keel.tokens.operator], { timeout: 30_000 });
+    await expect(cli("gate", rootId, gateId, "reject")).rejects.toMatchObject({ stderr: expect.stringContaining("gate needs --reason") as unknown });
+    const { stdout } = await cli("gate", rootId, gateId, "reject", "--reason", "not this week", "--actor", "ops");
+    expect(stdout.trim()).toBe(`gate ${gateId} of run ${rootId} rejected by ops: the graph fails and what follows it is cancelled`);
+    const after = (await runs().getWorkGraph({ runId: rootId })).graph;
     expect(node(after, "sign-off")).toMatchObject({ gateDecision: GateDecision.REJECT, gateDecidedByActorId: "ops", gateReason: "not this week" });
 
     expect(await settled(rootId)).toBe(RunStatus.SUCCEEDED);

@@ -6,6 +6,8 @@ import { AGENT_TLS_FLAGS, SERVE_TLS_FLAGS, agentTlsOptions, serveTlsSettings } f
 import { inspectCommand } from "./cli/inspect-command.js";
 import { recoverListCommand, recoverResolveCommand } from "./cli/recover-command.js";
 import { resumeCommand } from "./cli/resume-command.js";
+import { gateCommand } from "./cli/gate-command.js";
+import { hostsCommand } from "./cli/hosts-command.js";
 import { runsCommand } from "./cli/runs-command.js";
 import { sendCommand } from "./cli/send-command.js";
 import { ConfigError, loadConfig } from "./config.js";
@@ -20,6 +22,8 @@ const USAGE = `keel: a durable control plane for AI agent runs
   keel send --agent A --conversation C [--actor U] [--timeout-ms N] "text"
   keel runs [--agent A] [--conversation C] [--status S] [--limit N]
   keel inspect RUN_ID
+  keel gate RUN_ID GATE approve|reject --reason R [--actor U]
+  keel hosts
   keel resume RUN_ID [--reason R] [--actor U]
   keel recover
   keel recover RUN_ID --invocation ID --outcome applied|not_applied --reason R [--actor U]
@@ -45,7 +49,8 @@ diverge; exit 1 on a divergence.
 
 \`keel resume\` lifts an operator's pause. \`keel recover\` lists runs waiting on a write whose
 outcome a stopped worker left unknown; with a run id it records what you found (applied or
-not_applied, and why) so the run can go on. The actor defaults to $USER.
+not_applied, and why) so the run can go on. \`keel gate\` decides a WorkGraph's human gate
+(by key or id). \`keel hosts\` lists the sandbox fleet. The actor defaults to $USER.
 
 Client commands take --url (KEEL_URL, default http://127.0.0.1:7070) and --token
 (KEEL_TOKEN, or the file .keel/dev-token that \`keel serve --dev\` writes); for an https:// URL
@@ -135,6 +140,25 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
         const [runId] = positionals;
         if (runId === undefined) return usage("inspect needs a run id");
         return await inspectCommand({ url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) }, runId, out);
+      }
+      case "gate": {
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: { reason: { type: "string", default: "" }, actor: { type: "string", default: env["USER"] ?? "cli-user" }, url: { type: "string" }, token: { type: "string" } },
+        });
+        const [runId, gate, decision] = positionals;
+        if (runId === undefined || gate === undefined || (decision !== "approve" && decision !== "reject")) return usage("gate needs a run id, a gate, and approve or reject");
+        if (values.reason.trim() === "") return usage("gate needs --reason: it is recorded with the decision");
+        return await gateCommand(
+          { url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) },
+          { runId, gate, decision, actor: values.actor, reason: values.reason },
+          out,
+        );
+      }
+      case "hosts": {
+        const { values } = parseArgs({ args: rest, options: { url: { type: "string" }, token: { type: "string" } } });
+        return await hostsCommand({ url: resolveUrl(values.url, env), token: resolveToken(values.token, env), ...clientTls(env) }, out);
       }
       case "resume": {
         const { values, positionals } = parseArgs({
