@@ -2,14 +2,16 @@
 // by playwright-core, and a real sandbox agent on Docker. Before any host attaches the page says how
 // to attach one; then a run's exec holds a workspace on the host, and the page shows the host
 // attached to this replica, its capacity and labels, "1 of 2 in use" and a link to the run; once
-// the agent is gone it reads as detached. Every wait is on a DOM condition or a run state, never a
-// fixed sleep. Skips with a reason when chromium (or Docker, for the attached part) is absent;
+// the agent is gone it reads as detached, and a heartbeat over 30 s old as a warning. Every wait is
+// on a DOM condition or a run state, never a fixed sleep. Skips with a reason when chromium (or
+// Docker, for the attached part) is absent;
 // KEEL_REQUIRE_BROWSER=1 / KEEL_REQUIRE_DOCKER=1 (CI) fail instead, as test/dashboard.test.ts does.
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import pg from "pg";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
@@ -168,6 +170,20 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the dashboard's Sandbox ho
       await page.getByRole("link", { name: "Sandbox hosts" }).click();
       await expect.poll(() => row.getAttribute("data-attached"), { timeout: UI_TIMEOUT_MS }).toBe("no");
       expect(await row.getByTestId("attachment").textContent()).toContain("detached");
+
+      // A heartbeat older than 30 s turns the warning colour (aged in the ledger rather than waited for).
+      expect(await row.getByTestId("heartbeat").getAttribute("data-stale")).toBe("no");
+      const db = new pg.Client({ connectionString: keel.databaseUrl });
+      await db.connect();
+      try {
+        await db.query("UPDATE sandbox_hosts SET last_heartbeat_at = now() - interval '45 seconds' WHERE id = $1", [hostId]);
+      } finally {
+        await db.end();
+      }
+      await expect.poll(() => row.getByTestId("heartbeat").getAttribute("data-stale"), { timeout: UI_TIMEOUT_MS }).toBe("yes");
+      // At least 45 s: "45s ago" up to a few minutes, however slow the machine.
+      expect(await row.getByTestId("heartbeat").textContent()).toMatch(/^(4[5-9]s|5\ds|\dm) ago$/);
+      expect(await row.getByTestId("heartbeat").getAttribute("class")).toContain("stale");
     } finally {
       await agent?.kill();
       removeContainersOfHost(hostId);
