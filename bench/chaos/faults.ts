@@ -1,6 +1,7 @@
 // Faults at random intervals, one at a time, each finished (the process back, the database
 // accepting connections) before the next is drawn. Kinds come in shuffled rounds so every kind
 // is exercised about equally often, from a seeded generator so a run can be repeated.
+import { setTimeout as delay } from "node:timers/promises";
 import type { ChaosPostgres } from "./postgres.js";
 import type { ChaosTopology } from "./topology.js";
 
@@ -47,17 +48,8 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
-/** Resolves after `ms`, or at once when `signal` aborts; leaves no listener behind either way. */
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
+/** Resolves after `ms`, or at once when `signal` aborts. */
+const sleep = (ms: number, signal?: AbortSignal) => delay(ms, undefined, signal === undefined ? {} : { signal }).catch(() => undefined);
 
 export function startFaults(options: FaultOptions): FaultInjector {
   const { topology, postgres, rng } = options;
@@ -80,7 +72,7 @@ export function startFaults(options: FaultOptions): FaultInjector {
         if (child === undefined) return `replica-${replica.index} (not running)`;
         replica.stopped = true;
         child.kill("SIGSTOP");
-        await sleep(options.stopMs, new AbortController().signal);
+        await sleep(options.stopMs);
         child.kill("SIGCONT");
         replica.stopped = false;
         return `replica-${replica.index}`;

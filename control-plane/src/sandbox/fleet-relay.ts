@@ -11,6 +11,7 @@
 // replica that fails or vanishes mid-command makes its outcome unknown (HostLostError); a
 // command that never reached a host fails with HostUnavailableError.
 
+import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
 import type { CommandOutcome, HostAction, HostCommand, OutputStreamName } from "./host-protocol.js";
 import { HostLostError, HostUnavailableError, type CommandWatch, type SandboxHub } from "./sandbox-hub.js";
@@ -312,17 +313,6 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
       pickup.timer.unref();
     });
 
-  const pause = (ms: number, signal: AbortSignal) =>
-    new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      signal.addEventListener("abort", done, { once: true });
-    });
-
   /**
    * Through whichever replica holds the host. A hand-over that provably sent nothing (the holder
    * no longer had the host, or never took the command) is tried again wherever the host is, for
@@ -345,7 +335,7 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
         throw new HostUnavailableError(`sandbox host ${hostId} is not attached to any control-plane replica`);
       }
       if (Date.now() >= deadline) throw failed;
-      await pause(250, signal);
+      await delay(250, undefined, { signal }).catch(() => undefined);
       signal.throwIfAborted();
     }
   };
