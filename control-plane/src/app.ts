@@ -52,6 +52,7 @@ import { createProposeWorkGraphTool } from "./graph/propose-work-graph-tool.js";
 import { startWorkGraphScheduler } from "./graph/work-graph-scheduler.js";
 import { createGateDecisions } from "./graph/gate-decisions.js";
 import { createSandboxHostReads } from "./ledger/sandbox-host-view.repository.js";
+import { createConversationHistory } from "./ledger/run-history.repository.js";
 import { createWorkGraphRepository } from "./ledger/work-graph.repository.js";
 import { createProgressRepository } from "./ledger/progress.repository.js";
 import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
@@ -303,6 +304,7 @@ export async function buildApp(
     startWorkers() {
       const deps: RunnerDeps = {
         store: runStore,
+        conversationHistory: createConversationHistory(ledger.sql),
         providers: { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) },
         tools,
         now: () => clock.now(),

@@ -28,6 +28,7 @@ interface ClaimRow {
   trigger_count: number;
   messages: TriggerRow[] | null;
   inherits_from_run_id: string | null;
+  conversation_id: string;
   spec: AgentSpec;
   parent_run_id: string | null;
 }
@@ -94,7 +95,7 @@ const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
         ELSE ${raw(LEASE_EXPIRED)} END
     RETURNING r.id, r.status, r.lease_epoch, r.step_count, r.usage, r.connector, r.started_at, r.event_seq,
       r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.requested_by_actor_id, r.reply_to_message_id, r.commit_boundary,
-      coalesce(r.logical_request_id, r.id) AS logical_request_id, r.trigger_count, r.inherits_from_run_id,
+      coalesce(r.logical_request_id, r.id) AS logical_request_id, r.trigger_count, r.inherits_from_run_id, r.conversation_id,
       a.spec || coalesce(r.spec_override, '{}'::jsonb) AS spec, r.parent_run_id,
       coalesce((SELECT f.connector FROM runs f WHERE f.id = r.forked_from_run_id), r.connector) AS tools_connector),
   event AS (
@@ -102,7 +103,8 @@ const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
     SELECT id, event_seq, 'status_changed', 'running', ${(p) => p.summary}::text || ' at epoch ' || lease_epoch FROM claimed)
   SELECT claimed.id, claimed.lease_epoch, claimed.step_count, claimed.usage, claimed.tools_connector AS connector, claimed.started_at,
     claimed.cancel_requested_by_actor_id, claimed.superseded_by_run_id, claimed.requested_by_actor_id, claimed.reply_to_message_id,
-    claimed.commit_boundary, claimed.logical_request_id, claimed.trigger_count, claimed.inherits_from_run_id, claimed.spec, claimed.parent_run_id,
+    claimed.commit_boundary, claimed.logical_request_id, claimed.trigger_count, claimed.inherits_from_run_id, claimed.conversation_id, claimed.spec,
+    claimed.parent_run_id,
     ${(p) => p.previousStatus}::text AS previous_status,
     (${raw(triggersSql("claimed.id"))}) AS messages,
     CASE WHEN ${(p) => p.notifiesInside}::boolean THEN pg_notify('keel_run_events', claimed.id::text) END AS notified
@@ -160,6 +162,7 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
         logicalRequestId: claimed.logical_request_id,
         commitBoundary: claimed.commit_boundary,
         inheritsFromRunId: claimed.inherits_from_run_id ?? undefined,
+        conversationId: claimed.conversation_id,
         ...(claimed.parent_run_id === null ? {} : { parentRunId: claimed.parent_run_id }),
       };
     });

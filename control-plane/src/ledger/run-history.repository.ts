@@ -3,7 +3,7 @@
 import { inheritablePrefix } from "../domain/interrupt.js";
 import { FOLLOW_UP_PROGRESS_RECORDS, type TranscriptProgress } from "../domain/transcript-builder.js";
 import type { ToolCallRequest } from "../domain/transcript.js";
-import type { InvocationState, RunHistory, RunStore, StepState } from "../runner/run-store.js";
+import type { ConversationHistory, InvocationState, RunHistory, RunStore, StepState } from "../runner/run-store.js";
 import { toArtifactRecord } from "./row-mapping.js";
 import { ARTIFACT_COLUMNS, type ArtifactRow } from "./rows/ledger-rows.js";
 import { optional, raw, statement, type Sql } from "./sql.js";
@@ -79,11 +79,18 @@ const invocationsOfRun = statement<{ runId: string }, InvocationRow>("history_in
     i.resolved_outcome, i.resolved_by_actor_id, i.resolution_reason
   FROM tool_invocations i WHERE i.run_id = ${runId}::uuid ORDER BY i.created_at, i.ordinal`;
 
-export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistory" | "recentProgress"> {
-  const recentProgressOf = async (id: string, conversationId?: string): Promise<TranscriptProgress[]> =>
-    (await (conversationId === undefined ? sql.run(recentProgress, { runId: id }) : sql.run(recentProgressOfConversation, { runId: id, conversationId }))).map((row): TranscriptProgress => ({ text: row.text, at: new Date(row.created_at) })).reverse();
+const asProgress = (rows: readonly { text: string; created_at: Date }[]): TranscriptProgress[] =>
+  rows.map((row): TranscriptProgress => ({ text: row.text, at: new Date(row.created_at) })).reverse();
+
+export function createConversationHistory(sql: Sql): ConversationHistory {
   return {
-    recentProgress: recentProgressOf,
+    recentProgress: async (conversationId, exceptRunId) => asProgress(await sql.run(recentProgressOfConversation, { runId: exceptRunId, conversationId })),
+  };
+}
+
+export function createRunHistoryRepository(sql: Sql): Pick<RunStore, "loadHistory"> {
+  const recentProgressOf = async (id: string): Promise<TranscriptProgress[]> => asProgress(await sql.run(recentProgress, { runId: id }));
+  return {
     async loadHistory(id): Promise<RunHistory> {
       const [steps, artifacts, chain, progress] = await Promise.all([
         stepsOf(sql, id),

@@ -93,6 +93,7 @@ export class InMemoryRunStore implements RunStore {
       logicalRequestId: this.runId,
       commitBoundary: this.commitBoundary,
       inheritsFromRunId: undefined,
+      conversationId: "00000000-0000-4000-8000-000000000000",
     };
   }
 

@@ -22,6 +22,7 @@ import {
   type InvocationState,
   type RunControlState,
   type RunHistory,
+  type ConversationHistory,
   type RunInputMessage,
   type RunStore,
   type StepCommit,
@@ -30,6 +31,8 @@ import {
 
 export interface RunnerDeps {
   readonly store: RunStore;
+  /** A fresh run's read of its conversation's other runs (recent progress); without it, none. */
+  readonly conversationHistory?: ConversationHistory;
   readonly providers: Readonly<Record<ModelProviderName, ModelProvider>>;
   readonly tools: ToolRegistry;
   readonly now: () => Date;

@@ -44,8 +44,8 @@ export interface ClaimedRun {
   readonly commitBoundary: CommitBoundary;
   /** The run whose completed work this one starts from, if any (see RunHistory.inherited). */
   readonly inheritsFromRunId: string | undefined;
-  /** Set by an early start: the conversation, so reads of its earlier runs need not wait for this run's commit. */
-  readonly conversationId?: string;
+  /** The conversation the run answers in (ConversationHistory reads its other runs). */
+  readonly conversationId: string;
   /** A WorkGraph child run's root: it sends no acks or replies; its end is its node's result. */
   readonly parentRunId?: string;
 }
@@ -242,8 +242,6 @@ export interface RunStore {
   /** Extends the lease; false only when a claim at a higher epoch has taken it (not when the worker let go). */
   renewLease(runId: string, workerId: string, epoch: number, leaseMs: number): Promise<boolean>;
   loadHistory(runId: string): Promise<RunHistory>;
-  /** The conversation's latest progress notices from runs before this one, oldest first (a fresh run's only history read). */
-  recentProgress?(runId: string, conversationId?: string): Promise<readonly TranscriptProgress[]>;
   /** Commits one model turn and its calls' intents; returns the run's control state as of the commit. */
   commitStep(commit: StepCommit): Promise<RunControlState>;
   /** The run's control state as it is now, without committing anything. */
@@ -260,4 +258,13 @@ export interface RunStore {
   observationLog(fence: Fence, invocationId: string): ObservationLog;
   /** Gives the run back: queued again (paused, or shutting down) with the lease cleared. */
   release(fence: Fence, summary: string): Promise<void>;
+}
+
+/**
+ * Reads of a conversation's other runs, for a fresh run's first model call. They are committed
+ * before this run exists, so an early-started run reads them without waiting for its own commit.
+ */
+export interface ConversationHistory {
+  /** The conversation's latest progress notices from runs other than `exceptRunId`, oldest first. */
+  recentProgress(conversationId: string, exceptRunId: string): Promise<readonly TranscriptProgress[]>;
 }

@@ -65,9 +65,9 @@ async function drive(session: RunSession): Promise<Next> {
   if (claimed.stepCount > 0 || claimed.inheritsFromRunId !== undefined) {
     const recovered = await recover(session);
     if (recovered.kind !== "continue") return recovered;
-  } else if (session.store.recentProgress !== undefined && claimed.parentRunId === undefined) {
+  } else if (session.deps.conversationHistory !== undefined && claimed.parentRunId === undefined) {
     // A follow-up sees the conversation's latest progress records: one indexed read.
-    session.history = { ...session.history, progress: await session.store.recentProgress(claimed.runId, claimed.conversationId) };
+    session.history = { ...session.history, progress: await session.deps.conversationHistory.recentProgress(claimed.conversationId, claimed.runId) };
   }
   for (;;) {
     const safe = await checkpoint(session);

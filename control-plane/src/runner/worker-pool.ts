@@ -71,11 +71,6 @@ function afterCommit(deps: RunnerDeps, committed: Promise<void>): RunnerDeps {
       const value: unknown = Reflect.get(target, key, receiver);
       if (typeof value !== "function") return value;
       // The one synchronous method: the log is made at once, its appends wait.
-      // Reads only the conversation's other, committed runs: the early start's first call need not wait.
-      if (key === "recentProgress") {
-        return (runId: string, conversationId?: string) =>
-          conversationId === undefined ? committed.then(() => target.recentProgress?.(runId)) : target.recentProgress?.(runId, conversationId);
-      }
       if (key === "observationLog") {
         return (fence: Fence, invocationId: string): ObservationLog => {
           const log = target.observationLog(fence, invocationId);
