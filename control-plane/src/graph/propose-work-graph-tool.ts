@@ -45,7 +45,7 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
     name: "keel.propose_work_graph",
     version: 1,
     description:
-      "Propose splitting the task into a graph of parts that run as separate workers, in parallel where the edges allow: agent_loop nodes do work with a subset of your tools and a slice of your budget; a join node combines its inputs. Keel checks the proposal against your ceilings, tools and remaining budget; if it is refused you are told why and may try again or go on alone. If it is accepted, you get the results of the graph's final nodes as this call's result.",
+      "Propose splitting the task into a graph of parts that run as separate workers, in parallel where the edges allow: agent_loop nodes do work with a subset of your tools and a slice of your budget; a join node combines its inputs; a human_gate node waits for a person to approve before what follows it runs (a rejection ends the graph). Keel checks the proposal against your ceilings, tools and remaining budget; if it is refused you are told why and may try again or go on alone. If it is accepted, you get the results of the graph's final nodes as this call's result.",
     parameters: workGraphProposalSchema,
     effect: "read",
     async execute(args, context) {
