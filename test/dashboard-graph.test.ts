@@ -4,39 +4,25 @@
 // approves it with a reason, and watches "b" run and the root reply. Every wait is on a DOM
 // condition or a run state, never a fixed sleep. Skips with a reason when chromium is absent;
 // KEEL_REQUIRE_BROWSER=1 (CI) fails instead, as test/dashboard.test.ts does.
-import { execFileSync } from "node:child_process";
-import { mkdirSync } from "node:fs";
 import path from "node:path";
 import pg from "pg";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
-import { ExecutionShape, RunStatus, WaitReason, type Run } from "../gen/keel/v1/run_pb.js";
+import { ExecutionShape, WaitReason, type Run } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { GateDecision, WorkNodeStatus } from "../gen/keel/v1/work_graph_pb.js";
-import { ensureDashboardBuilt } from "../dashboard/ensure-built.js";
 import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import type { ModelProvider, ModelRequest } from "../control-plane/src/models/model-provider.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
-import { ROOT } from "./support/child-processes.js";
+import { openBrowser, SHOTS, skipsWithoutBrowser, UI_TIMEOUT_MS, waitForRun as waitForRunState } from "./support/browser.js";
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
-const REQUIRED = process.env["KEEL_REQUIRE_BROWSER"] === "1";
-const CHROMIUM = (() => {
-  try {
-    return execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim() || undefined;
-  } catch {
-    return undefined;
-  }
-})();
-if (CHROMIUM === undefined && !REQUIRED) console.log("skipping the dashboard WorkGraph browser test: Debian's chromium is not installed (apt-get install chromium)");
+const SKIPS = skipsWithoutBrowser("the dashboard WorkGraph browser test");
 
-const SHOTS = path.join(ROOT, "test-output", "dashboard");
-/** Generous: the whole suite shares two cores. */
-const UI_TIMEOUT_MS = 30_000;
 const OPERATOR = "olivia";
 const REASON = "the draft reads well";
 
@@ -75,22 +61,17 @@ function childAware(deps: RunnerDeps): RunnerDeps {
   return { ...deps, providers: { ...deps.providers, scripted: provider } };
 }
 
-describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the dashboard's WorkGraph view in chromium", () => {
+describe.skipIf(SKIPS)("the dashboard's WorkGraph view in chromium", () => {
   let keel: TestKeel;
   let db: pg.Client;
   let browser: Browser;
   let page: Page;
 
   beforeAll(async () => {
-    if (CHROMIUM === undefined) throw new Error("KEEL_REQUIRE_BROWSER=1 but chromium is not installed");
-    mkdirSync(SHOTS, { recursive: true });
-    await ensureDashboardBuilt();
     keel = await startTestKeel({ workers: 3, agents: [gatedAgent], wrapRunnerDeps: childAware, env: { KEEL_IDLE_POLL_MS: "250" } });
     db = new pg.Client({ connectionString: keel.databaseUrl });
     await db.connect();
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
-    page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-    page.setDefaultTimeout(UI_TIMEOUT_MS);
+    ({ browser, page } = await openBrowser({ width: 1280, height: 900 }));
   });
 
   afterAll(async () => {
@@ -101,15 +82,7 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the dashboard's WorkGraph 
 
   const runs = () => connectClient(RunService, keel.url, keel.tokens.operator);
 
-  async function waitForRun(runId: string, done: (run: Run) => boolean): Promise<Run> {
-    const deadline = Date.now() + UI_TIMEOUT_MS;
-    for (;;) {
-      const { run } = await runs().getRun({ runId });
-      if (run !== undefined && done(run)) return run;
-      if (Date.now() > deadline) throw new Error(`run ${runId} never reached the expected state (last: ${RunStatus[run?.status ?? 0]}, waiting on ${WaitReason[run?.waitReason ?? 0]})`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
+  const waitForRun = (runId: string, done: (run: Run) => boolean): Promise<Run> => waitForRunState(keel.url, keel.tokens.operator, runId, done);
 
   const node = (key: string) => page.locator(`li.graph-node[data-node-key="${key}"]`);
   const runStatus = () => page.getByTestId("run-status");

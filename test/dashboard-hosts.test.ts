@@ -7,52 +7,36 @@
 // Docker, for the attached part) is absent;
 // KEEL_REQUIRE_BROWSER=1 / KEEL_REQUIRE_DOCKER=1 (CI) fail instead, as test/dashboard.test.ts does.
 import { execFileSync } from "node:child_process";
-import { mkdirSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunStatus, type Run } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import { ensureDashboardBuilt } from "../dashboard/ensure-built.js";
 import { scriptedAgent, scriptedTurn as turn, toolCall, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
-import { ROOT } from "./support/child-processes.js";
+import { openBrowser, SHOTS, skipsWithoutBrowser, UI_TIMEOUT_MS, waitForRun as waitForRunState } from "./support/browser.js";
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { containersOfHost, killAllChildren, removeContainersOfHost, startSandboxAgent, uniqueHostId, whyDockerIsUnavailable, type AgentProcess } from "./support/sandbox-support.js";
 
-const REQUIRED = process.env["KEEL_REQUIRE_BROWSER"] === "1";
-const CHROMIUM = (() => {
-  try {
-    return execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim() || undefined;
-  } catch {
-    return undefined;
-  }
-})();
-if (CHROMIUM === undefined && !REQUIRED) console.log("skipping the dashboard hosts browser test: Debian's chromium is not installed (apt-get install chromium)");
-const NO_DOCKER = CHROMIUM === undefined && !REQUIRED ? undefined : whyDockerIsUnavailable();
+const SKIPS = skipsWithoutBrowser("the dashboard hosts browser test");
+const NO_DOCKER = SKIPS ? undefined : whyDockerIsUnavailable();
 const DOCKER_REQUIRED = process.env["KEEL_REQUIRE_DOCKER"] === "1";
 if (NO_DOCKER !== undefined && !DOCKER_REQUIRED) console.log(`skipping the hosts page's attached-host check: ${NO_DOCKER}`);
 
-const SHOTS = path.join(ROOT, "test-output", "dashboard");
-/** Generous: the whole suite shares two cores. */
-const UI_TIMEOUT_MS = 30_000;
 const CAPACITY = 2;
 /** Holds its workspace until the test creates /workspace/.go. */
 const HOLD_EXEC = "touch /workspace/.started; while [ ! -e /workspace/.go ]; do sleep 0.1; done; echo released";
 
-describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the dashboard's Sandbox hosts page in chromium", () => {
+describe.skipIf(SKIPS)("the dashboard's Sandbox hosts page in chromium", () => {
   let keel: TestKeel;
   let browser: Browser;
   let page: Page;
 
   beforeAll(async () => {
-    if (CHROMIUM === undefined) throw new Error("KEEL_REQUIRE_BROWSER=1 but chromium is not installed");
-    mkdirSync(SHOTS, { recursive: true });
-    await ensureDashboardBuilt();
     keel = await startTestKeel({
       workers: 2,
       agents: [
@@ -61,9 +45,7 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the dashboard's Sandbox ho
         }),
       ],
     });
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
-    page = await browser.newPage({ viewport: { width: 1280, height: 560 } });
-    page.setDefaultTimeout(UI_TIMEOUT_MS);
+    ({ browser, page } = await openBrowser({ width: 1280, height: 560 }));
   });
 
   afterAll(async () => {
@@ -74,15 +56,7 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the dashboard's Sandbox ho
 
   const runs = () => connectClient(RunService, keel.url, keel.tokens.operator);
 
-  async function waitForRun(runId: string, done: (run: Run) => boolean): Promise<Run> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const { run } = await runs().getRun({ runId });
-      if (run !== undefined && done(run)) return run;
-      if (Date.now() > deadline) throw new Error(`run ${runId} never reached the expected state (last: ${RunStatus[run?.status ?? 0]})`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
+  const waitForRun = (runId: string, done: (run: Run) => boolean): Promise<Run> => waitForRunState(keel.url, keel.tokens.operator, runId, done, 60_000);
 
   it("says how to attach a host while none has, reached from the top bar", async () => {
     await page.goto(`${keel.http1Url}/`);

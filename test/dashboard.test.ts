@@ -3,45 +3,32 @@
 // run status, never a fixed sleep. Skips with a reason when chromium is absent;
 // KEEL_REQUIRE_BROWSER=1 (CI) fails instead. Screenshots go to test-output/dashboard/.
 import { execFileSync } from "node:child_process";
-import { mkdirSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import http from "node:http";
 import http2 from "node:http2";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { BudgetDimension, ResolvedOutcome, RunStatus, WaitReason, type Run } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import { ensureDashboardBuilt } from "../dashboard/ensure-built.js";
 import { DASHBOARD_CSP } from "../control-plane/src/api/dashboard-assets.js";
 import { toolCall as call, scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
 import { longRunAgent } from "../control-plane/src/fixtures/long-run-agent.js";
-import { ROOT } from "./support/child-processes.js";
+import { CHROMIUM, openBrowser, SHOTS, skipsWithoutBrowser, UI_TIMEOUT_MS, waitForRun as waitForRunState } from "./support/browser.js";
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools } from "./support/test-tools.js";
 import { containersOfHost, removeContainersOfHost, startSandboxAgent, uniqueHostId, whyDockerIsUnavailable } from "./support/sandbox-support.js";
 
-const REQUIRED = process.env["KEEL_REQUIRE_BROWSER"] === "1";
-const CHROMIUM = (() => {
-  try {
-    return execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim() || undefined;
-  } catch {
-    return undefined;
-  }
-})();
-if (CHROMIUM === undefined && !REQUIRED) console.log("skipping the dashboard browser test: Debian's chromium is not installed (apt-get install chromium)");
+const SKIPS = skipsWithoutBrowser("the dashboard browser test");
 /** The exec check needs a sandbox host on Docker; without one it is skipped, saying why (CI requires Docker). */
 const NO_DOCKER = CHROMIUM === undefined ? undefined : whyDockerIsUnavailable();
 if (NO_DOCKER !== undefined && process.env["KEEL_REQUIRE_DOCKER"] !== "1") console.log(`skipping the dashboard's exec live-output check: ${NO_DOCKER}`);
 
-const SHOTS = path.join(ROOT, "test-output", "dashboard");
-/** Generous: the whole suite shares two cores. */
-const UI_TIMEOUT_MS = 30_000;
 const OPERATOR = "olivia";
 const LONG_RUN_STEPS = 1_000;
 /** The issue's target for opening a 1,000-step run is 1 s; the assertion leaves room for a loaded CI machine. */
@@ -98,15 +85,12 @@ function rawStatus(base: string, target: string): Promise<number> {
   });
 }
 
-describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in chromium", () => {
+describe.skipIf(SKIPS)("the operator dashboard in chromium", () => {
   let keel: TestKeel;
   let browser: Browser;
   let page: Page;
 
   beforeAll(async () => {
-    if (CHROMIUM === undefined) throw new Error("KEEL_REQUIRE_BROWSER=1 but chromium is not installed");
-    mkdirSync(SHOTS, { recursive: true });
-    await ensureDashboardBuilt();
     keel = await startTestKeel({
       tools: [...createTestTools({ effectsDir: await mkdtemp(path.join(tmpdir(), "keel-dashboard-effects-")) }), flakyWrite, holdRead],
       // The flaky write keeps one worker until the server stops.
@@ -131,9 +115,7 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in 
         scriptedAgent("dash-flaky", [turn("", [call("test.flaky_write.v1", { key: "k7" })]), turn("went on after recovery")], { tools: toolGrants(TOOLS) }),
       ],
     });
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
-    page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
-    page.setDefaultTimeout(UI_TIMEOUT_MS);
+    ({ browser, page } = await openBrowser({ width: 1280, height: 800 }));
   });
 
   afterAll(async () => {
@@ -151,15 +133,7 @@ describe.skipIf(CHROMIUM === undefined && !REQUIRED)("the operator dashboard in 
     return runId;
   }
 
-  async function waitForRun(runId: string, done: (run: Run) => boolean): Promise<Run> {
-    const deadline = Date.now() + UI_TIMEOUT_MS;
-    for (;;) {
-      const { run } = await runs().getRun({ runId });
-      if (run !== undefined && done(run)) return run;
-      if (Date.now() > deadline) throw new Error(`run ${runId} never reached the expected state (last: ${RunStatus[run?.status ?? 0]})`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
+  const waitForRun = (runId: string, done: (run: Run) => boolean): Promise<Run> => waitForRunState(keel.url, keel.tokens.operator, runId, done);
 
   const row = (runId: string) => page.locator(`tr[data-run-id="${runId}"]`);
   const runStatus = () => page.getByTestId("run-status");
