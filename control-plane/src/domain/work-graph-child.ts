@@ -31,14 +31,36 @@ export function childSpecOverride(agent: AgentSpec, node: AdmittedWorkNode): Rec
 }
 
 /** The child's one input message: its part of the work, with what its inputs produced. */
-export function childInput(node: { readonly key: string; readonly objective: string }, inputs: readonly { readonly key: string; readonly output: string | undefined }[]): string {
+export function childInput(
+  node: { readonly key: string; readonly objective: string },
+  inputs: readonly { readonly key: string; readonly output: string | undefined }[],
+  /** A verify node's subject: the node whose output it checks, and that output. */
+  check?: { readonly key: string; readonly output: string | undefined },
+): string {
   const lines = [
     `You are doing one part of a larger task: node "${node.key}" of a work graph. Reply with the result of this part only.`,
     "",
     `Objective: ${node.objective}`,
   ];
-  if (inputs.length > 0) lines.push("", "What the nodes before this one produced:", combineOutputs(inputs));
+  if (check !== undefined) {
+    lines.push(
+      "",
+      `You are checking the output of node "${check.key}" against the objective. Start your reply with PASS or FAIL on its own line, then say why.`,
+      "",
+      combineOutputs([check]),
+    );
+  }
+  const others = check === undefined ? inputs : inputs.filter((input) => input.key !== check.key);
+  if (others.length > 0) lines.push("", "What the nodes before this one produced:", combineOutputs(others));
   return lines.join("\n");
+}
+
+/** A verifier's reply judged: it passes only when it starts with PASS; FAIL or anything else fails it. */
+export function verifierVerdict(reply: string): { readonly passed: boolean; readonly output: string } {
+  const first = reply.trimStart().split(/\s/, 1)[0]?.replace(/[^A-Za-z]/g, "").toUpperCase() ?? "";
+  if (first === "PASS") return { passed: true, output: reply };
+  if (first === "FAIL") return { passed: false, output: reply };
+  return { passed: false, output: `the verifier answered neither PASS nor FAIL: ${reply}` };
 }
 
 /** The proposing call's result when the graph ends: its outcome and what its final nodes produced. */
@@ -46,6 +68,8 @@ export function graphResult(
   outcome: "succeeded" | "failed" | "cancelled",
   nodes: readonly { readonly key: string; readonly status: string; readonly output: string | undefined }[],
   sinks: readonly string[],
+  /** Replans this root has used and may use: a failed graph says whether another proposal may follow. */
+  replan?: { readonly used: number; readonly limit: number },
 ): string {
   const done = nodes.filter((node) => node.status === "succeeded").length;
   const head = `The work graph ${outcome}: ${done} of ${nodes.length} nodes succeeded.`;
@@ -53,6 +77,10 @@ export function graphResult(
   const finals = nodes.filter((node) => sinks.includes(node.key) && node.status === "succeeded");
   const parts = [head, ...failed];
   if (finals.length > 0) parts.push("Results of its final nodes:", combineOutputs(finals));
-  parts.push("Now answer the request from these results.");
+  parts.push(
+    outcome === "failed" && replan !== undefined && replan.used < replan.limit
+      ? `You may propose a revised graph (replan ${replan.used + 1} of ${replan.limit}) or answer the request from these results.`
+      : "Now answer the request from these results.",
+  );
   return parts.join("\n");
 }

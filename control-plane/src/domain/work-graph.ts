@@ -201,18 +201,17 @@ export function describeRejection(reason: AdmissionRejection): string {
     case "input_not_produced":
       return `node "${reason.node}" consumes "${reason.artifactType}", which none of its inputs produces`;
     case "not_supported":
-      return `node "${reason.node}" needs ${reason.feature}, which the scheduler does not run yet; use agent_loop, join and human_gate nodes without workspaces`;
+      return `node "${reason.node}" needs ${reason.feature}, which the scheduler does not run yet; use nodes without workspaces`;
   }
 }
 
 /**
- * What the scheduler cannot run yet (verify nodes, per-node workspaces): refused with the
- * admission reasons, so a model is told at once rather than finding a node stuck.
+ * What the scheduler cannot run yet (per-node workspaces): refused with the admission reasons,
+ * so a model is told at once rather than finding a node stuck.
  */
 export function unsupportedByScheduler(proposal: WorkGraphProposal): AdmissionRejection[] {
   const reasons: AdmissionRejection[] = [];
   for (const node of proposal.nodes) {
-    if (node.kind === "verify") reasons.push({ code: "not_supported", node: node.key, feature: `a ${node.kind} node` });
     if (node.needsWorkspace) reasons.push({ code: "not_supported", node: node.key, feature: "a workspace of its own" });
   }
   return reasons;

@@ -45,7 +45,7 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
     name: "keel.propose_work_graph",
     version: 1,
     description:
-      "Propose splitting the task into a graph of parts that run as separate workers, in parallel where the edges allow: agent_loop nodes do work with a subset of your tools and a slice of your budget; a join node combines its inputs; a human_gate node waits for a person to approve before what follows it runs (a rejection ends the graph). Keel checks the proposal against your ceilings, tools and remaining budget; if it is refused you are told why and may try again or go on alone. If it is accepted, you get the results of the graph's final nodes as this call's result.",
+      "Propose splitting the task into a graph of parts that run as separate workers, in parallel where the edges allow: agent_loop nodes do work with a subset of your tools and a slice of your budget; a verify node checks another node's output and fails the graph unless it passes; a join node combines its inputs; a human_gate node waits for a person to approve before what follows it runs (a rejection ends the graph). Keel checks the proposal against your ceilings, tools and remaining budget; if it is refused you are told why and may try again or go on alone. If it is accepted, you get the results of the graph's final nodes as this call's result.",
     parameters: workGraphProposalSchema,
     effect: "read",
     async execute(args, context) {
@@ -54,7 +54,12 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
       const facts = await deps.ledger.proposerFacts(context.runId, PROPOSE_WORK_GRAPH_TOOL);
       if (facts === undefined) return refuse("The run is gone.");
       if (facts.isChild) return refuse("A part of a work graph cannot plan a graph of its own; do this part directly.");
-      if (facts.hasGraph) return refuse("This run already ran a work graph; answer from its results.");
+      // A failed graph may be followed by a replan, within the agent's replan ceiling; one that
+      // succeeded (or is still running) is answered from.
+      const last = facts.lastGraph;
+      if (last !== undefined && last.status !== "failed" && last.status !== "cancelled") {
+        return refuse("This run already ran a work graph that succeeded; answer from its results.");
+      }
       const agent = context.agent;
       const attempts = proposalAttempts(agent);
       if (facts.rejectedSoFar >= attempts) {
@@ -67,9 +72,9 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
         effectiveTools: effectiveTools(deps.tools(), agent, facts.connector),
         gatedEffects: agent.graph.requireGateBeforeWrites === true ? ["write"] : [],
         remaining: remainingBudget(agent.budget, facts.usage, Math.max(0, deps.now().getTime() - facts.startedAt.getTime())),
-        purpose: "initial",
+        purpose: last === undefined ? "initial" : "replan",
         revisionsSoFar: 0,
-        replansSoFar: 0,
+        replansSoFar: last?.replans ?? 0,
       });
       const reasons: AdmissionRejection[] = [...(verdict.admitted ? [] : verdict.reasons), ...unsupportedByScheduler(proposal)];
       if (!verdict.admitted || reasons.length > 0) {
@@ -92,8 +97,9 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
         epoch: context.leaseEpoch ?? 0,
         invocationId: context.invocationId,
         graph,
+        revision: last === undefined ? 0 : last.revision + 1,
         childSpecs,
-        summary: `shape loop -> graph: admitted ${graph.nodes.length} nodes (${loops} child runs, depth ${graph.depth}, up to ${graph.width} at once); the run waits for them`,
+        summary: `${last === undefined ? "shape loop -> graph" : `replan ${graph.replans} of ${agent.graph.maxReplans}`}: admitted ${graph.nodes.length} nodes (${loops} child runs, depth ${graph.depth}, up to ${graph.width} at once); the run waits for them`,
       });
       if (!admitted) return refuse("The run's lease was lost before the graph could be admitted.");
       deps.admitted?.(context.runId);

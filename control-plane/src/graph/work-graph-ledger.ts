@@ -13,8 +13,8 @@ export interface ProposerFacts {
   readonly startedAt: Date;
   /** A child run: it may not plan a graph of its own (no recursive graphs). */
   readonly isChild: boolean;
-  /** The run already has a graph (one per root run in this slice; revisions come later). */
-  readonly hasGraph: boolean;
+  /** The run's latest graph, if it has one: a replan may follow only one that failed. */
+  readonly lastGraph?: { readonly status: string; readonly revision: number; readonly replans: number };
   /** Proposals of this run already refused (their calls failed). */
   readonly rejectedSoFar: number;
 }
@@ -26,6 +26,8 @@ export interface AdmitGraphCommand {
   /** The pending call that proposed the graph: it gets the graph's result when the graph ends. */
   readonly invocationId: string;
   readonly graph: AdmittedWorkGraph;
+  /** 0 for the root's first graph, one more for each replan. */
+  readonly revision: number;
   /** Per node key, what its child run's agent spec overrides (tools, policy, budget). */
   readonly childSpecs: Readonly<Record<string, Record<string, unknown>>>;
   /** The run event that explains the change of shape. */

@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { LIVE_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { WorkNodeKind } from "../domain/work-graph.js";
-import { childInput, graphResult } from "../domain/work-graph-child.js";
+import { childInput, graphResult, verifierVerdict } from "../domain/work-graph-child.js";
 import {
   isGateDecision,
   judgeGateDecision,
@@ -86,9 +86,14 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       let output = row.output ?? undefined;
       const ended = row.child_status === null ? undefined : CHILD_END[row.child_status];
       if (status === "running" && ended !== undefined && row.attempt_id !== null) {
-        // The child settled: its reply (or why it failed) is the node's output.
+        // The child settled: its reply (or why it failed) is the node's output; a verifier's reply is its verdict.
         status = ended;
         output = ended === "succeeded" ? (row.final_reply ?? "") : (row.error ?? `the child run ended ${row.child_status ?? ""}`);
+        if (ended === "succeeded" && row.kind === "verify") {
+          const verdict = verifierVerdict(output);
+          status = verdict.passed ? "succeeded" : "failed";
+          output = verdict.output;
+        }
         nodeUpdates.push({ id: row.id, status, output });
         attemptUpdates.push({ id: row.attempt_id, status });
       }
@@ -121,7 +126,11 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
           attempt_id: randomUUID(),
           node_id: row.id,
           ordinal: (row.attempt_ordinal ?? 0) + 1,
-          input: childInput({ key, objective: row.objective }, node.dependsOn.map((input) => ({ key: input, output: outputs.get(input) }))),
+          input: childInput(
+            { key, objective: row.objective },
+            node.dependsOn.map((input) => ({ key: input, output: outputs.get(input) })),
+            row.kind === "verify" && row.subject !== null ? { key: row.subject, output: outputs.get(row.subject) } : undefined,
+          ),
           spec: row.child_spec ?? {},
           summary: `child run for node "${key}" of the work graph of run ${rootRunId}`,
         };
@@ -161,7 +170,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       status: plan.cancelled.includes(node.key) ? "cancelled" : (plan.joined.find((j) => j.key === node.key)?.status ?? node.status),
       output: outputs.get(node.key),
     }));
-    const text = graphResult(plan.outcome, finalNodes, sinkKeys(nodes));
+    const text = graphResult(plan.outcome, finalNodes, sinkKeys(nodes), { used: graph.replans, limit: graph.max_replans });
     await trx.run(q.finishGraph, { graphId: graph.id, status: plan.outcome, usage: JSON.stringify(addUsage({}, childUsages)) });
     const settled = graph.proposed_by_invocation_id === null ? [] : await trx.run(q.settleProposal, { invocationId: graph.proposed_by_invocation_id, rootRunId, text });
     const woken = await trx.run(q.wakeRoot, { rootRunId, usage: JSON.stringify(addUsage(graph.root_usage, childUsages)) });
@@ -181,7 +190,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
         usage: { ...ZERO_USAGE, ...row.usage },
         startedAt: asDate(row.started_at),
         isChild: row.child,
-        hasGraph: row.has_graph,
+        ...(row.last_graph === null ? {} : { lastGraph: row.last_graph }),
         rejectedSoFar: Number(row.rejected),
       };
     },
@@ -195,7 +204,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
           const parked = await trx.run(q.parkRoot, { runId: command.runId, epoch: command.epoch });
           if (parked.length === 0) return false;
           const graphId = randomUUID();
-          await trx.run(q.insertGraph, { graphId, runId: command.runId, invocationId: command.invocationId });
+          await trx.run(q.insertGraph, { graphId, runId: command.runId, invocationId: command.invocationId, revision: command.revision, replans: command.graph.replans });
           const nodes = command.graph.nodes.map((node, ordinal) => ({
             id: randomUUID(),
             key: node.key,
@@ -204,6 +213,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
             depends_on: node.dependsOn,
             ordinal,
             child_spec: command.childSpecs[node.key] ?? null,
+            subject: node.kind === "verify" ? (node.subject ?? null) : null,
           }));
           await trx.run(q.insertNodes, { graphId, nodes: JSON.stringify(nodes) });
           await appendRunEvents(trx, command.runId, [

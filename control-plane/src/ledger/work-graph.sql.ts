@@ -23,13 +23,14 @@ export interface FactsRow {
   usage: Partial<RunUsage>;
   started_at: Date;
   child: boolean;
-  has_graph: boolean;
+  last_graph: { status: string; revision: number; replans: number } | null;
   rejected: number;
 }
 
 export const proposerFacts = statement<{ runId: string; toolName: string }, FactsRow>("work_graph_proposer_facts")`
   SELECT r.connector, r.usage, coalesce(r.started_at, r.created_at) AS started_at, r.parent_run_id IS NOT NULL AS child,
-    EXISTS (SELECT 1 FROM work_graphs g WHERE g.root_run_id = r.id) AS has_graph,
+    (SELECT json_build_object('status', g.status, 'revision', g.revision, 'replans', g.replans) FROM work_graphs g
+     WHERE g.root_run_id = r.id ORDER BY g.revision DESC LIMIT 1) AS last_graph,
     (SELECT count(*)::int FROM tool_invocations t WHERE t.run_id = r.id AND t.status = 'failed' AND t.tool_name = ${(p) => p.toolName}) AS rejected
   FROM runs r WHERE r.id = ${runId}::uuid`;
 
@@ -41,14 +42,14 @@ export const parkRoot = statement<{ runId: string; epoch: number }, { id: string
     AND cancel_requested_by_actor_id IS NULL AND superseded_by_run_id IS NULL
   RETURNING id`;
 
-export const insertGraph = statement<{ graphId: string; runId: string; invocationId: string }>("work_graph_insert")`
-  INSERT INTO work_graphs (id, root_run_id, aggregate_usage, status, proposed_by_invocation_id)
-  VALUES (${graphId}::uuid, ${runId}::uuid, '{}'::jsonb, 'running', ${(p) => p.invocationId}::uuid)`;
+export const insertGraph = statement<{ graphId: string; runId: string; invocationId: string; revision: number; replans: number }>("work_graph_insert")`
+  INSERT INTO work_graphs (id, root_run_id, aggregate_usage, status, proposed_by_invocation_id, revision, replans)
+  VALUES (${graphId}::uuid, ${runId}::uuid, '{}'::jsonb, 'running', ${(p) => p.invocationId}::uuid, ${(p) => p.revision}::int, ${(p) => p.replans}::int)`;
 
 export const insertNodes = statement<{ graphId: string; nodes: string }>("work_graph_insert_nodes")`
-  INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal, child_spec)
-  SELECT n.id, ${graphId}::uuid, n.key, n.kind, 'pending', n.objective, n.depends_on, n.ordinal, n.child_spec
-  FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS n(id uuid, key text, kind text, objective text, depends_on jsonb, ordinal int, child_spec jsonb)`;
+  INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal, child_spec, subject)
+  SELECT n.id, ${graphId}::uuid, n.key, n.kind, 'pending', n.objective, n.depends_on, n.ordinal, n.child_spec, n.subject
+  FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS n(id uuid, key text, kind text, objective text, depends_on jsonb, ordinal int, child_spec jsonb, subject text)`;
 
 export interface LockedGraphRow {
   id: string;
@@ -60,6 +61,8 @@ export interface LockedGraphRow {
   connector: string;
   requested_by_actor_id: string;
   max_parallelism: number;
+  replans: number;
+  max_replans: number;
 }
 
 /**
@@ -73,7 +76,8 @@ export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_
   WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
   SELECT g.id, g.proposed_by_invocation_id, r.status AS root_status, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
     r.requested_by_actor_id,
-    coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism
+    coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism,
+    g.replans, coalesce((a.spec -> 'graph' ->> 'maxReplans')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxReplans))}) AS max_replans
   FROM durability, work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
   WHERE g.root_run_id = ${rootRunId}::uuid AND g.status = 'running'
   FOR NO KEY UPDATE OF g`;
@@ -85,6 +89,7 @@ export interface PassNodeRow {
   status: string;
   objective: string;
   depends_on: string[];
+  subject: string | null;
   output: string | null;
   child_spec: Record<string, unknown> | null;
   attempt_id: string | null;
@@ -100,7 +105,7 @@ export interface PassNodeRow {
 
 /** Every node with its latest attempt and that attempt's child run, in admitted (topological) order. */
 export const passNodes = statement<{ graphId: string }, PassNodeRow>("work_graph_pass_nodes")`
-  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.output, n.child_spec,
+  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.subject, n.output, n.child_spec,
     n.gate_decision, n.gate_decided_by_actor_id, n.gate_reason, t.id AS attempt_id, t.ordinal AS attempt_ordinal, c.status AS child_status, c.final_reply, c.error, c.usage AS child_usage
   FROM work_nodes n
   LEFT JOIN LATERAL (SELECT a.id, a.ordinal, a.child_run_id FROM work_node_attempts a WHERE a.node_id = n.id ORDER BY a.ordinal DESC LIMIT 1) t ON true
@@ -202,6 +207,7 @@ export const lockGate = statement<{ runId: string; gate: string }, GateRow>("wor
   SELECT g.id AS graph_id, g.root_run_id, n.id, n.key, n.kind, n.status, n.gate_decision, n.gate_decided_by_actor_id
   FROM work_graphs g JOIN work_nodes n ON n.graph_id = g.id
   WHERE g.root_run_id = (SELECT coalesce(r.root_run_id, r.id) FROM runs r WHERE r.id = ${runId}::uuid)
+    AND g.revision = (SELECT max(l.revision) FROM work_graphs l WHERE l.root_run_id = g.root_run_id)
     AND (n.key = ${(p) => p.gate} OR n.id::text = ${(p) => p.gate})
   FOR NO KEY UPDATE OF g`;
 
@@ -241,7 +247,8 @@ export const graphView = statement<{ runId: string }, GraphViewRow>("work_graph_
   SELECT g.id, g.root_run_id, g.revision, g.replans, g.status, g.created_at,
     (SELECT json_agg(c.usage) FROM runs c WHERE c.parent_run_id = g.root_run_id) AS child_usages
   FROM work_graphs g
-  WHERE g.root_run_id = (SELECT coalesce(r.root_run_id, r.id) FROM runs r WHERE r.id = ${runId}::uuid)`;
+  WHERE g.root_run_id = (SELECT coalesce(r.root_run_id, r.id) FROM runs r WHERE r.id = ${runId}::uuid)
+  ORDER BY g.revision DESC LIMIT 1`;
 
 export interface AttemptJson {
   id: string;

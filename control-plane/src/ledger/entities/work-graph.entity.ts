@@ -8,9 +8,11 @@ const p = defineEntity.properties;
 export const WorkGraphEntity = defineEntity({
   name: "WorkGraph",
   tableName: "work_graphs",
+  // A replan is a new revision of the root's graph; the latest is the live one.
+  uniques: [{ properties: ["rootRunId", "revision"] }],
   properties: {
     id: p.uuid().primary(),
-    rootRunId: () => references(RunEntity, "root_run_id").unique(),
+    rootRunId: () => references(RunEntity, "root_run_id"),
     revision: p.integer().default(0),
     replans: p.integer().default(0),
     aggregateUsage: p.json<Record<string, number>>(),

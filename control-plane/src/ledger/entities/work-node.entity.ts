@@ -22,6 +22,8 @@ export const WorkNodeEntity = defineEntity({
     /** Why the gate was decided so, in the decider's words. */
     gateReason: p.text().nullable(),
     gateDecidedAt: p.datetime().nullable(),
+    /** verify only: the key of the node whose output it checks. */
+    subject: p.text().nullable(),
     /** Position in the admitted (topological) order: passes walk nodes in it. */
     ordinal: p.integer().default(0),
     /** What the node's child run overrides in the agent spec: its tools, policy and budget slice. */
