@@ -2,6 +2,7 @@
 // The port is the ledger's (ledger/model-call.repository.ts); the per-run state lives here so the
 // run session needs no field of its own.
 import type { EmissionDraft } from "../domain/records.js";
+import { ClaimNotStarted } from "../domain/run-start.js";
 import { lifecycleAckDrafts } from "../domain/settlement.js";
 import { ZERO_SIDE_USAGE, type SideCallUsage } from "../domain/triage.js";
 import type { RunSession } from "./run-session.js";
@@ -40,6 +41,8 @@ export function beginModelCall(session: RunSession): Promise<SideCallUsage> {
     states.set(session, state);
   }
   const log = (error: unknown): SideCallUsage => {
+    // An early start the ceiling withdrew: the run is queued, and its claim sends the acks later.
+    if (error instanceof ClaimNotStarted) return ZERO_SIDE_USAGE;
     session.deps.log.warn({ err: error, runId: claimed.runId }, "lifecycle acks or side usage could not be read; going on without");
     return ZERO_SIDE_USAGE;
   };
