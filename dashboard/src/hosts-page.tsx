@@ -1,10 +1,10 @@
 // The sandbox hosts the fleet knows (issue #15): capacity, labels, whether an agent is attached and
 // to which replica, workspaces in use with the runs holding them, and the last heartbeat. There is
 // no stream of host changes, so it polls RunService.ListSandboxHosts every 2 s, as the runs table does.
-import { useEffect, useState } from "preact/hooks";
 import type { SandboxHostView } from "../../gen/keel/v1/run_service_pb.js";
 import { runService } from "./client.js";
-import { age, dateOf, errorText } from "./format.js";
+import { age, dateOf } from "./format.js";
+import { usePolling } from "./polling.js";
 
 const POLL_MS = 2_000;
 const PAGE_SIZE = 500;
@@ -28,6 +28,19 @@ function onTableKey(event: KeyboardEvent) {
   }
 }
 
+/** Up to MAX_PAGES pages of hosts, and whether more were left unread. */
+async function readFleet(signal: AbortSignal): Promise<{ hosts: SandboxHostView[]; more: boolean }> {
+  const hosts: SandboxHostView[] = [];
+  let pageToken = "";
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const reply = await runService.listSandboxHosts({ pageSize: PAGE_SIZE, pageToken }, { signal });
+    hosts.push(...reply.hosts);
+    pageToken = reply.nextPageToken;
+    if (pageToken === "") break;
+  }
+  return { hosts, more: pageToken !== "" };
+}
+
 export function cpuText(millis: number): string {
   if (millis === 0) return "—";
   return millis % 1000 === 0 ? `${millis / 1000} CPU` : `${(millis / 1000).toFixed(1)} CPU`;
@@ -47,39 +60,9 @@ export function bytesText(value: bigint | number): string {
 }
 
 export function HostsPage() {
-  const [hosts, setHosts] = useState<readonly SandboxHostView[] | undefined>(undefined);
-  const [more, setMore] = useState(false);
-  const [error, setError] = useState("");
-  const [now, setNow] = useState(Date.now());
-
-  useEffect(() => {
-    const stop = new AbortController();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const poll = async () => {
-      try {
-        const all: SandboxHostView[] = [];
-        let pageToken = "";
-        for (let page = 0; page < MAX_PAGES; page++) {
-          const reply = await runService.listSandboxHosts({ pageSize: PAGE_SIZE, pageToken }, { signal: stop.signal });
-          all.push(...reply.hosts);
-          pageToken = reply.nextPageToken;
-          if (pageToken === "") break;
-        }
-        setHosts(all);
-        setMore(pageToken !== "");
-        setError("");
-      } catch (caught) {
-        if (!stop.signal.aborted) setError(errorText(caught));
-      }
-      setNow(Date.now());
-      if (!stop.signal.aborted) timer = setTimeout(() => void poll(), POLL_MS);
-    };
-    void poll();
-    return () => {
-      stop.abort();
-      clearTimeout(timer);
-    };
-  }, []);
+  const { value: fleet, error, at: now } = usePolling(readFleet, POLL_MS, []);
+  const hosts = fleet?.hosts;
+  const more = fleet?.more ?? false;
 
   const attached = (hosts ?? []).filter((h) => h.connected);
   const inUse = attached.reduce((sum, h) => sum + h.workspacesInUse, 0);

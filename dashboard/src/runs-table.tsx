@@ -1,9 +1,10 @@
 // The runs table. RunService has no stream of all runs, so it polls ListRuns (one page, newest
 // first); a run's own page streams. Rows have a fixed height so a refresh never shifts them.
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { RunStatus, type Run } from "../../gen/keel/v1/run_pb.js";
 import { runService } from "./client.js";
-import { age, count, dateOf, errorText, FILTER_STATUSES, statusLabel, usd, waitReasonLabel } from "./format.js";
+import { age, count, dateOf, FILTER_STATUSES, statusLabel, usd, waitReasonLabel } from "./format.js";
+import { usePolling } from "./polling.js";
 
 const POLL_MS = 1_000;
 const PAGE_SIZE = 100;
@@ -22,30 +23,7 @@ function onTableKey(event: KeyboardEvent) {
 
 export function RunsTable() {
   const [status, setStatus] = useState<RunStatus>(RunStatus.UNSPECIFIED);
-  const [runs, setRuns] = useState<readonly Run[] | undefined>(undefined);
-  const [error, setError] = useState("");
-  const [now, setNow] = useState(Date.now());
-
-  useEffect(() => {
-    const stop = new AbortController();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const poll = async () => {
-      try {
-        const reply = await runService.listRuns({ status, pageSize: PAGE_SIZE }, { signal: stop.signal });
-        setRuns(reply.runs);
-        setError("");
-      } catch (caught) {
-        if (!stop.signal.aborted) setError(errorText(caught));
-      }
-      setNow(Date.now());
-      if (!stop.signal.aborted) timer = setTimeout(() => void poll(), POLL_MS);
-    };
-    void poll();
-    return () => {
-      stop.abort();
-      clearTimeout(timer);
-    };
-  }, [status]);
+  const { value: runs, error, at: now } = usePolling(async (signal) => (await runService.listRuns({ status, pageSize: PAGE_SIZE }, { signal })).runs, POLL_MS, [status]);
 
   return (
     <section aria-labelledby="runs-title">
