@@ -16,9 +16,8 @@ import { RunStatus, WaitReason } from "../gen/keel/v1/run_pb.js";
 import { GateDecision, WorkNodeStatus, type WorkGraph } from "../gen/keel/v1/work_graph_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
-import type { ModelProvider, ModelRequest } from "../control-plane/src/models/model-provider.js";
-import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { grpcClient } from "./support/clients.js";
+import { answeringGraphChildren } from "./support/graph-children.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
@@ -60,24 +59,12 @@ const writes: AgentSpec = {
   graph: { ...DEFAULT_GRAPH_CEILINGS, requireGateBeforeWrites: true },
 };
 
-const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 /** Each child's whole input, by node key: what the node was handed. */
 const childInputs = new Map<string, string[]>();
-
-function answeringChildren(deps: RunnerDeps): RunnerDeps {
-  const scripted = deps.providers.scripted;
-  const provider: ModelProvider = {
-    ...scripted,
-    complete(request: ModelRequest) {
-      const input = request.messages.find((m) => m.role === "user" && CHILD_MARK.test(m.content))?.content;
-      const key = input === undefined ? undefined : CHILD_MARK.exec(input)?.[1];
-      if (input === undefined || key === undefined) return scripted.complete(request);
-      childInputs.set(key, [...(childInputs.get(key) ?? []), input]);
-      return Promise.resolve({ text: `${key} done`, toolCalls: [], usage: { inputTokens: 100, outputTokens: 10 }, finishReason: "stop" as const });
-    },
-  };
-  return { ...deps, providers: { ...deps.providers, scripted: provider } };
-}
+const answeringChildren = answeringGraphChildren((key, input) => {
+  childInputs.set(key, [...(childInputs.get(key) ?? []), input]);
+  return `${key} done`;
+});
 
 let keel: TestKeel;
 let db: pg.Client;

@@ -11,9 +11,8 @@ import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { WorkNodeKind, WorkNodeStatus } from "../gen/keel/v1/work_graph_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, withBudgetDefaults, type AgentSpec } from "../control-plane/src/domain/agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
-import type { ModelProvider, ModelRequest } from "../control-plane/src/models/model-provider.js";
-import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { grpcClient } from "./support/clients.js";
+import { answeringGraphChildren } from "./support/graph-children.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
@@ -41,7 +40,6 @@ const STUBBORN_REPLY = "I could not get the answer verified; here is what I have
 const fixed = agent("verify-replan", [turn("", [toolCall(PROPOSE, checked("answer", "check"))]), turn(FIXED_REPLY)], 2);
 const stubborn = agent("verify-stubborn", [turn("", [toolCall(PROPOSE, checked("guess", "audit"))]), turn(STUBBORN_REPLY)], 1);
 
-const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 /** Per verifier node, its replies in order (the last one repeats). */
 const VERDICTS: Record<string, string[]> = {
   check: ["FAIL: the answer gives no units", "PASS: 42 metres, units given"],
@@ -50,32 +48,24 @@ const VERDICTS: Record<string, string[]> = {
 const calls = new Map<string, number>();
 const inputs: { key: string; input: string }[] = [];
 
-function answeringChildren(deps: RunnerDeps): RunnerDeps {
-  const scripted = deps.providers.scripted;
-  const provider: ModelProvider = {
-    ...scripted,
-    complete(request: ModelRequest) {
-      const input = request.messages.find((m) => m.role === "user" && CHILD_MARK.test(m.content))?.content;
-      const key = input === undefined ? undefined : CHILD_MARK.exec(input)?.[1];
-      if (input === undefined || key === undefined) {
-        // The roots read their proposals' results as a model would: the first one proposes again
-        // while it is told it may; the stubborn one keeps proposing until it is refused.
-        const results = request.messages.filter((m) => m.role === "tool").map((m) => m.content);
-        const last = results.at(-1) ?? "";
-        const stubbornRoot = request.spec.scriptedTurns?.[1]?.replyText === STUBBORN_REPLY;
-        const proposeAgain = stubbornRoot ? !results.some((r) => r.includes("was refused")) : results.length === 0 || last.includes("You may propose a revised graph");
-        return scripted.complete({ ...request, callIndex: proposeAgain ? 0 : 1 });
-      }
-      inputs.push({ key, input });
-      const n = (calls.get(key) ?? 0) + 1;
-      calls.set(key, n);
-      const verdicts = VERDICTS[key];
-      const text = verdicts === undefined ? `42 (attempt ${n})` : verdicts[Math.min(n, verdicts.length) - 1]!;
-      return Promise.resolve({ text, toolCalls: [], usage: { inputTokens: 100, outputTokens: 10 }, finishReason: "stop" as const });
-    },
-  };
-  return { ...deps, providers: { ...deps.providers, scripted: provider } };
-}
+const answeringChildren = answeringGraphChildren(
+  (key, input) => {
+    inputs.push({ key, input });
+    const n = (calls.get(key) ?? 0) + 1;
+    calls.set(key, n);
+    const verdicts = VERDICTS[key];
+    return verdicts === undefined ? `42 (attempt ${n})` : verdicts[Math.min(n, verdicts.length) - 1]!;
+  },
+  // The roots read their proposals' results as a model would: the first one proposes again while
+  // it is told it may; the stubborn one keeps proposing until it is refused.
+  (request, scripted) => {
+    const results = request.messages.filter((m) => m.role === "tool").map((m) => m.content);
+    const last = results.at(-1) ?? "";
+    const stubbornRoot = request.spec.scriptedTurns?.[1]?.replyText === STUBBORN_REPLY;
+    const proposeAgain = stubbornRoot ? !results.some((r) => r.includes("was refused")) : results.length === 0 || last.includes("You may propose a revised graph");
+    return scripted.complete({ ...request, callIndex: proposeAgain ? 0 : 1 });
+  },
+);
 
 let keel: TestKeel;
 let db: pg.Client;

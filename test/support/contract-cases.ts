@@ -12,6 +12,8 @@ import { IngressService } from "../../gen/keel/v1/ingress_service_pb.js";
 import { RunService } from "../../gen/keel/v1/run_service_pb.js";
 import { SandboxService } from "../../gen/keel/v1/sandbox_service_pb.js";
 import type { TokenRole } from "../../control-plane/src/ledger/api-token.repository.js";
+import { ACTOR, expectArray, expectField, MISSING_UUID, type ContractCase, type Seed } from "./contract-case-kit.js";
+import { runServiceCases } from "./contract-cases-run.js";
 
 /** Every service of the public contract; the suite walks their descriptors. */
 export const CONTRACT_SERVICES: readonly DescService[] = [IngressService, EmissionService, RunService, AgentService, SandboxService];
@@ -23,69 +25,7 @@ export const methodKey = (method: DescMethod): string => `${method.parent.typeNa
 
 export const allMethods = (): DescMethod[] => CONTRACT_SERVICES.flatMap((service) => service.methods);
 
-/** One request; for a client- or bidi-streaming RPC, the messages the client sends, in order. */
-export type RpcInput = JsonObject | readonly JsonObject[];
-
-/**
- * What the right role gets for the valid request: "ok", or a code — Unimplemented for an RPC
- * not built yet, FailedPrecondition where the seeded run's state refuses it, NotFound, ...
- */
-export type Expected = "ok" | Code;
-
-export interface InvalidInput {
-  readonly request: RpcInput;
-  /** The proto field the InvalidArgument message must start with ("run_id: must be a UUID"). */
-  readonly field: string;
-}
-
-export interface ContractCase {
-  /** The role the service is for (auth.ts); admin may call everything, every other role is refused. */
-  readonly role: TokenRole;
-  readonly valid: RpcInput;
-  readonly expect: Expected;
-  /** Checks on the response (or first streamed message) of the valid request; fields are snake_case. */
-  readonly check?: (response: JsonObject) => void;
-  /** Bad inputs: InvalidArgument naming the field, never Internal. Empty only with a comment saying why. */
-  readonly invalid: readonly InvalidInput[];
-  /** Well-formed ids that do not exist: NotFound. */
-  readonly notFound?: RpcInput;
-}
-
-/**
- * Ledger rows the valid requests point at, created through the API before the matrix runs.
- * The matrix's Keel runs no workers, so each run stays exactly where the seed left it, and
- * every valid request is idempotent: it is sent four times (two clients, role and admin).
- */
-export interface Seed {
-  /** Queued, and stays queued. */
-  readonly liveRunId: string;
-  /** Cancelled while queued: terminal. */
-  readonly settledRunId: string;
-  readonly emissionId: string;
-  readonly connector: string;
-}
-
-// Well-formed ids that name nothing.
-export const MISSING_UUID = "00000000-0000-4000-8000-000000000000";
-export const ACTOR = { id: "contract-tester", display_name: "Contract Tester" };
-const LONG_REASON = "x".repeat(4097);
-
-const field = (value: unknown, ...path: string[]): unknown =>
-  path.reduce<unknown>((node, key) => (node !== null && typeof node === "object" ? (node as Record<string, unknown>)[key] : undefined), value);
-
-/** Throws unless the response field at `path` equals `expected`; vitest reports it like any failure. */
-const expectField =
-  (expected: unknown, ...path: string[]) =>
-  (response: JsonObject): void => {
-    const actual = field(response, ...path);
-    if (actual !== expected) throw new Error(`response.${path.join(".")}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
-  };
-
-const expectArray =
-  (...path: string[]) =>
-  (response: JsonObject): void => {
-    if (!Array.isArray(field(response, ...path))) throw new Error(`response.${path.join(".")}: expected an array`);
-  };
+export * from "./contract-case-kit.js";
 
 /** The case table. Keys are "package.Service/Method"; the suite fails on a method without a key and on a key without a method. */
 export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>> {
@@ -97,7 +37,6 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
     text: "contract",
     connector: "contract-matrix",
   };
-  const live = { run_id: seed.liveRunId, actor: ACTOR, reason: "contract" };
   // The seed submits each message as `<conversation>-m` (see seedLedger in contract.test.ts).
   const seededMessage = { agent_id: "demo", conversation_id: "contract-seed-live", message_id: "contract-seed-live-m" };
   const settled = { run_id: seed.settledRunId, actor: ACTOR, reason: "contract" };
@@ -199,145 +138,7 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       notFound: { emission_id: MISSING_UUID, outcome: "DELIVERY_STATUS_DELIVERED" },
     },
 
-    // --- RunService: operators read and steer runs.
-    "keel.v1.RunService/GetRun": {
-      role: "operator",
-      valid: { run_id: seed.liveRunId },
-      expect: "ok",
-      check: expectField(seed.liveRunId, "run", "id"),
-      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
-      notFound: { run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/ListRuns": {
-      role: "operator",
-      valid: {},
-      expect: "ok",
-      check: expectArray("runs"),
-      invalid: [
-        { request: { agent_id: "Not A Slug" }, field: "agent_id" },
-        { request: { conversation_id: "has space" }, field: "conversation_id" },
-        // Opaque to clients, but a forged or corrupted token is still the caller's mistake, not Internal.
-        { request: { page_token: Buffer.from("not-a-token").toString("base64url") }, field: "page_token" },
-      ],
-    },
-    "keel.v1.RunService/ListRunSteps": {
-      role: "operator",
-      valid: { run_id: seed.liveRunId },
-      expect: "ok",
-      check: expectArray("steps"),
-      invalid: [
-        { request: { run_id: "" }, field: "run_id" },
-        { request: { run_id: seed.liveRunId, page_token: Buffer.from("not-a-token").toString("base64url") }, field: "page_token" },
-      ],
-      notFound: { run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/GetRunStep": {
-      role: "operator",
-      // No worker runs in the matrix's Keel, so no run has steps: the valid request names a real
-      // run and a well-formed step id that does not exist (first-slice reads a real step).
-      valid: { run_id: seed.liveRunId, step_id: MISSING_UUID },
-      expect: Code.NotFound,
-      invalid: [{ request: { run_id: seed.liveRunId, step_id: "not-a-uuid" }, field: "step_id" }],
-      notFound: { run_id: MISSING_UUID, step_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/ListArtifacts": {
-      role: "operator",
-      valid: { run_id: seed.liveRunId },
-      expect: "ok",
-      check: expectArray("artifacts"),
-      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
-      notFound: { run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/WatchRun": {
-      role: "operator",
-      // Ingress wrote the run's CREATED event, so the stream's first message proves it opened.
-      valid: { run_id: seed.liveRunId },
-      expect: "ok",
-      check: expectField("RUN_EVENT_KIND_CREATED", "event", "kind"),
-      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
-      notFound: { run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/GetWorkGraph": {
-      role: "operator",
-      // A loop-shaped run has no work graph: NotFound, not an empty graph.
-      valid: { run_id: seed.liveRunId },
-      expect: Code.NotFound,
-      invalid: [{ request: { run_id: "not-a-uuid" }, field: "run_id" }],
-      notFound: { run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/ResolveUnknownOutcome": {
-      role: "operator",
-      // The live run has no tool invocation in unknown_outcome to resolve.
-      valid: { run_id: seed.liveRunId, tool_invocation_id: MISSING_UUID, outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR, reason: "checked" },
-      expect: Code.FailedPrecondition,
-      invalid: [
-        { request: { run_id: seed.liveRunId, tool_invocation_id: "nope", outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR }, field: "tool_invocation_id" },
-        { request: { run_id: seed.liveRunId, tool_invocation_id: MISSING_UUID, actor: ACTOR }, field: "outcome" },
-      ],
-      notFound: { run_id: MISSING_UUID, tool_invocation_id: MISSING_UUID, outcome: "RESOLVED_OUTCOME_APPLIED", actor: ACTOR },
-    },
-    "keel.v1.RunService/PauseRun": {
-      role: "operator",
-      // Pausing is idempotent, so the live run can take it four times.
-      valid: live,
-      expect: "ok",
-      check: expectField(true, "run", "paused"),
-      invalid: [{ request: { ...live, reason: LONG_REASON }, field: "reason" }],
-      notFound: { ...live, run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/ResumeRun": {
-      role: "operator",
-      valid: settled,
-      expect: Code.FailedPrecondition,
-      invalid: [{ request: { ...settled, run_id: "not-a-uuid" }, field: "run_id" }],
-      notFound: { ...settled, run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/RequeueRun": {
-      role: "operator",
-      // Requeueing a queued run is a no-op that answers with the run, still queued.
-      valid: live,
-      expect: "ok",
-      check: expectField("RUN_STATUS_QUEUED", "run", "status"),
-      invalid: [{ request: { run_id: seed.liveRunId, reason: "no actor" }, field: "actor" }],
-      notFound: { ...live, run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/CancelRun": {
-      role: "operator",
-      // A settled run refuses, saying how it ended, the same every time.
-      valid: settled,
-      expect: Code.FailedPrecondition,
-      invalid: [{ request: { ...live, reason: "" }, field: "reason" }],
-      notFound: { ...settled, run_id: MISSING_UUID },
-    },
-    "keel.v1.RunService/DecideGate": {
-      role: "operator",
-      // A loop-shaped run has no work graph, so no gate to decide.
-      valid: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_REJECT", reason: "checked" },
-      expect: Code.NotFound,
-      invalid: [
-        { request: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_REJECT", reason: " " }, field: "reason" },
-        { request: { run_id: seed.liveRunId, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_UNSPECIFIED", reason: "checked" }, field: "decision" },
-      ],
-      notFound: { run_id: MISSING_UUID, gate_id: "gate-1", actor: ACTOR, decision: "GATE_DECISION_REJECT", reason: "checked" },
-    },
-    "keel.v1.RunService/ListSandboxHosts": {
-      role: "operator",
-      valid: { page_size: 10 },
-      expect: "ok",
-      // Empty until a host attaches (proto JSON then omits the field); a list of hosts after.
-      check: (response) => {
-        if (!Array.isArray(response.hosts ?? [])) throw new Error(`response.hosts: expected a list, got ${JSON.stringify(response.hosts)}`);
-      },
-      invalid: [{ request: { page_token: "not-a-token" }, field: "page_token" }],
-    },
-    "keel.v1.RunService/ForkRun": {
-      role: "operator",
-      // The seeded runs have no committed step to fork from.
-      valid: { ...settled, step_index: 0 },
-      expect: Code.FailedPrecondition,
-      invalid: [{ request: { ...settled, step_index: 0, reason: " " }, field: "reason" }],
-      notFound: { ...settled, step_index: 0, run_id: MISSING_UUID },
-    },
+    ...runServiceCases(seed),
 
     // --- AgentService: admins define agents.
     "keel.v1.AgentService/PutAgent": {

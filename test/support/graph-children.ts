@@ -1,0 +1,27 @@
+// WorkGraph tests answer their child runs with a wrapped scripted provider: a call whose input
+// is a child's ("node X of a work graph", domain/work-graph-child.ts) is answered by the test,
+// any other (the root's) by the script or the test's own root rule.
+import type { ModelTurn } from "../../control-plane/src/domain/transcript.js";
+import type { ModelProvider, ModelRequest } from "../../control-plane/src/models/model-provider.js";
+import type { RunnerDeps } from "../../control-plane/src/runner/runner.js";
+
+export const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
+
+export function answeringGraphChildren(
+  child: (key: string, input: string) => string,
+  root?: (request: ModelRequest, scripted: ModelProvider) => Promise<ModelTurn>,
+): (deps: RunnerDeps) => RunnerDeps {
+  return (deps) => {
+    const scripted = deps.providers.scripted;
+    const provider: ModelProvider = {
+      ...scripted,
+      complete(request: ModelRequest) {
+        const input = request.messages.find((m) => m.role === "user" && CHILD_MARK.test(m.content))?.content;
+        const key = input === undefined ? undefined : CHILD_MARK.exec(input)?.[1];
+        if (input === undefined || key === undefined) return root === undefined ? scripted.complete(request) : root(request, scripted);
+        return Promise.resolve({ text: child(key, input), toolCalls: [], usage: { inputTokens: 100, outputTokens: 10 }, finishReason: "stop" as const });
+      },
+    };
+    return { ...deps, providers: { ...deps.providers, scripted: provider } };
+  };
+}
