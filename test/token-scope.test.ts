@@ -173,7 +173,7 @@ describe("the token cache", () => {
   it("looks an unknown secret up once per TTL and keeps a busy token across 12,000 strangers", async () => {
     let lookups = 0;
     const real = keel.app.ledger.sql;
-    const counting: Sql = { ...real, run: (statement, params) => (lookups++, real.run(statement, params)), query: (q) => real.query(q), transaction: (w, k) => real.transaction(w, k) };
+    const counting: Sql = { ...real, run: (statement, params) => (lookups++, real.run(statement, params)), query: (q) => real.query(q), transaction: (w, k) => real.transaction(w, k), notify: (c, p) => real.notify(c, p) };
     // The clock stands still: under a loaded CI the loop below may outlast the 5 s TTLs, and
     // what is checked here is the cache's size rule, not its timing.
     const frozen = Date.now();

@@ -118,7 +118,7 @@ export interface ConversationLedger {
   attachMessage(runId: string | undefined, messageRowId: string): Promise<void>;
   appendEvents(runId: string, events: readonly EventDraft[]): Promise<void>;
   /** A worker may have skipped a run this transaction held locked: let one look again. */
-  wakeWorkers(runId: string): Promise<void>;
+  wakeWorkers(runId: string): void;
   runStatus(runId: string): Promise<RunStatus>;
 }
 

@@ -86,7 +86,7 @@ export async function addTrigger(room: Mailroom, run: ConversationRun, incoming:
   await room.ledger.appendEvents(run.id, [
     { kind: "trigger_added", summary: `message ${incoming.externalId} from ${incoming.actorId} ${how.amends ? "amends the run at its next step" : "joins the run"}: ${why}` },
   ]);
-  await room.ledger.wakeWorkers(run.id);
+  room.ledger.wakeWorkers(run.id);
   return { runId: run.id, status: run.status, duplicate: false };
 }
 
@@ -138,7 +138,7 @@ export async function cancelByMessage(room: Mailroom, run: ConversationRun, inco
     { run, actorId: incoming.actorId, reason, addressedActorIds: addressed },
     `cancellation requested by ${incoming.actorId} (message ${incoming.externalId}): ${why}`,
   );
-  await room.ledger.wakeWorkers(run.id);
+  room.ledger.wakeWorkers(run.id);
   return { runId: run.id, status: stopped ? "cancelled" : run.status, duplicate: false };
 }
 
@@ -198,7 +198,7 @@ export async function applyPlan(room: Mailroom, plan: AdmissionPlan, incoming: I
       const run = byId(plan.runId);
       await room.ledger.attachMessage(run.id, incoming.rowId);
       await room.ledger.appendEvents(run.id, [{ kind: "trigger_added", summary: `message ${incoming.externalId} from ${incoming.actorId}: ${why}` }]);
-      await room.ledger.wakeWorkers(run.id);
+      room.ledger.wakeWorkers(run.id);
       return { runId: run.id, status: run.status, duplicate: false };
     }
     case "needs_relation":

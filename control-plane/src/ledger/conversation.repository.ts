@@ -60,7 +60,6 @@ const conversationRunsStatement = statement<{ agentId: string; conversationId: s
 
 const attachMessageStatement = statement<{ runId: string | null; messageRowId: string }>("admission_attach_message")`
   UPDATE messages SET run_id = ${(p) => p.runId}::uuid WHERE id = ${(p) => p.messageRowId}::uuid`;
-const wakeWorkersStatement = statement<{ runId: string }>("admission_wake_workers")`SELECT pg_notify('keel_runs', ${(p) => p.runId}::text)`;
 const runStatusStatement = statement<{ runId: string }, { status: RunStatus }>("admission_run_status")`
   SELECT status FROM runs WHERE id = ${(p) => p.runId}::uuid`;
 
@@ -82,9 +81,7 @@ function conversationLedger(trx: SqlTransaction): ConversationLedger {
       await trx.run(attachMessageStatement, { runId: runId ?? null, messageRowId });
     },
     appendEvents: (runId, events) => appendRunEvents(trx, runId, events),
-    async wakeWorkers(runId) {
-      await trx.run(wakeWorkersStatement, { runId });
-    },
+    wakeWorkers: (runId) => trx.notify("keel_runs", runId),
     async runStatus(runId) {
       const [run] = await trx.run(runStatusStatement, { runId });
       if (run === undefined) throw new NotFoundError("run", runId);

@@ -15,7 +15,7 @@ export interface RunEventDraft {
 
 /**
  * Appends events with dense per-run sequence numbers, inside the caller's transaction, and wakes
- * watchers: the numbers are reserved on the run row and the rows inserted in one statement.
+ * watchers once it commits: the numbers are reserved on the run row and the rows inserted in one statement.
  */
 const appendEvents = statement<{ runId: string; count: number; events: string }, { found: number }>("run_append_events")`
   WITH reserved AS (
@@ -25,8 +25,7 @@ const appendEvents = statement<{ runId: string; count: number; events: string },
     SELECT ${(p) => p.runId}::uuid, reserved.event_seq - ${(p) => p.count}::int + 1 + e.i, e.kind, e.status, e.step_id, e.tool_invocation_id, e.summary
     FROM reserved, jsonb_to_recordset(${(p) => p.events}::jsonb) AS e(i int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text)
     RETURNING 1)
-  SELECT (SELECT count(*)::int FROM reserved) AS found, pg_notify('keel_run_events', ${(p) => p.runId}::text)
-  FROM (SELECT count(*) FROM inserted) AS done`;
+  SELECT (SELECT count(*)::int FROM reserved) AS found FROM (SELECT count(*) FROM inserted) AS done`;
 
 export async function appendRunEvents(trx: SqlTransaction, runId: string, events: readonly RunEventDraft[]): Promise<void> {
   if (events.length === 0) return;
@@ -40,6 +39,7 @@ export async function appendRunEvents(trx: SqlTransaction, runId: string, events
   }));
   const [appended] = await trx.run(appendEvents, { runId, count: events.length, events: JSON.stringify(rows) });
   if (appended?.found !== 1) throw new Error(`run ${runId} vanished while appending events`);
+  trx.notify("keel_run_events", runId);
 }
 
 /**
@@ -64,7 +64,7 @@ export interface EmissionTarget {
  * One statement: the rows are selected FROM the lock, so no seq is drawn before it is held; in
  * shared mode, so concurrent writers (admissions, step commits) do not queue behind each other.
  */
-const reserveEmissionRows = statement<{ connector: string; emissions: string }, { n: number }>("emission_reserve")`
+const reserveEmissionRows = statement<{ emissions: string }, { n: number }>("emission_reserve")`
   WITH ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held),
   inserted AS (
     INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
@@ -74,7 +74,7 @@ const reserveEmissionRows = statement<{ connector: string; emissions: string }, 
       text text, ack_state text, addressed_actor_ids jsonb)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id)
-  SELECT count(*)::int AS n, CASE WHEN count(*) > 0 THEN pg_notify('keel_emissions', ${(p) => p.connector}::text) END AS notified FROM inserted`;
+  SELECT count(*)::int AS n FROM inserted`;
 
 /**
  * Reserves emissions by idempotency key: a key already reserved is skipped, so a retried
@@ -89,7 +89,6 @@ export async function reserveEmissions(
 ): Promise<number> {
   if (drafts.length === 0) return 0;
   const [reserved] = await trx.run(reserveEmissionRows, {
-    connector: target.connector,
     emissions: JSON.stringify(
       drafts.map((draft) => ({
         id: randomUUID(),
@@ -107,7 +106,9 @@ export async function reserveEmissions(
       })),
     ),
   });
-  return reserved?.n ?? 0;
+  const n = reserved?.n ?? 0;
+  if (n > 0) trx.notify("keel_emissions", target.connector);
+  return n;
 }
 
 /** What ending a run that no worker holds needs to know about it. */
@@ -133,8 +134,6 @@ const stopRun = statement<{ runId: string; actorId: string; reason: string; supe
     superseded_by_run_id = coalesce(${(q) => q.supersededBy}::uuid, superseded_by_run_id), updated_at = now()
   WHERE id = ${(q) => q.runId}::uuid`;
 
-const notifyRuns = statement<{ runId: string }>("run_notify_runs")`SELECT pg_notify('keel_runs', ${(q) => q.runId}::text)`;
-
 /** The steps a stopped run took and the writes that took effect, for its partial-result reply. */
 const workDone = statement<{ runId: string }, { steps: number; effects: string[] | null }>("run_work_done")`
   SELECT (SELECT count(*)::int FROM run_steps WHERE run_id = ${(q) => q.runId}::uuid) AS steps,
@@ -150,7 +149,7 @@ export async function stopParkedRun(trx: SqlTransaction, stop: ParkedRunStop): P
       summary: stop.supersededBy === undefined ? `cancelled by ${stop.actorId}: ${stop.reason}` : `superseded by run ${stop.supersededBy}: ${stop.reason}`,
     },
   ]);
-  await trx.run(notifyRuns, stop);
+  trx.notify("keel_runs", stop.runId);
   if (stop.supersededBy !== undefined) return;
   let done: WorkDone = { stepsDone: 0, effects: [] };
   if (stop.commitBoundary === "committed") {

@@ -76,7 +76,7 @@ interface ReserveParams {
  * the event only with its emission: both are keyed by (subject, seq), so a second supervisor
  * drawing the same seq inserts neither.
  */
-const reserveNotice = statement<ReserveParams, { reserved: number }>("progress_reserve_notice")`
+const reserveNotice = statement<ReserveParams, { reserved: number; connector: string | null }>("progress_reserve_notice")`
   WITH target AS (
     SELECT r.id, r.agent_id, r.conversation_id, c.external_id AS external_conversation_id, r.connector
     FROM runs r JOIN conversations c ON c.id = r.conversation_id
@@ -100,7 +100,7 @@ const reserveNotice = statement<ReserveParams, { reserved: number }>("progress_r
     FROM emission e
     ON CONFLICT (subject, seq) DO NOTHING
     RETURNING id)
-  SELECT (SELECT count(*)::int FROM event) AS reserved, (SELECT pg_notify('keel_emissions', e.connector) FROM emission e) AS notified`;
+  SELECT (SELECT count(*)::int FROM event) AS reserved, (SELECT e.connector FROM emission e) AS connector`;
 
 function candidateOf(row: { id: string; arguments: unknown }): ProgressCandidate | undefined {
   const args = row.arguments as { kind?: unknown; text?: unknown } | null;
@@ -156,7 +156,9 @@ export function createProgressRepository(db: Sql): ProgressLedger {
 
     async reserve(notice) {
       const [row] = await db.run(reserveNotice, { eventId: randomUUID(), emissionId: randomUUID(), notice });
-      return (row?.reserved ?? 0) > 0;
+      if (row === undefined || row.reserved === 0 || row.connector === null) return false;
+      db.notify("keel_emissions", row.connector);
+      return true;
     },
   };
 }

@@ -20,10 +20,11 @@ const incoming = (p: InsertRunParams) => p.run.trigger.incoming;
  * A root run with its triggers (carried over from `carryTriggersOf` first), its first event and,
  * for a new logical request, its working ack, in one statement. With a claim and room under both
  * ceilings (admissionStartSql takes the locks and counts), the run is inserted running, leased to
- * the reserved worker at epoch 1; otherwise it is queued and a worker is woken. The ack draws its
+ * the reserved worker at epoch 1; otherwise it is queued and a worker is woken (after the commit,
+ * as every watcher: see Sql.notify). The ack draws its
  * seq only once the emission-order lock is held in shared mode (it selects from the lock).
  */
-const insertRunStatement = statement<InsertRunParams, { started: boolean }>("admission_insert_run")`
+const insertRunStatement = statement<InsertRunParams, { started: boolean; acked: boolean }>("admission_insert_run")`
   WITH start AS (
     SELECT CASE WHEN ${(p) => claim(p) !== undefined}::boolean THEN ${admissionStartSql<InsertRunParams>()} ELSE false END AS go
     FROM agents a WHERE a.id = ${(p) => p.address.agent.id}),
@@ -71,10 +72,7 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean }>("adm
     FROM ack_lock
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id)
-  SELECT start.go AS started, pg_notify('keel_run_events', ${runId}::text),
-    (SELECT pg_notify('keel_runs', ${runId}::text) WHERE NOT start.go) AS queued,
-    (SELECT pg_notify('keel_emissions', ${(p) => p.run.connector}::text) FROM ack) AS acked
-  FROM start`;
+  SELECT start.go AS started, EXISTS (SELECT FROM ack) AS acked FROM start`;
 
 interface TriggerParams {
   readonly runId: string;
@@ -126,6 +124,9 @@ export function runAdmissionWrites(trx: SqlTransaction): Pick<ConversationLedger
     async insertRun(address, run, now) {
       const [inserted] = await trx.run(insertRunStatement, { address, run, now, ackId: randomUUID() });
       if (inserted === undefined) throw new Error(`agent ${address.agent.id} vanished while admitting run ${run.runId}`);
+      trx.notify("keel_run_events", run.runId);
+      if (!inserted.started) trx.notify("keel_runs", run.runId);
+      if (inserted.acked) trx.notify("keel_emissions", run.connector);
       return run.claim !== undefined && inserted.started;
     },
     async addTrigger(runId, incoming, how: TriggerDraft, now) {

@@ -35,8 +35,6 @@ const requeueRun = statement<{ runId: string }>("run_control_requeue")`
   UPDATE runs SET status = 'queued', wait_reason = CASE WHEN paused THEN 'paused' ELSE NULL END,
     lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = ${runId}::uuid`;
 
-const wakeWorkers = statement<{ runId: string }>("run_control_wake_workers")`SELECT pg_notify('keel_runs', ${runId}::text)`;
-
 const requestCancel = statement<{ runId: string; actorId: string; reason: string }>("run_control_request_cancel")`
   UPDATE runs SET cancel_requested_by_actor_id = ${actorId}, cancel_reason = ${(p) => p.reason}, updated_at = now()
   WHERE id = ${runId}::uuid`;
@@ -81,7 +79,7 @@ export function createRunControlRepository(sql: Sql): RunControl {
   const requeue = async (trx: SqlTransaction, runId: string, summary: string): Promise<RunStatus> => {
     await trx.run(requeueRun, { runId });
     await appendRunEvents(trx, runId, [{ kind: "status_changed", status: "queued", summary }]);
-    await trx.run(wakeWorkers, { runId });
+    trx.notify("keel_runs", runId);
     return "queued";
   };
 
@@ -151,7 +149,7 @@ export function createRunControlRepository(sql: Sql): RunControl {
         if (!run.paused) throw new FailedPreconditionError(`run ${runId} is not paused`);
         await trx.run(resumeRun, { runId });
         await appendRunEvents(trx, runId, [{ kind: "status_changed", status: run.status, summary: `resumed by ${actorId}: ${reason}` }]);
-        await trx.run(wakeWorkers, { runId });
+        trx.notify("keel_runs", runId);
         return run.status;
       }),
 

@@ -1,6 +1,7 @@
 import pg from "pg";
+import type { Channel } from "./notification-hub.js";
 import { beginWith } from "./pg-pipelined-begin.js";
-import { SqlQuery, type Statement } from "./sql-text.js";
+import { SqlQuery, statement, type Statement } from "./sql-text.js";
 
 export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Statement, type StatementFragment } from "./sql-text.js";
 
@@ -20,6 +21,15 @@ export interface Sql {
    * is not to be kept (an attempt that must be tried again). Inside a transaction, runs `work` in it.
    */
   transaction<T>(work: (trx: SqlTransaction) => Promise<T>, keep?: (result: T) => boolean): Promise<T>;
+  /**
+   * Wakes LISTENers on `channel` once what was written is committed: at once outside a
+   * transaction, after its COMMIT inside one, never after a rollback. Not from inside the
+   * transaction: one that NOTIFYs holds PostgreSQL's cluster-wide notify lock from before its
+   * commit until after it, WAL flush included, so synchronous commits that notify flush one at a
+   * time instead of together. Sent afterwards from a statement that writes no WAL, the lock is
+   * held for an instant. A wake-up lost to a crash in between costs a listener its poll interval.
+   */
+  notify(channel: Channel, payload: string): void;
 }
 
 /** The same interface, bound to one connection inside BEGIN … COMMIT. */
@@ -61,8 +71,10 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
     const { message, code } = error as Error & { code?: string };
     options.onError?.(Object.assign(new Error(message), code === undefined ? {} : { code }));
   });
+  const notifyAll = notifier((config) => pool.query(config));
   return {
     ...over((config) => pool.query(config)),
+    notify: (channel, payload) => notifyAll([[channel, payload]]),
     async transaction(work, keep) {
       const client = await pool.connect();
       // A checked-out client has no pool listener: a connection the server ends between two
@@ -75,6 +87,7 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       client.on("error", onLost);
       // BEGIN goes out with the first statement (pg-pipelined-begin.ts); no statement, nothing sent.
       let begun = false;
+      const notices: Notice[] = [];
       const trx: Sql = {
         ...over((config) => {
           if (begun) return client.query(config);
@@ -82,11 +95,14 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
           return beginWith(client, config);
         }),
         transaction: (inner) => inner(trx),
+        notify: (channel, payload) => void notices.push([channel, payload]),
       };
       let broken: Error | undefined;
       try {
         const result = await work(trx);
-        if (begun) await client.query(keep === undefined || keep(result) ? "COMMIT" : "ROLLBACK");
+        const kept = keep === undefined || keep(result);
+        if (begun) await client.query(kept ? "COMMIT" : "ROLLBACK");
+        if (kept) notifyAll(notices);
         return result;
       } catch (error) {
         if (begun) {
@@ -105,6 +121,36 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       closing = true;
       return pool.end();
     },
+  };
+}
+
+type Notice = readonly [Channel, string];
+
+const notifyStatement = statement<{ channels: string[]; payloads: string[] }>("ledger_notify")`
+  SELECT pg_notify(n.channel, n.payload) FROM unnest(${(p) => p.channels}::text[], ${(p) => p.payloads}::text[]) AS n(channel, payload)`;
+
+/**
+ * Sends committed transactions' notifications: one statement at a time, and whatever arrives
+ * while one is out goes (once per channel and payload) in the next, so a busy process pays far
+ * fewer statements than commits. A failed send is dropped: listeners poll as a safety net.
+ */
+function notifier(send: Send): (notices: readonly Notice[]) => void {
+  let pending = new Map<string, Notice>();
+  let sending = false;
+  const drain = async (): Promise<void> => {
+    while (pending.size > 0) {
+      const batch = [...pending.values()];
+      pending = new Map();
+      const params = { channels: batch.map(([channel]) => channel), payloads: batch.map(([, payload]) => payload) };
+      await send({ name: notifyStatement.name, text: notifyStatement.text, values: notifyStatement.bind(params) }).catch(() => undefined);
+    }
+    sending = false;
+  };
+  return (notices) => {
+    for (const notice of notices) pending.set(`${notice[0]}\n${notice[1]}`, notice);
+    if (sending || pending.size === 0) return;
+    sending = true;
+    void drain();
   };
 }
 
