@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import type { EmissionDraft } from "../domain/records.js";
 import type { CommitBoundary, RunEventKind, RunStatus } from "../domain/run.js";
 import { cancellationReply, settlementDrafts, type WorkDone } from "../domain/settlement.js";
-import { raw, statement, type SqlTransaction } from "./sql.js";
+import { fragment, raw, statement, type SqlTransaction } from "./sql.js";
 
 export interface RunEventDraft {
   readonly kind: RunEventKind;
@@ -60,52 +60,61 @@ export interface EmissionTarget {
   readonly connector: string;
 }
 
+/** Emission drafts as the JSON rows `emissionInsert` reads (the run's own columns come from its target). */
+export interface EmissionRowsParams {
+  readonly emissions: string;
+}
+
+export function emissionRows(drafts: readonly EmissionDraft[]): string {
+  return JSON.stringify(
+    drafts.map((draft) => ({
+      id: randomUUID(),
+      idempotency_key: draft.idempotencyKey,
+      kind: draft.kind,
+      reply_to_message_id: draft.replyToMessageId ?? null,
+      text: draft.text,
+      ack_state: draft.ackState ?? null,
+      addressed_actor_ids: draft.addressedActorIds,
+    })),
+  );
+}
+
 /**
- * One statement: the rows are selected FROM the lock, so no seq is drawn before it is held; in
- * shared mode, so concurrent writers (admissions, step commits) do not queue behind each other.
+ * CTEs that reserve emissions for the run in a CTE named `target` (id, agent_id,
+ * conversation_id, external_conversation_id, connector), so a statement that fences or locks its
+ * run reserves them in the same round trip. The rows are selected FROM the lock, so no seq is
+ * drawn before it is held, in shared mode, so concurrent writers do not queue behind each other;
+ * with no drafts (or no target) the lock is not taken. A key already reserved is skipped, so a
+ * retried worker never emits twice; `inserted` returns the new rows' ids.
  */
-const reserveEmissionRows = statement<{ emissions: string }, { n: number }>("emission_reserve")`
-  WITH ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held),
+export const emissionInsert = fragment<EmissionRowsParams>`
+  ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held
+    FROM target WHERE ${(p) => p.emissions}::jsonb <> '[]'::jsonb),
   inserted AS (
     INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
       external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
-    SELECT e.* FROM ordered, jsonb_to_recordset(${(p) => p.emissions}::jsonb) AS e(id uuid, idempotency_key text, connector text, kind text,
-      run_id uuid, agent_id text, conversation_id uuid, external_conversation_id text, reply_to_message_id text,
-      text text, ack_state text, addressed_actor_ids jsonb)
+    SELECT e.id, e.idempotency_key, t.connector, e.kind, t.id, t.agent_id, t.conversation_id, t.external_conversation_id,
+      e.reply_to_message_id, e.text, e.ack_state, e.addressed_actor_ids
+    FROM target t, ordered, jsonb_to_recordset(${(p) => p.emissions}::jsonb) AS e(id uuid, idempotency_key text, kind text,
+      reply_to_message_id text, text text, ack_state text, addressed_actor_ids jsonb)
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id)
+    RETURNING id)`;
+
+const reserveEmissionRows = statement<EmissionRowsParams & { target: EmissionTarget }, { n: number }>("emission_reserve")`
+  WITH target AS (
+    SELECT ${(p) => p.target.runId}::uuid AS id, ${(p) => p.target.agentId}::text AS agent_id, ${(p) => p.target.conversationId}::uuid AS conversation_id,
+      ${(p) => p.target.externalConversationId}::text AS external_conversation_id, ${(p) => p.target.connector}::text AS connector),
+  ${emissionInsert}
   SELECT count(*)::int AS n FROM inserted`;
 
 /**
- * Reserves emissions by idempotency key: a key already reserved is skipped, so a retried
- * worker can never emit twice. The shared emission-order lock, held until commit, is what lets
- * readers see seqs only once every smaller one is settled (EMISSION_SEQUENCE_LOCK).
- * Returns how many were new.
+ * Reserves emissions by idempotency key inside the caller's transaction (see emissionInsert);
+ * the shared emission-order lock is held until its commit (EMISSION_SEQUENCE_LOCK). Returns how
+ * many were new.
  */
-export async function reserveEmissions(
-  trx: SqlTransaction,
-  target: EmissionTarget,
-  drafts: readonly EmissionDraft[],
-): Promise<number> {
+export async function reserveEmissions(trx: SqlTransaction, target: EmissionTarget, drafts: readonly EmissionDraft[]): Promise<number> {
   if (drafts.length === 0) return 0;
-  const [reserved] = await trx.run(reserveEmissionRows, {
-    emissions: JSON.stringify(
-      drafts.map((draft) => ({
-        id: randomUUID(),
-        idempotency_key: draft.idempotencyKey,
-        connector: target.connector,
-        kind: draft.kind,
-        run_id: target.runId,
-        agent_id: target.agentId,
-        conversation_id: target.conversationId,
-        external_conversation_id: target.externalConversationId,
-        reply_to_message_id: draft.replyToMessageId ?? null,
-        text: draft.text,
-        ack_state: draft.ackState ?? null,
-        addressed_actor_ids: draft.addressedActorIds,
-      })),
-    ),
-  });
+  const [reserved] = await trx.run(reserveEmissionRows, { target, emissions: emissionRows(drafts) });
   const n = reserved?.n ?? 0;
   if (n > 0) trx.notify("keel_emissions", target.connector);
   return n;

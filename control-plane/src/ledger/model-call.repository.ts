@@ -6,7 +6,7 @@ import type { SideCallLedger } from "../conversation/side-calls.js";
 import type { EmissionDraft } from "../domain/records.js";
 import { sideUsageOf, usageOfSideCall, type SideCallUsage, type SideModelCall, type TriageOutcome } from "../domain/triage.js";
 import type { RunLifecycle } from "../runner/run-lifecycle.js";
-import { reserveEmissions } from "./ledger-writes.js";
+import { emissionInsert, emissionRows, type EmissionRowsParams } from "./ledger-writes.js";
 import { LIVE_SQL } from "./run-start.sql.js";
 import { raw, statement, type Sql } from "./sql.js";
 
@@ -48,24 +48,21 @@ const storeTriage = statement<TriageParams, { id: string }>("model_call_store_tr
   WHERE id = ${(p) => p.runId}::uuid AND triage_duration IS NULL
   RETURNING id`;
 
-interface AckTargetRow {
-  agent_id: string;
-  conversation_id: string;
-  external_conversation_id: string;
-  connector: string;
-  side_usage: Record<string, unknown>;
-}
-
 /**
- * The run's emission target, only while the claim holds it and it is live. FOR SHARE makes a
- * concurrent settlement wait for this transaction, or this one see it settled: no started or
- * thinking ack can land after the mark.
+ * Started and thinking acks, in one statement, only while the claim holds the run and it is
+ * live. FOR SHARE makes a concurrent settlement wait for this statement, or this one see it
+ * settled: no started or thinking ack can land after the mark. Returns nothing when refused.
  */
-const ackTarget = statement<{ runId: string; epoch: number }, AckTargetRow>("model_call_ack_target")`
-  SELECT r.agent_id, r.conversation_id, c.external_id AS external_conversation_id, r.connector, r.side_usage
-  FROM runs r JOIN conversations c ON c.id = r.conversation_id
-  WHERE r.id = ${(p) => p.runId}::uuid AND r.lease_epoch = ${(p) => p.epoch}::bigint AND r.status IN (${raw(LIVE_SQL)})
-  FOR SHARE OF r`;
+const reserveAckRows = statement<EmissionRowsParams & { runId: string; epoch: number }, { connector: string; side_usage: Record<string, unknown>; n: number }>(
+  "model_call_reserve_acks",
+)`
+  WITH target AS (
+    SELECT r.id, r.agent_id, r.conversation_id, c.external_id AS external_conversation_id, r.connector, r.side_usage
+    FROM runs r JOIN conversations c ON c.id = r.conversation_id
+    WHERE r.id = ${(p) => p.runId}::uuid AND r.lease_epoch = ${(p) => p.epoch}::bigint AND r.status IN (${raw(LIVE_SQL)})
+    FOR SHARE OF r),
+  ${emissionInsert}
+  SELECT t.connector, t.side_usage, (SELECT count(*)::int FROM inserted) AS n FROM target t`;
 
 const sideUsageStatement = statement<{ runId: string }, { side_usage: Record<string, unknown> }>("model_call_side_usage")`
   SELECT side_usage FROM runs WHERE id = ${(p) => p.runId}::uuid`;
@@ -78,35 +75,29 @@ export function createModelCallRepository(db: Sql): SideCallLedger & RunLifecycl
     },
 
     async recordTriage(runId: string, outcome: TriageOutcome, call: SideModelCall | undefined) {
+      const triage = {
+        runId,
+        duration: outcome.triage.duration,
+        shape: outcome.triage.shape,
+        ackText: outcome.triage.ackText ?? null,
+        fellBack: outcome.fellBack ?? null,
+      };
+      // Without a call (no classifier, or it failed before answering) one statement needs no transaction.
+      if (call === undefined) {
+        await db.run(storeTriage, triage);
+        return;
+      }
       await db.transaction(async (trx) => {
-        if (call !== undefined) await trx.run(recordSideCallStatement, { call, usage: usageOfSideCall(call) });
-        await trx.run(storeTriage, {
-          runId,
-          duration: outcome.triage.duration,
-          shape: outcome.triage.shape,
-          ackText: outcome.triage.ackText ?? null,
-          fellBack: outcome.fellBack ?? null,
-        });
+        await trx.run(recordSideCallStatement, { call, usage: usageOfSideCall(call) });
+        await trx.run(storeTriage, triage);
       });
     },
 
-    reserveAcks(runId: string, epoch: number, drafts: readonly EmissionDraft[]) {
-      return db.transaction(async (trx) => {
-        const [target] = await trx.run(ackTarget, { runId, epoch });
-        if (target === undefined) return sideUsageOf(undefined);
-        await reserveEmissions(
-          trx,
-          {
-            runId,
-            agentId: target.agent_id,
-            conversationId: target.conversation_id,
-            externalConversationId: target.external_conversation_id,
-            connector: target.connector,
-          },
-          drafts,
-        );
-        return sideUsageOf(target.side_usage);
-      });
+    async reserveAcks(runId: string, epoch: number, drafts: readonly EmissionDraft[]) {
+      const [reserved] = await db.run(reserveAckRows, { runId, epoch, emissions: emissionRows(drafts) });
+      if (reserved === undefined) return sideUsageOf(undefined);
+      if (reserved.n > 0) db.notify("keel_emissions", reserved.connector);
+      return sideUsageOf(reserved.side_usage);
     },
 
     async sideUsage(runId: string) {

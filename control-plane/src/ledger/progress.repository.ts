@@ -2,9 +2,10 @@
 // its run, and the fenced reservation of a notice with its emission. SQL only.
 import { randomUUID } from "node:crypto";
 import { MAX_PROGRESS_TEXT_CHARS, PROGRESS_KINDS, REPORT_PROGRESS_TOOL, type ProgressActivity, type ProgressCandidate, type ProgressKind } from "../domain/progress.js";
+import type { EmissionDraft } from "../domain/records.js";
 import type { TriageDuration } from "../domain/triage.js";
 import type { NoticeReservation, ProgressLedger, ProgressSnapshot } from "../progress/progress-supervisor.js";
-import { EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
+import { emissionInsert, emissionRows, type EmissionRowsParams } from "./ledger-writes.js";
 import { LIVE_SQL } from "./run-start.sql.js";
 import { optionalDate, raw, statement, type Sql } from "./sql.js";
 
@@ -61,9 +62,8 @@ const loadSnapshot = statement<{ runId: string }, SnapshotRow>("progress_load")`
     ORDER BY s.index DESC, i.ordinal LIMIT 1) a ON true
   WHERE r.id = ${(p) => p.runId}::uuid`;
 
-interface ReserveParams {
+interface ReserveParams extends EmissionRowsParams {
   readonly eventId: string;
-  readonly emissionId: string;
   readonly notice: NoticeReservation;
 }
 
@@ -72,35 +72,25 @@ interface ReserveParams {
  * and each round trip is a large share of the cost). The fence: the run is live, this claim
  * holds it, and nobody asked it to stop; FOR SHARE makes a settlement (which updates the row) wait
  * for this statement, or this one see it settled, so no notice lands after the run's reply.
- * The emission is drawn only under the shared emission-order lock (EMISSION_SEQUENCE_LOCK), and
- * the event only with its emission: both are keyed by (subject, seq), so a second supervisor
- * drawing the same seq inserts neither.
+ * The event goes in only with its emission: both are keyed by (subject, seq), so a second
+ * supervisor drawing the same seq inserts neither.
  */
-const reserveNotice = statement<ReserveParams, { reserved: number; connector: string | null }>("progress_reserve_notice")`
+const reserveNotice = statement<ReserveParams, { reserved: number; connector: string }>("progress_reserve_notice")`
   WITH target AS (
     SELECT r.id, r.agent_id, r.conversation_id, c.external_id AS external_conversation_id, r.connector
     FROM runs r JOIN conversations c ON c.id = r.conversation_id
     WHERE r.id = ${(p) => p.notice.runId}::uuid AND r.lease_epoch = ${(p) => p.notice.epoch}::bigint AND r.lease_owner = ${(p) => p.notice.workerId}
       AND r.status IN (${raw(LIVE_SQL)}) AND r.cancel_requested_by_actor_id IS NULL AND r.superseded_by_run_id IS NULL
     FOR SHARE OF r),
-  ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held FROM target),
-  emission AS (
-    INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
-      external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
-    SELECT ${(p) => p.emissionId}::uuid, ${(p) => p.notice.idempotencyKey}, t.connector, 'progress', t.id, t.agent_id, t.conversation_id,
-      t.external_conversation_id, ${(p) => p.notice.replyToMessageId ?? null}::text, ${(p) => p.notice.text}, NULL,
-      ${(p) => JSON.stringify(p.notice.addressedActorIds)}::jsonb
-    FROM target t, ordered
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, connector),
+  ${emissionInsert},
   event AS (
     INSERT INTO progress_events (id, run_id, subject, seq, text, source, covers, created_at, emission_id)
     SELECT ${(p) => p.eventId}::uuid, ${(p) => p.notice.runId}::uuid, ${(p) => p.notice.subject}, ${(p) => p.notice.seq}::int,
       ${(p) => p.notice.text}, ${(p) => p.notice.source}, ${(p) => JSON.stringify(p.notice.covers)}::jsonb, ${(p) => p.notice.at}::timestamptz, e.id
-    FROM emission e
+    FROM inserted e
     ON CONFLICT (subject, seq) DO NOTHING
     RETURNING id)
-  SELECT (SELECT count(*)::int FROM event) AS reserved, (SELECT e.connector FROM emission e) AS connector`;
+  SELECT (SELECT count(*)::int FROM event) AS reserved, t.connector FROM target t`;
 
 function candidateOf(row: { id: string; arguments: unknown }): ProgressCandidate | undefined {
   const args = row.arguments as { kind?: unknown; text?: unknown } | null;
@@ -155,8 +145,15 @@ export function createProgressRepository(db: Sql): ProgressLedger {
     },
 
     async reserve(notice) {
-      const [row] = await db.run(reserveNotice, { eventId: randomUUID(), emissionId: randomUUID(), notice });
-      if (row === undefined || row.reserved === 0 || row.connector === null) return false;
+      const emission: EmissionDraft = {
+        kind: "progress",
+        idempotencyKey: notice.idempotencyKey,
+        text: notice.text,
+        addressedActorIds: notice.addressedActorIds,
+        ...(notice.replyToMessageId === undefined ? {} : { replyToMessageId: notice.replyToMessageId }),
+      };
+      const [row] = await db.run(reserveNotice, { eventId: randomUUID(), notice, emissions: emissionRows([emission]) });
+      if (row === undefined || row.reserved === 0) return false;
       db.notify("keel_emissions", row.connector);
       return true;
     },

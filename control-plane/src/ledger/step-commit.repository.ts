@@ -5,7 +5,7 @@ import { LeaseLostError } from "../domain/errors.js";
 import { refusedReply } from "../domain/settlement.js";
 import { sideUsageOf } from "../domain/triage.js";
 import type { Fence, RunControlState, RunStore, Settlement, ToolOutcome } from "../runner/run-store.js";
-import { reserveEmissions, type RunEventDraft } from "./ledger-writes.js";
+import type { RunEventDraft } from "./ledger-writes.js";
 import type { Sql } from "./sql.js";
 import {
   controlOfHeldRun,
@@ -21,27 +21,16 @@ import {
 export function createStepCommitRepository(sql: Sql, durability: Durability): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
   const notifyAfterCommit = durability === "strict" ? runEventNotifier(sql) : undefined;
   /**
-   * One fenced commit, as ONE statement (step-commit.sql.ts): a worker that lost its lease
-   * matches nothing, writes nothing and gets LeaseLostError. One statement is one round trip
-   * and its own transaction; only a commit with emissions wraps it, to reserve them in the same one.
+   * One fenced commit, as ONE statement (step-commit.sql.ts), its emissions included: a worker
+   * that lost its lease matches nothing, writes nothing and gets LeaseLostError. One statement is
+   * one round trip and its own transaction, with no lock held while this process is busy elsewhere.
    */
   const commitFenced = async (fence: Fence, settlement: Settlement, change: FencedChange): Promise<RunControlState> => {
-    const params = fencedCommitParams(fence, settlement, change, durability);
-    const run =
-      settlement.emissions.length === 0
-        ? (await sql.run(fencedCommit, params))[0]
-        : await sql.transaction(async (trx) => {
-            const [fenced] = await trx.run(fencedCommit, params);
-            if (fenced === undefined) return undefined;
-            await reserveEmissions(
-              trx,
-              { runId: fence.runId, agentId: fenced.agent_id, conversationId: fenced.conversation_id, externalConversationId: fenced.external_id, connector: fenced.connector },
-              settlement.emissions,
-            );
-            return fenced;
-          });
+    const [run] = await sql.run(fencedCommit, fencedCommitParams(fence, settlement, change, durability));
     if (run !== undefined) {
       notifyAfterCommit?.(fence.runId);
+      if (run.emitted > 0) sql.notify("keel_emissions", run.connector);
+      if (run.woken) sql.notify("keel_runs", fence.runId);
       return toControlState(run);
     }
     if (change.unlessChangedSince !== undefined) {

@@ -5,7 +5,7 @@ import type { Policy } from "../domain/agent.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
 import type { ReplyGuard } from "../domain/settlement.js";
 import type { Fence, Settlement, StepCommit, ToolOutcome } from "../runner/run-store.js";
-import type { RunEventDraft } from "./ledger-writes.js";
+import { emissionInsert, emissionRows, type EmissionRowsParams, type RunEventDraft } from "./ledger-writes.js";
 import { raw, statement } from "./sql.js";
 
 /** Statuses in which a worker keeps its lease. */
@@ -37,6 +37,10 @@ export interface ControlRow {
 
 export interface FenceRow extends ControlRow {
   id: string;
+  /** Emissions this commit reserved (its connector's streams are woken after it). */
+  emitted: number;
+  /** Whether a worker should look for a run now (woken after the commit). */
+  woken: boolean;
   previous_status: RunStatus;
   event_seq: number;
   agent_id: string;
@@ -71,7 +75,7 @@ interface CallParams {
   readonly costMicroUsd: number;
 }
 
-export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullable<CallParams> {
+export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullable<CallParams>, EmissionRowsParams {
   readonly synchronousCommit: "on" | "off";
   readonly status: RunStatus;
   readonly usage: string;
@@ -108,8 +112,8 @@ const callId = p("callId");
 
 /**
  * One fenced commit: it locks the run row, checks the lease owner and epoch, writes the run's
- * new status, and inserts the step, intents, results, artifacts and events only FROM the
- * fence's row, so a worker that lost its lease matches nothing and writes nothing.
+ * new status, and inserts the step, intents, results, artifacts, events and emissions only FROM
+ * the fence's row, so a worker that lost its lease matches nothing and writes nothing.
  */
 export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit_fenced")`
   WITH durability AS (SELECT set_config('synchronous_commit', ${p("synchronousCommit")}::text, true) AS setting),
@@ -175,10 +179,12 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       e.tool_invocation_id, e.summary
     FROM fence, jsonb_to_recordset(${p("events")}::jsonb) AS e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid,
       summary text, only_on_change boolean)
-    WHERE NOT e.only_on_change OR fence.previous_status <> ${status}::text)
+    WHERE NOT e.only_on_change OR fence.previous_status <> ${status}::text),
+  target AS (SELECT id, agent_id, conversation_id, external_id AS external_conversation_id, connector FROM fence),
+  ${emissionInsert}
   SELECT fence.*, CASE WHEN ${p("notifiesInside")}::boolean THEN pg_notify('keel_run_events', fence.id::text) END AS notified,
-    CASE WHEN ${p("wakesWorker")}::boolean OR (${p("freesSlot")}::boolean AND EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused))
-      THEN pg_notify('keel_runs', fence.id::text) END AS woken
+    ${p("wakesWorker")}::boolean OR (${p("freesSlot")}::boolean AND EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused)) AS woken,
+    (SELECT count(*)::int FROM inserted) AS emitted
   FROM fence`;
 
 /**
@@ -327,6 +333,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
       })),
     ),
     eventCount: change.events.length,
+    emissions: emissionRows(settlement.emissions),
     // A run handed back (answered, resolved) wakes a worker; so does one that gives up its
     // worker slot (settled, parked) while others wait: one held back by its conversation or a
     // ceiling may go now. With nothing queued, no worker is woken for an empty claim.
