@@ -120,6 +120,7 @@ const FIRST_LOOK_MS = 250;
 export function createProgressSupervisors(deps: ProgressDeps): ProgressSupervisors & ProgressCheckpoints {
   const tickMs = Math.max(5, deps.options?.tickMs ?? DEFAULT_TICK_MS);
   const pokes = new Map<string, () => void>();
+  const alarms = createAlarms(deps.clock, tickMs);
 
   return {
     checkpoint(runId) {
@@ -153,6 +154,19 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
           const timer = setTimeout(done, ms);
           function done(): void {
             clearTimeout(timer);
+            wake = undefined;
+            resolve();
+          }
+          wake = done;
+        });
+
+      /** Until the clock reads `until` (the process's one ticker looks), or a poke or stop. */
+      const alarm = (until: Date): Promise<void> =>
+        new Promise((resolve) => {
+          if (stopped) return resolve();
+          const cancel = alarms.set(until, done);
+          function done(): void {
+            cancel();
             wake = undefined;
             resolve();
           }
@@ -200,8 +214,10 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
           }
           if (decision.kind === "wait") {
             // Still waiting for triage (within its bound): look again at the next tick.
-            if (triage === undefined) dirty = true;
-            await sleep(Math.max(1, Math.min(tickMs, decision.until.getTime() - now.getTime())));
+            if (triage === undefined) {
+              dirty = true;
+              await sleep(Math.max(1, Math.min(tickMs, decision.until.getTime() - now.getTime())));
+            } else await alarm(decision.until);
             continue;
           }
           // A notice is composed from what the ledger holds now, not from the last look.
@@ -247,9 +263,14 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
             return undefined;
           });
           if (reserved === false) log.debug({ seq }, "progress notice refused: the run is no longer this claim's, or the sequence was taken");
+          if (reserved === true) {
+            // What the ledger now holds, without reading it back: the next notice reads it afresh anyway.
+            snapshot = { ...snapshot, lastSeq: seq, lastNoticeAt: now, candidates: snapshot.candidates.filter((c) => !covers.includes(c.ref)) };
+            continue;
+          }
           dirty = true;
           // A refused or failed reservation is looked at again after a tick, not in a tight loop.
-          if (reserved !== true) await sleep(tickMs);
+          await sleep(tickMs);
         }
       }
 
@@ -272,6 +293,32 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
           if (pokes.get(run.runId) === poke) pokes.delete(run.runId);
         },
       };
+    },
+  };
+}
+
+/**
+ * Every supervisor's wait for a cadence deadline, checked by one ticker per process instead of
+ * a timer per run: a thousand quiet runs cost one clock read per tick, not a thousand wake-ups.
+ * The ticker runs only while someone waits. A manual clock (tests, benches) moves without
+ * timers, so deadlines are checked against the clock each tick rather than set as timeouts.
+ */
+function createAlarms(clock: Clock, tickMs: number): { set(until: Date, ring: () => void): () => void } {
+  const waiting = new Map<() => void, number>();
+  let ticker: NodeJS.Timeout | undefined;
+  const tick = (): void => {
+    const now = clock.now().getTime();
+    for (const [ring, until] of waiting) if (now >= until) ring();
+    if (waiting.size === 0 && ticker !== undefined) {
+      clearInterval(ticker);
+      ticker = undefined;
+    }
+  };
+  return {
+    set(until, ring) {
+      waiting.set(ring, until.getTime());
+      ticker ??= setInterval(tick, tickMs).unref();
+      return () => void waiting.delete(ring);
     },
   };
 }
