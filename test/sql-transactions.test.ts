@@ -6,6 +6,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pipelinedBeginUnsupportedReason } from "../control-plane/src/ledger/pg-pipelined-begin.js";
+import { NOTIFY_SPACING_MS } from "../control-plane/src/ledger/notification-hub.js";
 import { createSqlPool, sql as sqlText, statement, type SqlPool, type SqlTransaction } from "../control-plane/src/ledger/sql.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
@@ -137,5 +138,74 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
     release();
     await first;
     expect(await second).toEqual([{ body: "v1" }]);
+  });
+});
+
+describe("Sql.notify: wake-ups sent after the commit", () => {
+  let sql: SqlPool;
+  let listener: pg.Client;
+  const heard: { channel: string; payload: string; at: number }[] = [];
+
+  beforeAll(async () => {
+    const url = await createTestDatabase();
+    sql = createSqlPool({ url, max: 2 });
+    listener = new pg.Client({ connectionString: url });
+    await listener.connect();
+    listener.on("notification", (n) => heard.push({ channel: n.channel, payload: n.payload ?? "", at: performance.now() }));
+    await listener.query("LISTEN keel_runs");
+    await listener.query("LISTEN keel_run_events");
+  });
+
+  afterAll(async () => {
+    await listener?.end();
+    await sql?.close();
+  });
+
+  const until = async (check: () => boolean, what: string) => {
+    for (let i = 0; i < 200 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    if (!check()) throw new Error(`never heard ${what}`);
+  };
+
+  it("sends a transaction's notifications only once it commits, and none after a rollback", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const committed = sql.transaction(async (trx) => {
+      await trx.query(sqlText`SELECT 1`);
+      trx.notify("keel_runs", "committed-run");
+      await held;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(heard.filter((n) => n.payload === "committed-run")).toEqual([]);
+    await expect(
+      sql.transaction(async (trx) => {
+        await trx.query(sqlText`SELECT 1`);
+        trx.notify("keel_runs", "rolled-back-run");
+        throw new Error("abandoned");
+      }),
+    ).rejects.toThrow("abandoned");
+    release();
+    await committed;
+    await until(() => heard.some((n) => n.payload === "committed-run"), "the committed run");
+    sql.notify("keel_runs", "marker");
+    await until(() => heard.some((n) => n.payload === "marker"), "the marker");
+    expect(heard.filter((n) => n.payload === "rolled-back-run")).toEqual([]);
+  });
+
+  it("spaces a spaced channel's sends and carries what waited in the next one", async () => {
+    sql.notify("keel_run_events", "run-a");
+    await until(() => heard.some((n) => n.payload === "run-a"), "run-a");
+    // Within the spacing of run-a's send: these wait for the next send, together, once each.
+    sql.notify("keel_run_events", "run-b");
+    sql.notify("keel_run_events", "run-c");
+    sql.notify("keel_run_events", "run-b");
+    // Another channel is not held back by the spacing.
+    sql.notify("keel_runs", "unspaced");
+    await until(() => heard.some((n) => n.payload === "unspaced"), "the unspaced wake-up");
+    await until(() => heard.some((n) => n.payload === "run-c"), "run-c");
+    const at = (payload: string) => heard.filter((n) => n.payload === payload).map((n) => n.at);
+    expect(at("run-b")).toHaveLength(1);
+    expect(at("run-c")).toHaveLength(1);
+    expect(at("unspaced")[0]!).toBeLessThan(at("run-b")[0]!);
+    expect(at("run-b")[0]! - at("run-a")[0]!).toBeGreaterThanOrEqual(NOTIFY_SPACING_MS.keel_run_events! - 5);
   });
 });

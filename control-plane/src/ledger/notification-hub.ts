@@ -8,6 +8,14 @@ import pg from "pg";
  */
 export type Channel = "keel_runs" | "keel_emissions" | "keel_run_events" | "keel_run_control" | "keel_tokens" | "keel_sandbox";
 
+/**
+ * How often at most one process notifies a channel, in ms (others: as soon as committed).
+ * keel_run_events fires on every step commit and only moves watchers (WatchRun, the dashboard):
+ * a hot loop pays one statement per spacing instead of one per commit, and a watcher hears of a
+ * commit at most that much later, carrying every run committed meanwhile.
+ */
+export const NOTIFY_SPACING_MS: Readonly<Partial<Record<Channel, number>>> = { keel_run_events: 20 };
+
 export interface NotificationHub {
   /** Calls `listener` with each payload on `channel` until the returned function is called. */
   subscribe(channel: Channel, listener: (payload: string) => void): () => void;

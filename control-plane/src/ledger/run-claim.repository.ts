@@ -8,7 +8,7 @@ import type { ClaimedRun, RunStore } from "../runner/run-store.js";
 import { CLAIMABLE_SQL, claimStartLocksSql, EXECUTING_SQL, FACTS_LOCKED, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
 import { asDate, optionalDate, raw, statement, type Sql } from "./sql.js";
-import { notifyRunEvents, replayableCommit, type Durability } from "./step-commit.sql.js";
+import { replayableCommit, type Durability } from "./step-commit.sql.js";
 
 interface ClaimRow {
   id: string;
@@ -73,8 +73,6 @@ interface ClaimParams extends CandidateParams {
   readonly agentId: string;
   readonly summary: string;
   readonly previousStatus: RunStatus;
-  /** NOTIFY watchers inside the transaction (relaxed) or after the commit (strict; see notifyRunEvents). */
-  readonly notifiesInside: boolean;
 }
 
 /**
@@ -106,8 +104,7 @@ const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
     claimed.commit_boundary, claimed.logical_request_id, claimed.trigger_count, claimed.inherits_from_run_id, claimed.conversation_id, claimed.spec,
     claimed.parent_run_id,
     ${(p) => p.previousStatus}::text AS previous_status,
-    (${raw(triggersSql("claimed.id"))}) AS messages,
-    CASE WHEN ${(p) => p.notifiesInside}::boolean THEN pg_notify('keel_run_events', claimed.id::text) END AS notified
+    (${raw(triggersSql("claimed.id"))}) AS messages
   FROM claimed`;
 
 const nextDue = statement<{ now: Date }, { due: Date | null }>("claim_next_due")`
@@ -123,7 +120,6 @@ export interface RunClaimOptions {
 export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}): Pick<RunStore, "claimNext" | "nextDueAt"> {
   const clock = options.clock ?? systemClock;
   const synchronousCommit = replayableCommit(options.durability ?? "strict");
-  const notifiesInside = synchronousCommit === "off";
   const claimInTransaction = (workerId: string, leaseMs: number) =>
     sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
       const at = clock.now();
@@ -140,10 +136,10 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
         agentId: candidate.agent_id,
         summary: queued ? `claimed by ${workerId}` : `lease expired while ${candidate.status}; reclaimed by ${workerId}`,
         previousStatus: candidate.status,
-        notifiesInside,
       });
       // Another start got in first (the conversation, or a ceiling): leave it; a settle wakes a worker.
       if (claimed === undefined) return undefined;
+      trx.notify("keel_run_events", claimed.id);
       return {
         runId: claimed.id,
         epoch: Number(claimed.lease_epoch),
@@ -168,10 +164,7 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
     });
   return {
     async claimNext(workerId, leaseMs) {
-      const claimed = await claimInTransaction(workerId, leaseMs);
-      // Not awaited: the worker starts at once; a lost notification costs a watcher its poll interval.
-      if (claimed !== undefined && !notifiesInside) void sql.run(notifyRunEvents, { runIds: [claimed.runId] }).catch(() => undefined);
-      return claimed;
+      return claimInTransaction(workerId, leaseMs);
     },
 
     async nextDueAt() {

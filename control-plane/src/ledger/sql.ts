@@ -1,5 +1,6 @@
 import pg from "pg";
-import type { Channel } from "./notification-hub.js";
+import { performance } from "node:perf_hooks";
+import { NOTIFY_SPACING_MS, type Channel } from "./notification-hub.js";
 import { beginWith } from "./pg-pipelined-begin.js";
 import { SqlQuery, statement, type Statement } from "./sql-text.js";
 
@@ -132,25 +133,53 @@ const notifyStatement = statement<{ channels: string[]; payloads: string[] }>("l
 /**
  * Sends committed transactions' notifications: one statement at a time, and whatever arrives
  * while one is out goes (once per channel and payload) in the next, so a busy process pays far
- * fewer statements than commits. A failed send is dropped: listeners poll as a safety net.
+ * fewer statements than commits. A spaced channel (NOTIFY_SPACING_MS) sent within its spacing
+ * waits for the next send after it. A failed send is dropped: listeners poll as a safety net.
  */
-function notifier(send: Send): (notices: readonly Notice[]) => void {
+function notifier(send: Send, spacingMs: Readonly<Partial<Record<Channel, number>>> = NOTIFY_SPACING_MS): (notices: readonly Notice[]) => void {
   let pending = new Map<string, Notice>();
+  const lastSent = new Map<Channel, number>();
   let sending = false;
+  let timer: NodeJS.Timeout | undefined;
+  const dueAt = (channel: Channel) => (lastSent.get(channel) ?? -Infinity) + (spacingMs[channel] ?? 0);
+  /** Takes what is due now out of pending; returns it and when the rest falls due. */
+  const takeDue = (now: number): { batch: Notice[]; next: number } => {
+    const batch: Notice[] = [];
+    let next = Infinity;
+    const waiting = new Map<string, Notice>();
+    for (const [key, notice] of pending) {
+      const due = dueAt(notice[0]);
+      if (due <= now) batch.push(notice);
+      else {
+        waiting.set(key, notice);
+        next = Math.min(next, due);
+      }
+    }
+    pending = waiting;
+    return { batch, next };
+  };
   const drain = async (): Promise<void> => {
-    while (pending.size > 0) {
-      const batch = [...pending.values()];
-      pending = new Map();
+    for (;;) {
+      const now = performance.now();
+      const { batch, next } = takeDue(now);
+      if (batch.length === 0) {
+        sending = false;
+        if (next !== Infinity) timer ??= setTimeout(() => ((timer = undefined), start()), next - now).unref();
+        return;
+      }
+      for (const [channel] of batch) if (spacingMs[channel] !== undefined) lastSent.set(channel, now);
       const params = { channels: batch.map(([channel]) => channel), payloads: batch.map(([, payload]) => payload) };
       await send({ name: notifyStatement.name, text: notifyStatement.text, values: notifyStatement.bind(params) }).catch(() => undefined);
     }
-    sending = false;
   };
-  return (notices) => {
-    for (const notice of notices) pending.set(`${notice[0]}\n${notice[1]}`, notice);
+  const start = () => {
     if (sending || pending.size === 0) return;
     sending = true;
     void drain();
+  };
+  return (notices) => {
+    for (const notice of notices) pending.set(`${notice[0]}\n${notice[1]}`, notice);
+    start();
   };
 }
 

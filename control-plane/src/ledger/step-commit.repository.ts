@@ -1,6 +1,5 @@
 // Fenced commits of a run's steps and tool results: each one statement that writes only if the
 // worker still holds the run's lease, and reads back the run's control state.
-import { performance } from "node:perf_hooks";
 import { LeaseLostError } from "../domain/errors.js";
 import { refusedReply } from "../domain/settlement.js";
 import { sideUsageOf } from "../domain/triage.js";
@@ -12,14 +11,12 @@ import {
   controlOfRun,
   fencedCommit,
   fencedCommitParams,
-  notifyRunEvents,
   type ControlRow,
   type Durability,
   type FencedChange,
 } from "./step-commit.sql.js";
 
 export function createStepCommitRepository(sql: Sql, durability: Durability): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
-  const notifyAfterCommit = durability === "strict" ? runEventNotifier(sql) : undefined;
   /**
    * One fenced commit, as ONE statement (step-commit.sql.ts), its emissions included: a worker
    * that lost its lease matches nothing, writes nothing and gets LeaseLostError. One statement is
@@ -28,7 +25,7 @@ export function createStepCommitRepository(sql: Sql, durability: Durability): Pi
   const commitFenced = async (fence: Fence, settlement: Settlement, change: FencedChange): Promise<RunControlState> => {
     const [run] = await sql.run(fencedCommit, fencedCommitParams(fence, settlement, change, durability));
     if (run !== undefined) {
-      notifyAfterCommit?.(fence.runId);
+      sql.notify("keel_run_events", fence.runId);
       if (run.emitted > 0) sql.notify("keel_emissions", run.connector);
       if (run.woken) sql.notify("keel_runs", fence.runId);
       return toControlState(run);
@@ -87,45 +84,6 @@ export function createStepCommitRepository(sql: Sql, durability: Durability): Pi
     },
   };
 }
-
-/**
- * Wakes a run's watchers after its step commit (see notifyRunEvents for why not inside it).
- * Not awaited: the worker goes on at once. A commit after a quiet spell notifies at once; one
- * within NOTIFY_SPACING_MS of the last notification waits for the next, which carries every run
- * committed meanwhile: a hot loop pays one statement per spacing, not one per commit, and a
- * watcher hears of a commit at most that much later. A lost notification costs a watcher its
- * poll interval, as after a hub reconnect.
- */
-function runEventNotifier(sql: Sql): (runId: string) => void {
-  let pending = new Set<string>();
-  let lastSent = -Infinity;
-  let scheduled: NodeJS.Timeout | undefined;
-  let sending = false;
-  const send = async () => {
-    scheduled = undefined;
-    if (sending || pending.size === 0) return;
-    sending = true;
-    lastSent = performance.now();
-    const runIds = [...pending];
-    pending = new Set();
-    await sql.run(notifyRunEvents, { runIds }).catch(() => undefined);
-    sending = false;
-    if (pending.size > 0) schedule();
-  };
-  const schedule = () => {
-    if (scheduled !== undefined || sending) return;
-    const wait = lastSent + NOTIFY_SPACING_MS - performance.now();
-    if (wait <= 0) void send();
-    else scheduled = setTimeout(() => void send(), wait).unref();
-  };
-  return (runId) => {
-    pending.add(runId);
-    schedule();
-  };
-}
-
-/** How often at most a process sends its step commits' notifications to run watchers. */
-export const NOTIFY_SPACING_MS = 20;
 
 function toControlState(row: ControlRow): RunControlState {
   return {

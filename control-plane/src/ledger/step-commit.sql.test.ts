@@ -19,11 +19,6 @@ describe("fenced commit durability", () => {
     expect(waits("strict", settlement({ status: "awaiting_tool" }))).toBe("on");
   });
 
-  it("only a relaxed commit notifies watchers inside itself (a strict one would hold the notify lock across its flush)", () => {
-    expect(fencedCommitParams(FENCE, settlement(), NOTHING, "strict").notifiesInside).toBe(false);
-    expect(fencedCommitParams(FENCE, settlement(), NOTHING, "relaxed").notifiesInside).toBe(true);
-  });
-
   it("relaxed: only replayable work skips the wait", () => {
     expect(waits("relaxed", settlement())).toBe("off");
     expect(waits("relaxed", settlement({ status: "awaiting_tool" }))).toBe("off");

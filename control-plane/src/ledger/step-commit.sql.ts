@@ -98,8 +98,6 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
   readonly eventCount: number;
   readonly wakesWorker: boolean;
   readonly freesSlot: boolean;
-  /** NOTIFY watchers inside the transaction (relaxed), or leave it to notifyRunEvents after the commit (strict). */
-  readonly notifiesInside: boolean;
 }
 
 const p = <K extends keyof FencedCommitParams>(key: K) => (params: FencedCommitParams) => params[key];
@@ -182,20 +180,10 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
     WHERE NOT e.only_on_change OR fence.previous_status <> ${status}::text),
   target AS (SELECT id, agent_id, conversation_id, external_id AS external_conversation_id, connector FROM fence),
   ${emissionInsert}
-  SELECT fence.*, CASE WHEN ${p("notifiesInside")}::boolean THEN pg_notify('keel_run_events', fence.id::text) END AS notified,
+  SELECT fence.*,
     ${p("wakesWorker")}::boolean OR (${p("freesSlot")}::boolean AND EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused)) AS woken,
     (SELECT count(*)::int FROM inserted) AS emitted
   FROM fence`;
-
-/**
- * Wakes the watchers of runs whose step commits did not notify inside their transaction. A
- * transaction that NOTIFYs holds PostgreSQL's cluster-wide notify lock from before its commit
- * until after it, WAL flush included: synchronous commits that notify flush one at a time, and
- * group commit across runs never happens. Sent after the commit, from a transaction that writes
- * no WAL, it holds that lock for an instant. Several runs share one statement.
- */
-export const notifyRunEvents = statement<{ runIds: string[] }>("run_events_notify")`
-  SELECT pg_notify('keel_run_events', id) FROM unnest(${(q) => q.runIds}::text[]) AS id`;
 
 const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy, r.side_usage";
 
@@ -339,8 +327,6 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
     // ceiling may go now. With nothing queued, no worker is woken for an empty claim.
     wakesWorker: settlement.status === "queued",
     freesSlot: !keeps,
-    // A relaxed commit does not wait for its flush, so it holds the notify lock only briefly.
-    notifiesInside: durability === "relaxed",
   };
 }
 
