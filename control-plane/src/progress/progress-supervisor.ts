@@ -147,24 +147,15 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
       pokes.set(run.runId, poke);
       if (run.signal.aborted) stopNow();
       else run.signal.addEventListener("abort", stopNow, { once: true });
-      const sleep = (ms: number): Promise<void> =>
+      /**
+       * Waits until `arm`'s ring, a poke or a stop (stopped already: not at all). `arm` sets the
+       * ring going and returns how to call it off.
+       */
+      const waitFor = (arm: (ring: () => void) => () => void): Promise<void> =>
         new Promise((resolve) => {
-          // Stopped between two looks: the loop ends without waiting out a sleep.
+          // Stopped between two looks: the loop ends without waiting.
           if (stopped) return resolve();
-          const timer = setTimeout(done, ms);
-          function done(): void {
-            clearTimeout(timer);
-            wake = undefined;
-            resolve();
-          }
-          wake = done;
-        });
-
-      /** Until the clock reads `until` (the process's one ticker looks), or a poke or stop. */
-      const alarm = (until: Date): Promise<void> =>
-        new Promise((resolve) => {
-          if (stopped) return resolve();
-          const cancel = alarms.set(until, done);
+          const cancel = arm(done);
           function done(): void {
             cancel();
             wake = undefined;
@@ -172,6 +163,13 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
           }
           wake = done;
         });
+      const sleep = (ms: number) =>
+        waitFor((ring) => {
+          const timer = setTimeout(ring, ms);
+          return () => clearTimeout(timer);
+        });
+      /** Until the clock reads `until` (the process's one ticker looks). */
+      const alarm = (until: Date) => waitFor((ring) => alarms.set(until, ring));
 
       // Past this (real time) without a triage, the run is treated as triaged default: the classifier is only an optimization.
       const triageGiveUpAt = Date.now() + 2 * TRIAGE_TIMEOUT_MS;
