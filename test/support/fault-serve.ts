@@ -12,6 +12,10 @@
 //                      before it returns (effect done, result lost)
 //   after_tool_result  start of the commit carrying a succeeded/failed result (result known, not committed): a
 //                      write's own commitToolOutcome, or the next commit for a read's result held back to ride with it
+//   after_graph_admitted  right after keel.propose_work_graph.v1 admitted a graph (committed, root parked),
+//                      before the tool returns
+//   after_settle       right after a step commit that ends the run resolved (settled and committed, nothing after it
+//                      done: a work graph's child is settled while its node is not)
 // A marker file per run in KEEL_FAULT_DIR is written synchronously before the kill, so a
 // restarted process never kills again for that run.
 //
@@ -30,13 +34,17 @@ import { loadConfig } from "../../control-plane/src/config.js";
 import type { AgentSpec } from "../../control-plane/src/domain/agent.js";
 import type { Fence, RunStore, Settlement } from "../../control-plane/src/runner/run-store.js";
 import type { RunnerDeps } from "../../control-plane/src/runner/runner.js";
-import type { ToolDefinition } from "../../control-plane/src/tools/tool-registry.js";
+import type { ToolDefinition, ToolRegistry } from "../../control-plane/src/tools/tool-registry.js";
 import { createTestTools } from "./test-tools.js";
 
-const FAULT_POINTS = ["after_model_call", "after_intent", "during_read", "during_write", "after_tool_result"] as const;
+const FAULT_POINTS = ["after_model_call", "after_intent", "during_read", "during_write", "after_tool_result", "after_graph_admitted", "after_settle"] as const;
+/** Statuses that end a run. */
+const SETTLED = new Set(["succeeded", "failed", "cancelled", "budget_exhausted"]);
 type FaultPoint = (typeof FAULT_POINTS)[number];
 
 const READ_TOOL = "test.echo";
+const PROPOSE_TOOL_NAME = "keel.propose_work_graph";
+const PROPOSE_TOOL = `${PROPOSE_TOOL_NAME}.v1`;
 const WRITE_TOOL = "test.append_line";
 
 /** Longest wait for other runs' in-flight tool calls before killing anyway (reported on stderr). */
@@ -131,6 +139,12 @@ function createFaultInjector(point: FaultPoint, faultDir: string, workers: numbe
         return crashHere(commit.runId, `held read results ${heldIds(commit).join(",")} known, not committed`);
       }
       const pending = (commit.step?.invocations ?? []).filter((i) => i.status === "pending").map((i) => i.id);
+      // A proposal parks its run on the graph it admitted: nothing is executing, so the kill need not wait for it.
+      const executing = (commit.step?.invocations ?? []).filter((i) => i.status === "pending" && !i.toolName.startsWith(PROPOSE_TOOL_NAME)).map((i) => i.id);
+      if (point === "after_settle" && pending.length === 0 && SETTLED.has(commit.status) && due(commit.runId)) {
+        await carrying(commit, () => store.commitStep(commit));
+        return crashHere(commit.runId, `settled ${commit.status}, committed`);
+      }
       if (pending.length === 0) return carrying(commit, () => store.commitStep(commit));
       if (quiescing) {
         // The kill is coming: start no new tool call (this step stays uncommitted; its model call
@@ -142,12 +156,12 @@ function createFaultInjector(point: FaultPoint, faultDir: string, workers: numbe
         }
         return never();
       }
-      open(commit.runId, pending);
+      open(commit.runId, executing);
       let control;
       try {
         control = await carrying(commit, () => store.commitStep(commit));
       } catch (error) {
-        close(commit.runId, pending);
+        close(commit.runId, executing);
         throw error;
       }
       if (point === "after_intent" && due(commit.runId)) {
@@ -180,8 +194,29 @@ function createFaultInjector(point: FaultPoint, faultDir: string, workers: numbe
     };
   };
 
+  /** The built-in proposal tool is Keel's own, so it is wrapped where the runner looks tools up. */
+  const wrapRegistry = (tools: ToolRegistry): ToolRegistry => {
+    if (point !== "after_graph_admitted") return tools;
+    return {
+      ...tools,
+      get(fullName) {
+        const tool = tools.get(fullName);
+        if (tool === undefined || fullName !== PROPOSE_TOOL) return tool;
+        const definition: ToolDefinition = {
+          ...tool.definition,
+          async execute(args, context) {
+            const result = await tool.definition.execute(args, context);
+            if (result.ok && "parked" in result && result.parked === true && due(context.runId)) return crashHere(context.runId, "graph admitted, the proposal's result not returned");
+            return result;
+          },
+        };
+        return { ...tool, definition };
+      },
+    };
+  };
+
   return {
-    wrapDeps: (deps) => ({ ...deps, store: wrapStore(deps.store) }),
+    wrapDeps: (deps) => ({ ...deps, store: wrapStore(deps.store), tools: wrapRegistry(deps.tools) }),
     wrapTools: (tools) => tools.map(wrapTool),
   };
 }
