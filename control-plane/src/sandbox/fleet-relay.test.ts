@@ -126,7 +126,7 @@ describe("fleet relay between two replicas", () => {
       createFleetRelay(onHub, ledger.store, { replicaId, route: async (hostId) => route(hostId), subscribe: ledger.subscribe, pollMs: 1_000 }, log);
     relays = [relay("A", hubA), relay("B", hubB)];
     const [a, b] = relays as [FleetRelay, FleetRelay];
-    return { ledger, hubB, a, b };
+    return { ledger, hubA, hubB, a, b };
   };
 
   it("sends A's exec to B's host and brings its output back in order, then its outcome", async () => {
@@ -243,5 +243,61 @@ describe("fleet relay between two replicas", () => {
     const waiting = a.send("host-a", exec, {}, abort.signal, 60_000);
     setTimeout(() => abort.abort(new Error("gave up")), 20);
     await expect(waiting).rejects.toThrow("gave up");
+  });
+
+  it("collects an exec where its host went when the holding replica lost it mid-command", async () => {
+    let holder = "B";
+    const { a, b, hubA, hubB } = fleet((hostId) => (hostId === "host-a" ? holder : undefined));
+    const onB = await hubB.attach(registration);
+    const started = new Promise<void>((resolve) =>
+      playHost(onB, (command) => {
+        onB.receive({ kind: "output", commandId: command.commandId, stream: "stdout", chunk: bytes("before ") });
+        resolve();
+      }),
+    );
+    const exec: HostCommand = {
+      commandId: "c6",
+      action: { kind: "exec", workspaceId: WS, argv: ["sleep", "9"], workingDirectory: "/workspace", env: {}, timeoutMs: 60_000, maxOutputBytes: 1024 },
+    };
+    const chunks: string[] = [];
+    const began = Date.now();
+    const result = a.send("host-a", exec, { onOutput: (_stream, chunk) => chunks.push(text(chunk)) }, AbortSignal.timeout(30_000), 60_000);
+    await started;
+    await new Promise((resolve) => setTimeout(resolve, 200)); // B's output record reaches A
+    // B goes away with the host's stream; the host, its exec still running, attaches to A.
+    b.close();
+    hubB.close();
+    const onA = await hubA.attach(registration);
+    holder = "A";
+    const asked = playHost(onA, (command) => {
+      onA.receive({ kind: "output", commandId: command.commandId, stream: "stdout", chunk: bytes("after") });
+      onA.receive({ kind: "result", outcome: outcome(command.commandId, { exitCode: 0, outputBytes: 12 }) });
+    });
+    // The real outcome, from the exec that kept running: not unknown, and not after the 60 s timeout.
+    await expect(result).resolves.toMatchObject({ commandId: "c6", exitCode: 0, outputBytes: 12 });
+    expect(Date.now() - began).toBeLessThan(10_000);
+    expect(chunks).toEqual(["before ", "after"]);
+    // A asked the host for the command it already runs, never to run it again.
+    expect(asked.map((c) => c.action.kind)).toEqual(["reattach"]);
+  });
+
+  it("gives a write whose holder lost the host an unknown outcome at once, never running it again", async () => {
+    let holder = "B";
+    const { a, b, hubA, hubB } = fleet((hostId) => (hostId === "host-a" ? holder : undefined));
+    const onB = await hubB.attach(registration);
+    const taken = new Promise<void>((resolve) => playHost(onB, () => resolve()));
+    const write: HostCommand = { commandId: "w2", action: { kind: "write_file", workspaceId: WS, path: "/workspace/f", content: bytes("x") }, leaseEpoch: 1 };
+    const began = Date.now();
+    const result = a.send("host-a", write, {}, AbortSignal.timeout(30_000), 60_000);
+    result.catch(() => undefined);
+    await taken;
+    b.close();
+    hubB.close();
+    const onA = await hubA.attach(registration);
+    holder = "A";
+    const asked = playHost(onA, () => {});
+    await expect(result).rejects.toThrow(/lost it during command w2 \(write_file\): its outcome is unknown/);
+    expect(Date.now() - began).toBeLessThan(10_000);
+    expect(asked).toEqual([]);
   });
 });

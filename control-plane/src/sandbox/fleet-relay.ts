@@ -75,10 +75,15 @@ const decodeOutcome = (body: Record<string, unknown>): CommandOutcome => {
 class NotTakenError extends HostUnavailableError {}
 
 interface Waiting {
+  readonly commandId: string;
   readonly hostId: string;
+  /** The replica the command was handed to. */
+  readonly holder: string;
   readonly watch: CommandWatch;
   /** Something came back for the command: its holder took it. */
   heard: boolean;
+  /** The host is now held by another replica (or this one): the old holder can no longer answer. */
+  moved(): void;
   resolve(outcome: CommandOutcome): void;
   reject(error: Error): void;
 }
@@ -166,12 +171,16 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
         const encoded = encodeOutcome(result);
         post(record("result", encoded), undefined, () => (outputLost ? { ...encoded, outputTruncated: true } : encoded));
       },
-      (error: unknown) =>
+      (error: unknown) => {
+        // Shutting down, this replica lets go of the host: the sender collects the command
+        // wherever the host attaches next, as after a crash, instead of hearing it was lost.
+        if (stopping.signal.aborted) return;
         reply("failed", {
           // Only a command that was never sent is "unavailable"; anything else may have run.
           reason: error instanceof HostUnavailableError ? "unavailable" : "lost",
           message: error instanceof Error ? error.message : String(error),
-        }),
+        });
+      },
     );
   };
 
@@ -246,9 +255,32 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
     }
   });
 
+  /**
+   * A command's holder that went away mid-command (its host now attached elsewhere) will never
+   * answer: its waiters are moved on at the next poll instead of waiting out their timeouts.
+   */
+  let checkingHolders = false;
+  const checkHolders = async (): Promise<void> => {
+    if (checkingHolders) return;
+    checkingHolders = true;
+    try {
+      const holders = new Map<string, string | undefined>();
+      for (const entry of [...waiting.values()]) {
+        if (!holders.has(entry.hostId)) holders.set(entry.hostId, hub.isAttached(entry.hostId) ? me : await options.route(entry.hostId));
+        const now = holders.get(entry.hostId);
+        if (now !== undefined && now !== entry.holder && waiting.get(entry.commandId) === entry) entry.moved();
+      }
+    } catch (error) {
+      if (!stopping.signal.aborted) log.warn({ err: error }, "sandbox relay: checking command holders failed; the next poll tries again");
+    } finally {
+      checkingHolders = false;
+    }
+  };
+
   let polls = 0;
   const poller = setInterval(() => {
     if (waiting.size > 0 || hub.hosts().length > 0) wake();
+    if (waiting.size > 0) void checkHolders();
     if (++polls % Math.max(1, Math.round(60_000 / options.pollMs)) === 0) {
       store.prune(PRUNE_AFTER_MS).catch((error: unknown) => log.warn({ err: error }, "sandbox relay: pruning failed"));
     }
@@ -270,12 +302,20 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
         if (waiting.get(commandId) === entry) waiting.delete(commandId);
       };
       const entry: Waiting = {
+        commandId,
         hostId,
+        holder: replica,
         watch,
         heard: false,
         resolve: (outcome) => (finish(), resolve(outcome)),
         reject: (error) => (finish(), reject(error)),
+        moved: () => {
+          finish();
+          const left = Math.max(1, timeoutMs - (Date.now() - sentAt));
+          recollect(hostId, replica, command, watch, signal, left).then(resolve, reject);
+        },
       };
+      const sentAt = Date.now();
       const onAbort = () => entry.reject(signal.reason as Error);
       const timer = setTimeout(
         () => entry.reject(new HostLostError(`sandbox host ${hostId} (attached to replica ${replica}) gave no outcome for command ${commandId} within ${timeoutMs} ms`)),
@@ -338,6 +378,26 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
       await delay(250, undefined, { signal }).catch(() => undefined);
       signal.throwIfAborted();
     }
+  };
+
+  /**
+   * A command whose holder went away mid-command, now that another replica (or this one) holds
+   * its host. An exec goes on running on the host, so its outcome is collected where the host is
+   * now; reads are asked again; anything else may or may not have happened: its outcome is unknown.
+   */
+  const recollect = (hostId: string, holder: string, command: HostCommand, watch: CommandWatch, signal: AbortSignal, timeoutMs: number): Promise<CommandOutcome> => {
+    const action = command.action;
+    log.info({ hostId, commandId: command.commandId, holder, kind: action.kind }, "sandbox relay: the command's holder lost its host; collecting the command where the host is now");
+    if (action.kind === "exec" || action.kind === "reattach") {
+      const again: HostCommand = { commandId: command.commandId, action: { kind: "reattach", workspaceId: action.workspaceId } };
+      return hub.isAttached(hostId) ? local(hostId, again, watch, signal, timeoutMs) : remote(hostId, again, watch, signal, timeoutMs);
+    }
+    if (action.kind === "read_file" || action.kind === "list_files") {
+      return hub.isAttached(hostId) ? hub.send(hostId, command, watch, signal, timeoutMs) : remote(hostId, command, watch, signal, timeoutMs);
+    }
+    return Promise.reject(
+      new HostLostError(`replica ${holder}, which held sandbox host ${hostId}, lost it during command ${command.commandId} (${action.kind}): its outcome is unknown`),
+    );
   };
 
   return {
