@@ -13,7 +13,9 @@
 
 import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
-import type { CommandOutcome, HostAction, HostCommand, OutputStreamName } from "./host-protocol.js";
+import type { CommandOutcome, HostCommand, OutputStreamName } from "./host-protocol.js";
+import { b64, decodeCommand, decodeOutcome, encodeCommand, encodeOutcome, unb64 } from "./relay-encoding.js";
+import { createRelayOutbox } from "./relay-outbox.js";
 import { HostLostError, HostUnavailableError, type CommandWatch, type SandboxHub } from "./sandbox-hub.js";
 import type { RelayKind, RelayRecord, SandboxRelayStore, TakenRelay } from "./sandbox-relay-store.js";
 
@@ -45,31 +47,8 @@ const TAKE_BATCH = 200;
 const PICKUP_MS = 3_000;
 /** How long a command waits for its host to show up on some replica again after a failed hand-over. */
 const REROUTE_WAIT_MS = 30_000;
-/** Output a holding replica has queued for the ledger past which the host's stream is held. */
-const OUTBOX_HIGH_WATER_BYTES = 8 * 1024 * 1024;
-const OUTBOX_BATCH_BYTES = 2 * 1024 * 1024;
 /** Records nobody took within this long were meant for a replica that went away. */
 const PRUNE_AFTER_MS = 10 * 60_000;
-
-const b64 = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
-const unb64 = (text: unknown) => new Uint8Array(Buffer.from(typeof text === "string" ? text : "", "base64"));
-
-function encodeCommand(command: HostCommand): Record<string, unknown> {
-  const action = command.action.kind === "write_file" ? { ...command.action, content: b64(command.action.content) } : command.action;
-  return { commandId: command.commandId, action, ...(command.leaseEpoch === undefined ? {} : { leaseEpoch: command.leaseEpoch }) };
-}
-
-function decodeCommand(body: Record<string, unknown>): HostCommand {
-  const raw = body as { commandId: string; action: HostAction & { content?: unknown }; leaseEpoch?: number };
-  const action = raw.action.kind === "write_file" ? { ...raw.action, content: unb64(raw.action.content) } : raw.action;
-  return { commandId: raw.commandId, action, ...(raw.leaseEpoch === undefined ? {} : { leaseEpoch: raw.leaseEpoch }) };
-}
-
-const encodeOutcome = (o: CommandOutcome): Record<string, unknown> => ({ ...o, data: b64(o.data), outputTail: b64(o.outputTail) });
-const decodeOutcome = (body: Record<string, unknown>): CommandOutcome => {
-  const o = body as unknown as CommandOutcome;
-  return { ...o, data: unb64(body["data"]), outputTail: unb64(body["outputTail"]) };
-};
 
 /** The holder never took the command: nothing ran. */
 class NotTakenError extends HostUnavailableError {}
@@ -88,60 +67,14 @@ interface Waiting {
   reject(error: Error): void;
 }
 
-interface Queued {
-  readonly record: RelayRecord;
-  readonly bytes: number;
-  readonly onFailed?: (error: Error) => void;
-  /** The body as of the moment its batch is stored (everything queued before it is settled by then). */
-  readonly finalBody?: () => Readonly<Record<string, unknown>>;
-}
-
 export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, options: FleetRelayOptions, log: Logger): FleetRelay {
   const me = options.replicaId;
   const waiting = new Map<string, Waiting>();
   const stopping = new AbortController();
 
-  // The outbox: one writer, so the records of each command are stored in the order they arose.
-  const outbox: Queued[] = [];
-  let outboxBytes = 0;
-  let writing: Promise<void> | undefined;
-  let drained: { promise: Promise<void>; resolve: () => void } | undefined;
-  const drain = async (): Promise<void> => {
-    while (outbox.length > 0) {
-      let bytes = 0;
-      let n = 0;
-      while (n < outbox.length && (n === 0 || bytes + outbox[n]!.bytes <= OUTBOX_BATCH_BYTES)) bytes += outbox[n++]!.bytes;
-      const batch = outbox.splice(0, n);
-      try {
-        await store.append(batch.map((q) => (q.finalBody === undefined ? q.record : { ...q.record, body: q.finalBody() })));
-      } catch (error) {
-        const failure = error instanceof Error ? error : new Error(String(error));
-        if (!stopping.signal.aborted) log.warn({ err: failure, records: batch.length }, "sandbox relay: storing records for another replica failed");
-        for (const q of batch) q.onFailed?.(failure);
-      }
-      outboxBytes -= bytes;
-      if (drained !== undefined && outboxBytes <= OUTBOX_HIGH_WATER_BYTES / 4) {
-        drained.resolve();
-        drained = undefined;
-      }
-    }
-    writing = undefined;
-  };
-  const post = (record: RelayRecord, onFailed?: (error: Error) => void, finalBody?: () => Readonly<Record<string, unknown>>) => {
-    const bytes = JSON.stringify(record.body).length + 100;
-    outbox.push({ record, bytes, ...(onFailed === undefined ? {} : { onFailed }), ...(finalBody === undefined ? {} : { finalBody }) });
-    outboxBytes += bytes;
-    writing ??= drain();
-  };
-  const outboxBacklog = (): Promise<void> | undefined => {
-    if (outboxBytes <= OUTBOX_HIGH_WATER_BYTES) return undefined;
-    if (drained === undefined) {
-      let resolve!: () => void;
-      const promise = new Promise<void>((r) => (resolve = r));
-      drained = { promise, resolve };
-    }
-    return drained.promise;
-  };
+  const { post, backlog: outboxBacklog } = createRelayOutbox(store, (error, records) => {
+    if (!stopping.signal.aborted) log.warn({ err: error, records }, "sandbox relay: storing records for another replica failed");
+  });
 
   /** A command for a host attached here; a re-attach collects what the host kept for it. */
   const local = (hostId: string, command: HostCommand, watch: CommandWatch, signal: AbortSignal, timeoutMs: number) =>
