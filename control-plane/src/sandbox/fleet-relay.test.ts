@@ -300,4 +300,27 @@ describe("fleet relay between two replicas", () => {
     expect(Date.now() - began).toBeLessThan(10_000);
     expect(asked).toEqual([]);
   });
+
+  it("sends a command its holder never took again, as itself, once the host is held elsewhere", async () => {
+    let holder = "B";
+    const { a, b, hubA, hubB, ledger } = fleet((hostId) => (hostId === "host-a" ? holder : undefined));
+    // B is gone before it takes anything; the host comes to A.
+    b.close();
+    hubB.close();
+    const onA = await hubA.attach(registration);
+    const asked = playHost(onA, (command) => onA.receive({ kind: "result", outcome: outcome(command.commandId, { exitCode: 5 }) }));
+    const exec: HostCommand = {
+      commandId: "c7",
+      action: { kind: "exec", workspaceId: WS, argv: ["true"], workingDirectory: "/workspace", env: {}, timeoutMs: 10_000, maxOutputBytes: 1024 },
+    };
+    const began = Date.now();
+    const result = a.send("host-a", exec, {}, AbortSignal.timeout(20_000), 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    holder = "A";
+    await expect(result).resolves.toMatchObject({ commandId: "c7", exitCode: 5 });
+    // Withdrawn at the first poll that saw the move, not at the 3 s pickup deadline, and run as an exec, not asked after.
+    expect(Date.now() - began).toBeLessThan(2_900);
+    expect(asked).toEqual([exec]);
+    expect(ledger.rows).toEqual([]);
+  });
 });

@@ -61,6 +61,8 @@ interface Waiting {
   readonly watch: CommandWatch;
   /** Something came back for the command: its holder took it. */
   heard: boolean;
+  /** Set once moved() ran: the move is under way. */
+  moving: boolean;
   /** The host is now held by another replica (or this one): the old holder can no longer answer. */
   moved(): void;
   resolve(outcome: CommandOutcome): void;
@@ -201,7 +203,7 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
       for (const entry of [...waiting.values()]) {
         if (!holders.has(entry.hostId)) holders.set(entry.hostId, hub.isAttached(entry.hostId) ? me : await options.route(entry.hostId));
         const now = holders.get(entry.hostId);
-        if (now !== undefined && now !== entry.holder && waiting.get(entry.commandId) === entry) entry.moved();
+        if (now !== undefined && now !== entry.holder && !entry.moving && waiting.get(entry.commandId) === entry) entry.moved();
       }
     } catch (error) {
       if (!stopping.signal.aborted) log.warn({ err: error }, "sandbox relay: checking command holders failed; the next poll tries again");
@@ -228,6 +230,7 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
         return;
       }
       const commandId = command.commandId;
+      const sentAt = Date.now();
       const finish = () => {
         clearTimeout(timer);
         clearTimeout(pickup.timer);
@@ -242,13 +245,23 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
         heard: false,
         resolve: (outcome) => (finish(), resolve(outcome)),
         reject: (error) => (finish(), reject(error)),
+        moving: false,
         moved: () => {
-          finish();
-          const left = Math.max(1, timeoutMs - (Date.now() - sentAt));
-          recollect(hostId, replica, command, watch, signal, left).then(resolve, reject);
+          entry.moving = true;
+          clearTimeout(pickup.timer);
+          const collect = () => {
+            if (waiting.get(commandId) !== entry) return;
+            finish();
+            recollect(hostId, replica, command, watch, signal, Math.max(1, timeoutMs - (Date.now() - sentAt))).then(resolve, reject);
+          };
+          if (entry.heard) return collect();
+          // Never taken (the withdrawal wins): nothing ran, and it is sent again where the host is now.
+          store.withdraw(replica, commandId).then(
+            (withdrawn) => (withdrawn ? entry.reject(new NotTakenError(`replica ${replica} lost sandbox host ${hostId} before taking command ${commandId}`)) : collect()),
+            (error: unknown) => log.warn({ err: error, commandId }, "sandbox relay: withdrawing a command failed; waiting for its outcome"),
+          );
         },
       };
-      const sentAt = Date.now();
       const onAbort = () => entry.reject(signal.reason as Error);
       const timer = setTimeout(
         () => entry.reject(new HostLostError(`sandbox host ${hostId} (attached to replica ${replica}) gave no outcome for command ${commandId} within ${timeoutMs} ms`)),
@@ -321,13 +334,11 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
   const recollect = (hostId: string, holder: string, command: HostCommand, watch: CommandWatch, signal: AbortSignal, timeoutMs: number): Promise<CommandOutcome> => {
     const action = command.action;
     log.info({ hostId, commandId: command.commandId, holder, kind: action.kind }, "sandbox relay: the command's holder lost its host; collecting the command where the host is now");
+    // remote() takes the hub's own path when the host is now attached here.
     if (action.kind === "exec" || action.kind === "reattach") {
-      const again: HostCommand = { commandId: command.commandId, action: { kind: "reattach", workspaceId: action.workspaceId } };
-      return hub.isAttached(hostId) ? local(hostId, again, watch, signal, timeoutMs) : remote(hostId, again, watch, signal, timeoutMs);
+      return remote(hostId, { commandId: command.commandId, action: { kind: "reattach", workspaceId: action.workspaceId } }, watch, signal, timeoutMs);
     }
-    if (action.kind === "read_file" || action.kind === "list_files") {
-      return hub.isAttached(hostId) ? hub.send(hostId, command, watch, signal, timeoutMs) : remote(hostId, command, watch, signal, timeoutMs);
-    }
+    if (action.kind === "read_file" || action.kind === "list_files") return remote(hostId, command, watch, signal, timeoutMs);
     return Promise.reject(
       new HostLostError(`replica ${holder}, which held sandbox host ${hostId}, lost it during command ${command.commandId} (${action.kind}): its outcome is unknown`),
     );
