@@ -96,6 +96,17 @@ export function postgresCpuMs(dataDir: string): number {
 /** USER_HZ: 100 on every Linux this runs on. */
 const CLOCK_TICKS_PER_SECOND = 100;
 
+/** CPU time (ms, user + system) a process has used, from /proc; 0 where there is none (not Linux, or it exited). */
+export function processCpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
+}
+
 /** CPU time (ms) this Node process has used so far. */
 export function nodeCpuMs(): number {
   const usage = process.cpuUsage();

@@ -3,7 +3,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { nodeCpuMs, postgresCpuMs } from "../support.js";
+import { nodeCpuMs, postgresCpuMs, processCpuMs } from "../support.js";
 
 /** CPU time (ms) each party spent in one timed section. */
 export interface CpuLap {
@@ -11,17 +11,6 @@ export interface CpuLap {
   readonly agent: number;
   readonly postgres: number;
   readonly docker: number;
-}
-
-/** The clock ticks (user + system) a process has used, from /proc; 0 where there is none (not Linux, or it exited). */
-function processTicks(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return Number(fields[11]) + Number(fields[12]);
-  } catch {
-    return 0;
-  }
 }
 
 /** The Docker engine's processes (the engine and the shims that carry exec output): their pids. */
@@ -52,9 +41,9 @@ export function cpuMeter(target: { agentPid: number | undefined; postgresDataDir
   const docker = dockerPids();
   const read = () => ({
     controlPlane: nodeCpuMs(),
-    agent: target.agentPid === undefined ? 0 : processTicks(target.agentPid) * 10,
+    agent: target.agentPid === undefined ? 0 : processCpuMs(target.agentPid),
     postgres: postgresCpuMs(target.postgresDataDir),
-    docker: new Map(docker.map((pid) => [pid, processTicks(pid) * 10])),
+    docker: new Map(docker.map((pid) => [pid, processCpuMs(pid)])),
   });
   let last = read();
   return {
