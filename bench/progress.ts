@@ -20,7 +20,10 @@
 //      raw_per_s are the medians, emission_ratio the median of each round's ratio; the CPU per
 //      notice of this process, PostgreSQL and the connector is printed beside them.
 //
-//   npm run bench -- progress [--runs 1000] [--tick-ms 50] [--probes 200] [--acks 32] [--durability strict|relaxed]
+// --ack-batch 1 acknowledges with one AcknowledgeEmission call per notice (32 calls in flight
+// unless --acks says otherwise); the default batches into AcknowledgeEmissions (4 in flight).
+//
+//   npm run bench -- progress [--runs 1000] [--tick-ms 50] [--probes 200] [--ack-batch 100] [--acks N] [--durability strict|relaxed]
 import { fork, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import path from "node:path";
@@ -38,6 +41,7 @@ import { loadConfig } from "../control-plane/src/config.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import type { Clock } from "../control-plane/src/domain/clock.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import { MAX_ACKNOWLEDGEMENTS } from "../control-plane/src/api/emission-service.js";
 import { createProgressRepository } from "../control-plane/src/ledger/progress.repository.js";
 import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { createProgressSupervisors, type RunProgress } from "../control-plane/src/progress/progress-supervisor.js";
@@ -88,12 +92,14 @@ async function until(what: string, probe: () => Promise<boolean>, pollMs = 20): 
 export default async function progressBench(args: readonly string[]): Promise<void> {
   const { values } = parseArgs({
     args: [...args],
-    options: { runs: { type: "string", default: "1000" }, "tick-ms": { type: "string", default: "50" }, probes: { type: "string", default: "200" }, acks: { type: "string", default: "32" }, ...DURABILITY_OPTION },
+    options: { runs: { type: "string", default: "1000" }, "tick-ms": { type: "string", default: "50" }, probes: { type: "string", default: "200" }, acks: { type: "string" }, "ack-batch": { type: "string", default: "100" }, ...DURABILITY_OPTION },
   });
   const runs = integerOption("runs", values.runs, 1);
   const tickMs = integerOption("tick-ms", values["tick-ms"], 5);
   const probes = integerOption("probes", values.probes, 1);
-  const ackWindow = integerOption("acks", values.acks, 1);
+  const ackBatch = integerOption("ack-batch", values["ack-batch"], 1, MAX_ACKNOWLEDGEMENTS);
+  // One emission per call needs many calls in flight to keep up; batches fill while a few are out.
+  const ackWindow = integerOption("acks", values.acks ?? (ackBatch === 1 ? "32" : "4"), 1);
   const durability = benchDurability(values.durability);
   const progress = (line: string) => process.stderr.write(`[progress] ${line}\n`);
 
@@ -180,7 +186,7 @@ export default async function progressBench(args: readonly string[]): Promise<vo
 
       // 3 and 4. A connector, in its own process: Subscribe from 0, acknowledge each PENDING emission.
       connector = new ConnectorProcess();
-      await connector.start({ kind: "start", url, token, connector: CONNECTOR, runs, ackWindow });
+      await connector.start({ kind: "start", url, token, connector: CONNECTOR, runs, ackWindow, ackBatch });
       started = performance.now();
       const allReceivedAt = connector.reached("received", runs).then(() => performance.now());
       await connector.reached("acknowledged", runs);
@@ -213,7 +219,7 @@ export default async function progressBench(args: readonly string[]): Promise<vo
       const perNotice = (pick: (r: (typeof rounds)[number]) => number) => ms(median(rounds.map(pick)));
       const lines = [
         "",
-        `progress: ${runs} supervised runs on a manual clock, tick ${tickMs} ms, notices from the ledger's facts (no model); one Subscribe stream acknowledging with ${ackWindow} acks in flight, from a connector in its own process; ` +
+        `progress: ${runs} supervised runs on a manual clock, tick ${tickMs} ms, notices from the ledger's facts (no model); one Subscribe stream from a connector in its own process, acknowledging ${ackBatch === 1 ? `with one AcknowledgeEmission call per notice, ${ackWindow} in flight` : `in AcknowledgeEmissions calls of what arrived meanwhile (at most ${ackBatch} each, ${ackWindow} in flight)`}; ` +
           `raw = one transaction per notice (progress_events + emissions insert, NOTIFY) on ${RAW_CONNECTIONS} connections, a LISTEN client updating each to delivered; ` +
           `${durabilityLabel(durability)}`,
         "",

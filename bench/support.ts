@@ -36,9 +36,11 @@ export function table(header: readonly string[], body: readonly (readonly string
 }
 
 /** A whole-number flag's value, or an error naming the flag: `--messages must be an integer >= 1`. */
-export function integerOption(name: string, value: string, min: number): number {
+export function integerOption(name: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, not ${JSON.stringify(value)}`);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new Error(`--${name} must be an integer from ${min}${max === Number.MAX_SAFE_INTEGER ? " up" : ` to ${max}`}, not ${JSON.stringify(value)}`);
+  }
   return n;
 }
 

@@ -44,12 +44,12 @@ const submit = (token: string, connector: string, conversationId: string, agentI
   });
 
 /** The first emission on a connector, read with the unscoped fixture token. */
-async function firstEmission(connector: string) {
+async function firstEmission(connector: string, conversation?: string) {
   const done = new AbortController();
   const timer = setTimeout(() => done.abort(), 15_000);
   try {
     for await (const { emission } of connectClient(EmissionService, keel.url, keel.tokens.connector).subscribe({ connector }, { signal: done.signal })) {
-      if (emission !== undefined) return emission;
+      if (emission !== undefined && (conversation === undefined || emission.conversationId === conversation)) return emission;
     }
   } finally {
     clearTimeout(timer);
@@ -92,6 +92,34 @@ describe("a connector token", () => {
     // The owner may: the refusals above were about scope, not about the calls.
     const owned = connectClient(EmissionService, keel.url, keel.tokens.connector).acknowledgeEmission({ emissionId: emission.id, outcome: DeliveryStatus.DELIVERED });
     expect(await codeOf(owned)).toBe("ok");
+  });
+
+  it("acknowledges in batches all or none: one emission outside its scope or missing settles none", async () => {
+    await submit(slackToken, "slack", "c-batch-own");
+    await submit(slackToken, "slack", "c-batch-own-2");
+    await submit(keel.tokens.connector, "discord", "c-batch-other");
+    const own = await firstEmission("slack", "c-batch-own");
+    const own2 = await firstEmission("slack", "c-batch-own-2");
+    const other = await firstEmission("discord", "c-batch-other");
+    const emissions = connectClient(EmissionService, keel.url, slackToken);
+    const delivered = (emissionId: string) => ({ emissionId, outcome: DeliveryStatus.DELIVERED });
+    expect(await codeOf(emissions.acknowledgeEmissions({ acknowledgements: [delivered(own.id), delivered(other.id)] }))).toBe(Code.PermissionDenied);
+    expect(await codeOf(emissions.acknowledgeEmissions({ acknowledgements: [delivered(own.id), delivered("00000000-0000-4000-8000-000000000000")] }))).toBe(Code.NotFound);
+    // Neither refusal settled its own emission: the first outcome that lands is this one. The
+    // response lists the emissions in request order.
+    const { emissions: settled } = await emissions.acknowledgeEmissions({
+      acknowledgements: [delivered(own2.id), { emissionId: own.id, outcome: DeliveryStatus.FAILED, detail: "bot kicked" }],
+    });
+    expect(settled.map((e) => [e.id, e.deliveryStatus])).toEqual([
+      [own2.id, DeliveryStatus.DELIVERED],
+      [own.id, DeliveryStatus.FAILED],
+    ]);
+    // Again: each keeps its first outcome.
+    const { emissions: again } = await emissions.acknowledgeEmissions({ acknowledgements: [delivered(own.id)] });
+    expect(again.map((e) => e.deliveryStatus)).toEqual([DeliveryStatus.FAILED]);
+    // Oversized batches are refused before anything is read.
+    const tooMany = Array.from({ length: 501 }, () => delivered(own.id));
+    expect(await codeOf(emissions.acknowledgeEmissions({ acknowledgements: tooMany }))).toBe(Code.ResourceExhausted);
   });
 
   it("is held to its scope over @grpc/grpc-js too", async () => {

@@ -1,6 +1,7 @@
 // The progress bench's connector, in a process of its own as a connector would be: one Subscribe
-// stream from the start of its connector's emissions, each PENDING one acknowledged DELIVERED
-// with a bounded number of acknowledgements in flight. It reports each time the count of progress
+// stream from the start of its connector's emissions, each PENDING one acknowledged DELIVERED,
+// one per AcknowledgeEmission call or batched into AcknowledgeEmissions calls of what has
+// arrived meanwhile, with a bounded number of calls in flight. It reports each time the count of progress
 // notices received or acknowledged reaches a multiple of the run count.
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -13,7 +14,10 @@ export interface ConnectorStart {
   readonly connector: string;
   /** Reports come at every multiple of this many progress notices. */
   readonly runs: number;
+  /** Acknowledgement calls in flight at most. */
   readonly ackWindow: number;
+  /** Emissions per call at most: 1 sends AcknowledgeEmission per emission, more AcknowledgeEmissions. */
+  readonly ackBatch: number;
 }
 export type ConnectorReport =
   /** Sent once the process has loaded and waits for its start. */
@@ -24,6 +28,8 @@ export type ConnectorReport =
 
 const report = (message: ConnectorReport): void => void process.send?.(message);
 const stop = new AbortController();
+/** Set when the parent asks the connector to stop; the aborted stream's error is then expected. */
+let stopRequested = false;
 
 async function connect(start: ConnectorStart): Promise<void> {
   const bearer: Interceptor = (next) => (request) => {
@@ -33,32 +39,63 @@ async function connect(start: ConnectorStart): Promise<void> {
   const emissions = createClient(EmissionService, createGrpcTransport({ baseUrl: start.url, interceptors: [bearer] }));
   let received = 0;
   let acknowledged = 0;
-  const acking = new Set<Promise<unknown>>();
-  for await (const { emission } of emissions.subscribe({ connector: start.connector, afterSeq: 0n }, { signal: stop.signal })) {
-    if (emission === undefined || emission.deliveryStatus !== DeliveryStatus.PENDING) continue;
-    const isNotice = emission.kind === EmissionKind.PROGRESS;
-    if (isNotice && ++received % start.runs === 0) report({ kind: "received", count: received });
-    while (acking.size >= start.ackWindow) await Promise.race(acking);
-    const ack: Promise<unknown> = emissions
-      .acknowledgeEmission({ emissionId: emission.id, outcome: DeliveryStatus.DELIVERED })
-      .then(() => {
-        if (isNotice && ++acknowledged % start.runs === 0) report({ kind: "acknowledged", count: acknowledged });
-      })
-      .finally(() => acking.delete(ack));
-    acking.add(ack);
+  /** Delivered, not yet acknowledged: [emission id, is a progress notice]. */
+  let unacknowledged: [string, boolean][] = [];
+  const calls = new Set<Promise<unknown>>();
+  let failure: Error | undefined;
+  const acknowledge = (batch: [string, boolean][]): Promise<unknown> => {
+    const settled = (): void => {
+      for (const [, isNotice] of batch) if (isNotice && ++acknowledged % start.runs === 0) report({ kind: "acknowledged", count: acknowledged });
+    };
+    const outcome = DeliveryStatus.DELIVERED;
+    if (start.ackBatch === 1) return emissions.acknowledgeEmission({ emissionId: batch[0]![0], outcome }).then(settled);
+    return emissions.acknowledgeEmissions({ acknowledgements: batch.map(([emissionId]) => ({ emissionId, outcome })) }).then(settled);
+  };
+  /** Sends what waits, in calls of at most ackBatch, while fewer than ackWindow calls are in flight. */
+  const flush = (): void => {
+    while (unacknowledged.length > 0 && calls.size < start.ackWindow) {
+      const batch = unacknowledged.slice(0, start.ackBatch);
+      unacknowledged = unacknowledged.slice(batch.length);
+      const call: Promise<unknown> = acknowledge(batch)
+        .catch((error: unknown) => {
+          failure ??= error instanceof Error ? error : new Error(String(error));
+          stop.abort();
+        })
+        .finally(() => {
+          calls.delete(call);
+          flush();
+        });
+      calls.add(call);
+    }
+  };
+  try {
+    for await (const { emission } of emissions.subscribe({ connector: start.connector, afterSeq: 0n }, { signal: stop.signal })) {
+      if (emission === undefined || emission.deliveryStatus !== DeliveryStatus.PENDING) continue;
+      const isNotice = emission.kind === EmissionKind.PROGRESS;
+      if (isNotice && ++received % start.runs === 0) report({ kind: "received", count: received });
+      // Bounded: past a window's worth waiting, the stream is read no further until acks catch up.
+      while (unacknowledged.length >= start.ackWindow * start.ackBatch) await Promise.race(calls);
+      unacknowledged.push([emission.id, isNotice]);
+      flush();
+    }
+  } catch (error) {
+    throw failure ?? error;
   }
+  // A failed acknowledgement aborts the stream, which may end it without an error.
+  if (failure !== undefined) throw failure;
 }
 
 let cpuAtStart = process.cpuUsage();
 process.on("message", (message: ConnectorStart | { kind: "stop" }) => {
   if (message.kind === "stop") {
+    stopRequested = true;
     stop.abort();
     return;
   }
   cpuAtStart = process.cpuUsage();
   connect(message).then(
     () => finish(),
-    (error: unknown) => finish(stop.signal.aborted ? undefined : String(error)),
+    (error: unknown) => finish(stopRequested ? undefined : String(error)),
   );
 });
 

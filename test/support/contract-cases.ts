@@ -137,6 +137,26 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       ],
       notFound: { emission_id: MISSING_UUID, outcome: "DELIVERY_STATUS_DELIVERED" },
     },
+    "keel.v1.EmissionService/AcknowledgeEmissions": {
+      role: "connector",
+      valid: { acknowledgements: [{ emission_id: seed.emissionId, outcome: "DELIVERY_STATUS_DELIVERED", remote_ref: "contract-ref" }] },
+      expect: "ok",
+      check: expectField("DELIVERY_STATUS_DELIVERED", "emissions", "0", "delivery_status"),
+      invalid: [
+        { request: { acknowledgements: [] }, field: "acknowledgements" },
+        { request: { acknowledgements: [{ emission_id: "not-a-uuid", outcome: "DELIVERY_STATUS_DELIVERED" }] }, field: "acknowledgements[0].emission_id" },
+        {
+          request: {
+            acknowledgements: [
+              { emission_id: seed.emissionId, outcome: "DELIVERY_STATUS_DELIVERED" },
+              { emission_id: seed.emissionId, outcome: "DELIVERY_STATUS_PENDING" },
+            ],
+          },
+          field: "acknowledgements[1].outcome",
+        },
+      ],
+      notFound: { acknowledgements: [{ emission_id: MISSING_UUID, outcome: "DELIVERY_STATUS_DELIVERED" }] },
+    },
 
     ...runServiceCases(seed),
 

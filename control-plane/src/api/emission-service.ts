@@ -1,12 +1,12 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
-import { DeliveryStatus, EmissionService, SubscribeResponseSchema, type Emission, type SubscribeResponse } from "../../../gen/keel/v1/emission_service_pb.js";
+import { DeliveryStatus, EmissionService, SubscribeResponseSchema, type AcknowledgeEmissionRequest, type Emission, type SubscribeResponse } from "../../../gen/keel/v1/emission_service_pb.js";
 import type { EmissionRecord } from "../domain/records.js";
 import { InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError } from "../domain/errors.js";
 import { agentViolation, connectorViolation, type ScopeViolation } from "../domain/token-scope.js";
 import { requireSlug, requireUuid } from "../domain/ids.js";
 import type { EmissionFeed } from "../ledger/emission-feed.js";
-import type { AcknowledgeScope, EmissionQueries } from "../ledger/emission.repository.js";
+import type { AcknowledgeScope, Acknowledgement, EmissionQueries } from "../ledger/emission.repository.js";
 import { principalOf } from "./auth.js";
 import { emissionToProto, encodedSubscribeResponse } from "./convert.js";
 import { cursorOf } from "./validate.js";
@@ -25,12 +25,43 @@ const OUTCOMES: Partial<Record<DeliveryStatus, "delivered" | "failed" | "ambiguo
   [DeliveryStatus.AMBIGUOUS]: "ambiguous",
 };
 
+/** Acknowledgements one AcknowledgeEmissions call may carry. */
+export const MAX_ACKNOWLEDGEMENTS = 500;
+
+/** One acknowledgement, validated; `path` prefixes the field names errors give. */
+function acknowledgementOf(request: AcknowledgeEmissionRequest, path: string): Acknowledgement {
+  const emissionId = requireUuid(`${path}emission_id`, request.emissionId);
+  const outcome = OUTCOMES[request.outcome];
+  if (outcome === undefined) throw new InvalidArgumentError(`${path}outcome`, "must be DELIVERED, FAILED or AMBIGUOUS");
+  if (request.remoteRef.length > 1024) throw new InvalidArgumentError(`${path}remote_ref`, "must be at most 1024 characters");
+  if (request.detail.length > 4096) throw new InvalidArgumentError(`${path}detail`, "must be at most 4096 characters");
+  return { emissionId, outcome, remoteRef: request.remoteRef, detail: request.detail };
+}
+
 const deny = (violation: ScopeViolation | undefined): void => {
   if (violation !== undefined) throw new PermissionDeniedError(`${violation.field}: ${violation.reason}`);
 };
 
 export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<typeof EmissionService> {
   const streamsOfToken = new Map<string, number>();
+  /**
+   * Settles the acknowledgements in one statement, which touches none unless every emission
+   * exists and is within the caller's scope; what comes back says which one was refused and why.
+   */
+  const settle = async (acknowledgements: readonly Acknowledgement[], context: HandlerContext): Promise<Emission[]> => {
+    const { scope } = principalOf(context);
+    const within: AcknowledgeScope =
+      scope.kind === "role" ? { connectors: "any", agents: "any" } : scope.kind === "connector" ? scope : { connectors: [], agents: [] };
+    const emissions = await deps.emissions.acknowledge(acknowledgements, within);
+    const byId = new Map(emissions.map((emission) => [emission.id, emission]));
+    const path = (i: number) => (acknowledgements.length === 1 ? "emission_id" : `acknowledgements[${i}].emission_id`);
+    return acknowledgements.map(({ emissionId }, i) => {
+      const emission = byId.get(emissionId);
+      if (emission === undefined) throw new NotFoundError("emission", emissionId);
+      deny(connectorViolation(scope, { connector: emission.connector, agentId: emission.agentId }, { connector: path(i), agentId: path(i) }));
+      return emissionToProto(emission);
+    });
+  };
   // The feed hands the same record to every stream of its connector: convert (and, for the binary
   // codecs, encode) it once for all of them.
   const converted = new WeakMap<EmissionRecord, { plain: SubscribeResponse; encoded?: SubscribeResponse }>();
@@ -69,20 +100,20 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
       }
     },
     async acknowledgeEmission(request, context) {
-      const emissionId = requireUuid("emission_id", request.emissionId);
-      const outcome = OUTCOMES[request.outcome];
-      if (outcome === undefined) throw new InvalidArgumentError("outcome", "must be DELIVERED, FAILED or AMBIGUOUS");
-      if (request.remoteRef.length > 1024) throw new InvalidArgumentError("remote_ref", "must be at most 1024 characters");
-      if (request.detail.length > 4096) throw new InvalidArgumentError("detail", "must be at most 4096 characters");
-      const { scope } = principalOf(context);
-      // The scope goes into the one statement, so an emission outside it is never touched; what
-      // comes back says why it was refused.
-      const within: AcknowledgeScope =
-        scope.kind === "role" ? { connectors: "any", agents: "any" } : scope.kind === "connector" ? scope : { connectors: [], agents: [] };
-      const emission = await deps.emissions.acknowledge(emissionId, outcome, request.remoteRef, request.detail, within);
-      if (emission === undefined) throw new NotFoundError("emission", emissionId);
-      deny(connectorViolation(scope, { connector: emission.connector, agentId: emission.agentId }, { connector: "emission_id", agentId: "emission_id" }));
-      return { emission: emissionToProto(emission) };
+      const [emission] = await settle([acknowledgementOf(request, "")], context);
+      return { emission: emission! };
+    },
+    async acknowledgeEmissions(request, context) {
+      const count = request.acknowledgements.length;
+      if (count === 0) throw new InvalidArgumentError("acknowledgements", "must name at least one emission");
+      if (count > MAX_ACKNOWLEDGEMENTS) throw new ResourceExhaustedError(`acknowledgements: at most ${MAX_ACKNOWLEDGEMENTS} per call, got ${count}`);
+      const acknowledgements = request.acknowledgements.map((ack, i) => acknowledgementOf(ack, `acknowledgements[${i}].`));
+      const seen = new Set<string>();
+      acknowledgements.forEach(({ emissionId }, i) => {
+        if (seen.has(emissionId)) throw new InvalidArgumentError(`acknowledgements[${i}].emission_id`, "names an emission already acknowledged in this call");
+        seen.add(emissionId);
+      });
+      return { emissions: await settle(acknowledgements, context) };
     },
   };
 }

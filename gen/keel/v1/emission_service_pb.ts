@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file keel/v1/emission_service.proto.
  */
 export const file_keel_v1_emission_service: GenFile = /*@__PURE__*/
-  fileDesc("Ch5rZWVsL3YxL2VtaXNzaW9uX3NlcnZpY2UucHJvdG8SB2tlZWwudjEikwMKCEVtaXNzaW9uEgoKAmlkGAEgASgJEgsKA3NlcRgCIAEoBBIRCgljb25uZWN0b3IYAyABKAkSIwoEa2luZBgEIAEoDjIVLmtlZWwudjEuRW1pc3Npb25LaW5kEg4KBnJ1bl9pZBgFIAEoCRIQCghhZ2VudF9pZBgGIAEoCRIXCg9jb252ZXJzYXRpb25faWQYByABKAkSGwoTcmVwbHlfdG9fbWVzc2FnZV9pZBgIIAEoCRIMCgR0ZXh0GAkgASgJEiQKCWFja19zdGF0ZRgKIAEoDjIRLmtlZWwudjEuQWNrU3RhdGUSFwoPaWRlbXBvdGVuY3lfa2V5GAsgASgJEhsKE2FkZHJlc3NlZF9hY3Rvcl9pZHMYDCADKAkSMAoPZGVsaXZlcnlfc3RhdHVzGA0gASgOMhcua2VlbC52MS5EZWxpdmVyeVN0YXR1cxISCgpyZW1vdGVfcmVmGA4gASgJEi4KCmNyZWF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjgKEFN1YnNjcmliZVJlcXVlc3QSEQoJY29ubmVjdG9yGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoBCI4ChFTdWJzY3JpYmVSZXNwb25zZRIjCghlbWlzc2lvbhgBIAEoCzIRLmtlZWwudjEuRW1pc3Npb24ifwoaQWNrbm93bGVkZ2VFbWlzc2lvblJlcXVlc3QSEwoLZW1pc3Npb25faWQYASABKAkSKAoHb3V0Y29tZRgCIAEoDjIXLmtlZWwudjEuRGVsaXZlcnlTdGF0dXMSEgoKcmVtb3RlX3JlZhgDIAEoCRIOCgZkZXRhaWwYBCABKAkiQgobQWNrbm93bGVkZ2VFbWlzc2lvblJlc3BvbnNlEiMKCGVtaXNzaW9uGAEgASgLMhEua2VlbC52MS5FbWlzc2lvbiqVAQoMRW1pc3Npb25LaW5kEh0KGUVNSVNTSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIVChFFTUlTU0lPTl9LSU5EX0FDSxABEhoKFkVNSVNTSU9OX0tJTkRfUFJPR1JFU1MQAhIXChNFTUlTU0lPTl9LSU5EX1JFUExZEAMSGgoWRU1JU1NJT05fS0lORF9RVUVTVElPThAEKpoBCghBY2tTdGF0ZRIZChVBQ0tfU1RBVEVfVU5TUEVDSUZJRUQQABIVChFBQ0tfU1RBVEVfV09SS0lORxABEhcKE0FDS19TVEFURV9TVUNDRUVERUQQAhIUChBBQ0tfU1RBVEVfRkFJTEVEEAMSFQoRQUNLX1NUQVRFX1NUQVJURUQQBBIWChJBQ0tfU1RBVEVfVEhJTktJTkcQBSqoAQoORGVsaXZlcnlTdGF0dXMSHwobREVMSVZFUllfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXREVMSVZFUllfU1RBVFVTX1BFTkRJTkcQARIdChlERUxJVkVSWV9TVEFUVVNfREVMSVZFUkVEEAISGgoWREVMSVZFUllfU1RBVFVTX0ZBSUxFRBADEh0KGURFTElWRVJZX1NUQVRVU19BTUJJR1VPVVMQBDK5AQoPRW1pc3Npb25TZXJ2aWNlEkQKCVN1YnNjcmliZRIZLmtlZWwudjEuU3Vic2NyaWJlUmVxdWVzdBoaLmtlZWwudjEuU3Vic2NyaWJlUmVzcG9uc2UwARJgChNBY2tub3dsZWRnZUVtaXNzaW9uEiMua2VlbC52MS5BY2tub3dsZWRnZUVtaXNzaW9uUmVxdWVzdBokLmtlZWwudjEuQWNrbm93bGVkZ2VFbWlzc2lvblJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Ch5rZWVsL3YxL2VtaXNzaW9uX3NlcnZpY2UucHJvdG8SB2tlZWwudjEikwMKCEVtaXNzaW9uEgoKAmlkGAEgASgJEgsKA3NlcRgCIAEoBBIRCgljb25uZWN0b3IYAyABKAkSIwoEa2luZBgEIAEoDjIVLmtlZWwudjEuRW1pc3Npb25LaW5kEg4KBnJ1bl9pZBgFIAEoCRIQCghhZ2VudF9pZBgGIAEoCRIXCg9jb252ZXJzYXRpb25faWQYByABKAkSGwoTcmVwbHlfdG9fbWVzc2FnZV9pZBgIIAEoCRIMCgR0ZXh0GAkgASgJEiQKCWFja19zdGF0ZRgKIAEoDjIRLmtlZWwudjEuQWNrU3RhdGUSFwoPaWRlbXBvdGVuY3lfa2V5GAsgASgJEhsKE2FkZHJlc3NlZF9hY3Rvcl9pZHMYDCADKAkSMAoPZGVsaXZlcnlfc3RhdHVzGA0gASgOMhcua2VlbC52MS5EZWxpdmVyeVN0YXR1cxISCgpyZW1vdGVfcmVmGA4gASgJEi4KCmNyZWF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjgKEFN1YnNjcmliZVJlcXVlc3QSEQoJY29ubmVjdG9yGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoBCI4ChFTdWJzY3JpYmVSZXNwb25zZRIjCghlbWlzc2lvbhgBIAEoCzIRLmtlZWwudjEuRW1pc3Npb24ifwoaQWNrbm93bGVkZ2VFbWlzc2lvblJlcXVlc3QSEwoLZW1pc3Npb25faWQYASABKAkSKAoHb3V0Y29tZRgCIAEoDjIXLmtlZWwudjEuRGVsaXZlcnlTdGF0dXMSEgoKcmVtb3RlX3JlZhgDIAEoCRIOCgZkZXRhaWwYBCABKAkiQgobQWNrbm93bGVkZ2VFbWlzc2lvblJlc3BvbnNlEiMKCGVtaXNzaW9uGAEgASgLMhEua2VlbC52MS5FbWlzc2lvbiJcChtBY2tub3dsZWRnZUVtaXNzaW9uc1JlcXVlc3QSPQoQYWNrbm93bGVkZ2VtZW50cxgBIAMoCzIjLmtlZWwudjEuQWNrbm93bGVkZ2VFbWlzc2lvblJlcXVlc3QiRAocQWNrbm93bGVkZ2VFbWlzc2lvbnNSZXNwb25zZRIkCgllbWlzc2lvbnMYASADKAsyES5rZWVsLnYxLkVtaXNzaW9uKpUBCgxFbWlzc2lvbktpbmQSHQoZRU1JU1NJT05fS0lORF9VTlNQRUNJRklFRBAAEhUKEUVNSVNTSU9OX0tJTkRfQUNLEAESGgoWRU1JU1NJT05fS0lORF9QUk9HUkVTUxACEhcKE0VNSVNTSU9OX0tJTkRfUkVQTFkQAxIaChZFTUlTU0lPTl9LSU5EX1FVRVNUSU9OEAQqmgEKCEFja1N0YXRlEhkKFUFDS19TVEFURV9VTlNQRUNJRklFRBAAEhUKEUFDS19TVEFURV9XT1JLSU5HEAESFwoTQUNLX1NUQVRFX1NVQ0NFRURFRBACEhQKEEFDS19TVEFURV9GQUlMRUQQAxIVChFBQ0tfU1RBVEVfU1RBUlRFRBAEEhYKEkFDS19TVEFURV9USElOS0lORxAFKqgBCg5EZWxpdmVyeVN0YXR1cxIfChtERUxJVkVSWV9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdERUxJVkVSWV9TVEFUVVNfUEVORElORxABEh0KGURFTElWRVJZX1NUQVRVU19ERUxJVkVSRUQQAhIaChZERUxJVkVSWV9TVEFUVVNfRkFJTEVEEAMSHQoZREVMSVZFUllfU1RBVFVTX0FNQklHVU9VUxAEMp4CCg9FbWlzc2lvblNlcnZpY2USRAoJU3Vic2NyaWJlEhkua2VlbC52MS5TdWJzY3JpYmVSZXF1ZXN0Ghoua2VlbC52MS5TdWJzY3JpYmVSZXNwb25zZTABEmAKE0Fja25vd2xlZGdlRW1pc3Npb24SIy5rZWVsLnYxLkFja25vd2xlZGdlRW1pc3Npb25SZXF1ZXN0GiQua2VlbC52MS5BY2tub3dsZWRnZUVtaXNzaW9uUmVzcG9uc2USYwoUQWNrbm93bGVkZ2VFbWlzc2lvbnMSJC5rZWVsLnYxLkFja25vd2xlZGdlRW1pc3Npb25zUmVxdWVzdBolLmtlZWwudjEuQWNrbm93bGVkZ2VFbWlzc2lvbnNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message keel.v1.Emission
@@ -196,6 +196,44 @@ export const AcknowledgeEmissionResponseSchema: GenMessage<AcknowledgeEmissionRe
   messageDesc(file_keel_v1_emission_service, 4);
 
 /**
+ * @generated from message keel.v1.AcknowledgeEmissionsRequest
+ */
+export type AcknowledgeEmissionsRequest = Message<"keel.v1.AcknowledgeEmissionsRequest"> & {
+  /**
+   * 1 to 500, each emission at most once.
+   *
+   * @generated from field: repeated keel.v1.AcknowledgeEmissionRequest acknowledgements = 1;
+   */
+  acknowledgements: AcknowledgeEmissionRequest[];
+};
+
+/**
+ * Describes the message keel.v1.AcknowledgeEmissionsRequest.
+ * Use `create(AcknowledgeEmissionsRequestSchema)` to create a new message.
+ */
+export const AcknowledgeEmissionsRequestSchema: GenMessage<AcknowledgeEmissionsRequest> = /*@__PURE__*/
+  messageDesc(file_keel_v1_emission_service, 5);
+
+/**
+ * @generated from message keel.v1.AcknowledgeEmissionsResponse
+ */
+export type AcknowledgeEmissionsResponse = Message<"keel.v1.AcknowledgeEmissionsResponse"> & {
+  /**
+   * In request order, each as it is after the call.
+   *
+   * @generated from field: repeated keel.v1.Emission emissions = 1;
+   */
+  emissions: Emission[];
+};
+
+/**
+ * Describes the message keel.v1.AcknowledgeEmissionsResponse.
+ * Use `create(AcknowledgeEmissionsResponseSchema)` to create a new message.
+ */
+export const AcknowledgeEmissionsResponseSchema: GenMessage<AcknowledgeEmissionsResponse> = /*@__PURE__*/
+  messageDesc(file_keel_v1_emission_service, 6);
+
+/**
  * @generated from enum keel.v1.EmissionKind
  */
 export enum EmissionKind {
@@ -334,12 +372,27 @@ export const EmissionService: GenService<{
     output: typeof SubscribeResponseSchema;
   },
   /**
+   * Reports how delivering one emission went. The first outcome stands: acknowledging a settled
+   * emission again changes nothing and returns it as it is.
+   *
    * @generated from rpc keel.v1.EmissionService.AcknowledgeEmission
    */
   acknowledgeEmission: {
     methodKind: "unary";
     input: typeof AcknowledgeEmissionRequestSchema;
     output: typeof AcknowledgeEmissionResponseSchema;
+  },
+  /**
+   * The same for up to 500 emissions in one call, for a connector that delivers faster than a
+   * call per emission is worth. All or none: if any emission named does not exist or is outside
+   * the caller's scope, the call fails and settles none of them.
+   *
+   * @generated from rpc keel.v1.EmissionService.AcknowledgeEmissions
+   */
+  acknowledgeEmissions: {
+    methodKind: "unary";
+    input: typeof AcknowledgeEmissionsRequestSchema;
+    output: typeof AcknowledgeEmissionsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_keel_v1_emission_service, 0);
