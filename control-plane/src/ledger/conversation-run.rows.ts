@@ -1,7 +1,7 @@
 // A conversation's root run as admission reads it: its columns, its row and its mapping.
 import type { ConversationRun } from "../conversation/admission-ledger.js";
 import type { CommitBoundary, RunStatus } from "../domain/run.js";
-import { fragment } from "./sql.js";
+import { fragment, raw } from "./sql.js";
 
 export interface ConversationRunRow {
   id: string;
@@ -22,9 +22,18 @@ export interface ConversationRunRow {
   request_text: string | null;
 }
 
+/**
+ * A root run's commit boundary, counting its WorkGraph's child runs: a child's effectful step is
+ * the root's too (a node attempt that wrote is as unrepeatable as a step of the root), so once
+ * any child crossed the boundary a refinement amends the root instead of restarting its graph,
+ * and a cancel stops it with its partial result.
+ */
+export const ROOT_COMMIT_BOUNDARY_SQL = `CASE WHEN r.commit_boundary = 'committed' OR EXISTS (
+    SELECT 1 FROM runs child WHERE child.root_run_id = r.id AND child.commit_boundary = 'committed') THEN 'committed' ELSE r.commit_boundary END`;
+
 /** The columns of ConversationRunRow for a run `r`. */
 export const CONVERSATION_RUN_COLUMNS = fragment`r.id, r.status, r.connector, r.started_at, r.not_before, r.created_at, r.request_received_at,
-  r.commit_boundary, r.requested_by_actor_id, r.reply_to_message_id, r.logical_request_id, r.interruptions, r.cancel_requested_by_actor_id,
+  ${raw(ROOT_COMMIT_BOUNDARY_SQL)} AS commit_boundary, r.requested_by_actor_id, r.reply_to_message_id, r.logical_request_id, r.interruptions, r.cancel_requested_by_actor_id,
   EXISTS (SELECT 1 FROM runs k WHERE k.continuation_of_run_id = r.id) AS continued,
   (SELECT json_agg(DISTINCT a.actor_id) FROM (
      SELECT t.actor_id FROM run_triggers t WHERE t.run_id = r.id AND t.relation <> 'cancels'

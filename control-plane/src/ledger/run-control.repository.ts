@@ -2,7 +2,8 @@ import { FailedPreconditionError, NotFoundError } from "../domain/errors.js";
 import { isTerminal, PARKED_STATUSES, type CommitBoundary, type RunStatus } from "../domain/run.js";
 import type { RunControl } from "../runner/run-control.js";
 import { appendRunEvents, stopParkedRun } from "./ledger-writes.js";
-import { statement, type Sql, type SqlTransaction } from "./sql.js";
+import { ROOT_COMMIT_BOUNDARY_SQL } from "./conversation-run.rows.js";
+import { raw, statement, type Sql, type SqlTransaction } from "./sql.js";
 
 interface LockedRun {
   status: RunStatus;
@@ -27,7 +28,7 @@ const actorId = (p: { readonly actorId: string }) => p.actorId;
 /** The run and what stopping it needs, row-locked until the commit (NO KEY: foreign-key checks on it go on). */
 const lockRun = statement<{ runId: string }, LockedRun>("run_control_lock_run")`
   SELECT r.status, r.agent_id, r.conversation_id, r.connector, c.external_id, r.reply_to_message_id,
-    r.requested_by_actor_id, r.paused, coalesce(r.logical_request_id, r.id) AS logical_request_id, r.commit_boundary,
+    r.requested_by_actor_id, r.paused, coalesce(r.logical_request_id, r.id) AS logical_request_id, ${raw(ROOT_COMMIT_BOUNDARY_SQL)} AS commit_boundary,
     (SELECT json_agg(DISTINCT t.actor_id) FROM run_triggers t WHERE t.run_id = r.id AND t.relation <> 'cancels') AS addressed
   FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ${runId}::uuid FOR NO KEY UPDATE OF r`;
 
