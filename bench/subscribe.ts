@@ -5,6 +5,8 @@
 // each emission going to one connector in turn (with 1 stream, all to its connector). Every stream must receive every emission of its
 // connector, once and in order. Target: p50 with N streams ≤ 1.5× p50 with 1.
 //
+// KEEL_BENCH_PROFILE_DIR writes a CPU profile of the server over the round with N streams open.
+//
 //   npm run bench -- subscribe [--streams 2000] [--connectors 20] [--emissions 400] [--durability strict|relaxed]
 import { randomUUID } from "node:crypto";
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
@@ -32,6 +34,7 @@ import {
   type BenchKeel,
   type Stats,
 } from "./support.js";
+import { startProfile } from "./sandbox/cpu-meter.js";
 
 const STREAMS_PER_SESSION = 50;
 const STREAMS_PER_TOKEN = 250;
@@ -197,7 +200,9 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       await prime(many, connectors, primedMany);
       const sentToMany = sentSince();
       const crowdedCost = startCost();
+      const profile = await startProfile("subscribe-crowded");
       const crowded = summarize(await emitRound(options.emissions, targets));
+      await profile?.stop(progress);
       const manyCpu = await many.check(sentToMany, connectors, 60_000);
       const deliveries = crowded.n * Math.round(options.streams / options.connectors);
       progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector; ${crowdedCost(deliveries)}; clients ${(manyCpu / deliveries).toFixed(0)} us CPU per delivery; ${many.pinning}`);
