@@ -235,7 +235,7 @@ export async function buildApp(
     {
       ingress: createIngressService({
         mailbox: createMailbox({
-          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, triage }),
+          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, triage, graphAmended: (rootRunId) => graphScheduler.poke(rootRunId) }),
           providers: sideProviders,
           clock,
           log: logger.child({ component: "mailbox" }),

@@ -14,6 +14,8 @@ export interface ConversationRun {
   /** When its logical request arrived (a successor keeps its predecessor's). */
   readonly requestReceivedAt: Date;
   readonly commitBoundary: CommitBoundary;
+  /** It waits on a WorkGraph that is still running. */
+  readonly graphRunning: boolean;
   readonly requestedByActorId: string;
   readonly replyToMessageId: string | undefined;
   readonly logicalRequestId: string;

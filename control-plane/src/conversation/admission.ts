@@ -18,6 +18,8 @@ import type { WorkerHandoff } from "./worker-handoff.js";
 interface Holder {
   start?: EarlyStart;
   triage?: { readonly agent: AgentSpec; readonly text: string } | undefined;
+  /** A root whose running WorkGraph the message amended. */
+  revised?: string | undefined;
 }
 
 export interface AdmissionDeps {
@@ -26,6 +28,11 @@ export interface AdmissionDeps {
   readonly handoff?: WorkerHandoff;
   /** The fast model's triage of each new request, started once the admission commits. */
   readonly triage?: Triager;
+  /**
+   * Told, once the admission commits, of a root whose running WorkGraph a message amended, so its
+   * scheduler revises the graph at once (the scheduler's sweep finds it otherwise).
+   */
+  readonly graphAmended?: (rootRunId: string) => void;
 }
 
 const done = <T>(result: T): AdmissionAttempt<T> => ({ kind: "done", result });
@@ -59,6 +66,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
 
   async function attemptAdmit(ledger: ConversationLedger, message: SubmittedMessage, answers: AdmissionAnswers, now: Date, holder: Holder) {
     holder.triage = undefined;
+    holder.revised = undefined;
     const stored = await ledger.storeMessage(message);
     if (stored.kind === "duplicate") return done<Admission>({ runId: stored.runId, status: stored.status, duplicate: true });
     if (stored.kind === "concurrent") throw new ConcurrentMessageError(message.messageId);
@@ -95,6 +103,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
         return done(await startNewRequest(room, incoming, withNote(plan.why, note), holder.start));
       }
     }
+    if (plan.kind === "amend" && target?.id === plan.runId && target.graphRunning) holder.revised = plan.runId;
     return done(await applyPlan(room, plan, incoming, runs, note));
   }
 
@@ -114,6 +123,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
       if (attempt.kind === "done" && !attempt.result.duplicate && holder.triage !== undefined) {
         deps.triage?.start(attempt.result.runId, holder.triage.agent, holder.triage.text);
       }
+      if (attempt.kind === "done" && holder.revised !== undefined) deps.graphAmended?.(holder.revised);
       return attempt;
     },
     edit: (edit, now) => deps.ledger.attempt((ledger) => admitEdit(ledger, edit, now), () => true),

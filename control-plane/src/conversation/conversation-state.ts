@@ -12,6 +12,7 @@ function toTarget(run: ConversationRun): TargetRun {
     started: run.startedAt !== undefined,
     notBefore: run.notBefore,
     commitBoundary: run.commitBoundary,
+    graphRunning: run.graphRunning,
     audience: { requesterId: run.requestedByActorId, addressedActorIds: run.actorIds },
     interruptions: run.interruptions,
     requestReceivedAt: run.requestReceivedAt,

@@ -175,6 +175,18 @@ describe("one follow-up: relation x policy x boundary x starvation", () => {
     expect(decideFollowUp({ ...base, phase: "committed", relation: "refines" }).behaviour).toBe("amend");
     expect(decideFollowUp({ ...base, phase: "committed", relation: "cancels" }).behaviour).toBe("stop_with_partial");
   });
+
+  it("revises a running work graph rather than restarting it: a refinement amends its root in either phase", () => {
+    for (const phase of ["buffering", "committed"] as const) {
+      const decision = decideFollowUp({ ...base, phase, relation: "refines", graphRunning: true });
+      expect(decision).toMatchObject({ behaviour: "amend" });
+      expect(decision.why).toContain("work graph");
+    }
+    // The rest is as for any run: a cancel still cancels, a queue still queues, a closed bound still queues.
+    expect(decideFollowUp({ ...base, phase: "buffering", relation: "cancels", graphRunning: true }).behaviour).toBe("cancel");
+    expect(decideFollowUp({ ...base, phase: "buffering", relation: "independent", graphRunning: true }).behaviour).toBe("queue");
+    expect(decideFollowUp({ ...base, phase: "buffering", relation: "refines", graphRunning: true, interruptions: 3 }).behaviour).toBe("queue");
+  });
 });
 
 describe("coalescing", () => {

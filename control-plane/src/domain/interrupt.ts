@@ -143,6 +143,8 @@ export interface FollowUpSituation extends InterruptHistory {
   readonly phase: RunPhase;
   readonly audience: RunAudience;
   readonly now: Date;
+  /** The run waits on a WorkGraph that is still running. */
+  readonly graphRunning?: boolean;
 }
 
 export interface FollowUpDecision {
@@ -161,6 +163,11 @@ export function decideFollowUp(situation: FollowUpSituation): FollowUpDecision {
   const behaviour = allowedBehaviour(intent, situation.phase, open);
   const expected = MATRIX[situation.phase][intent];
   if (behaviour !== expected) return { behaviour, why: `${situation.relation} while ${situation.phase}; the starvation bound is reached, so the run takes no more interrupts` };
+  // A graph is revised around its finished nodes rather than restarted: the refinement amends its
+  // root, whose next scheduler pass stops the unstarted part and asks the root to plan again.
+  if (situation.graphRunning === true && intent === "supersede" && (behaviour === "supersede" || behaviour === "amend")) {
+    return { behaviour: "amend", why: `${situation.relation} while its work graph runs: the graph is revised around the nodes already done` };
+  }
   const downgraded = behaviour !== MATRIX.buffering[intent];
   return { behaviour, why: `${situation.relation} while ${situation.phase}${downgraded ? ` (${intent} downgraded to ${behaviour})` : ""}` };
 }
@@ -212,6 +219,8 @@ export interface TargetRun extends InterruptHistory {
   readonly started: boolean;
   readonly notBefore: Date;
   readonly commitBoundary: CommitBoundary;
+  /** It waits on a WorkGraph that is still running. */
+  readonly graphRunning?: boolean;
   readonly audience: RunAudience;
 }
 
@@ -278,6 +287,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
       settings: input.settings,
       phase: phaseOf(target),
       audience: target.audience,
+      graphRunning: target.graphRunning === true,
       interruptions: target.interruptions,
       requestReceivedAt: target.requestReceivedAt,
       now: input.now,

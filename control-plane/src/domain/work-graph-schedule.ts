@@ -31,6 +31,9 @@ export interface GateDecisionRecord {
 
 export type GraphOutcome = "running" | "succeeded" | "failed";
 
+/** What a scheduler pass leaves: a plan's outcome, or `revised` (a refinement stopped the graph around its finished nodes, and the root plans again). */
+export type PassOutcome = GraphOutcome | "revised";
+
 export interface SchedulePlan {
   /**
    * Join nodes whose inputs all succeeded, and decided gates whose inputs did: done now (a

@@ -9,6 +9,7 @@ import { admitWorkGraph } from "../domain/graph-admission.js";
 import type { ToolFacts } from "../domain/policy.js";
 import { describeRejection, remainingBudget, unsupportedByScheduler, type AdmissionRejection } from "../domain/work-graph.js";
 import { childSpecOverride } from "../domain/work-graph-child.js";
+import { keptNodes } from "../domain/work-graph-revision.js";
 import { parseWorkGraphProposal, workGraphProposalSchema } from "../models/work-graph-proposal.js";
 import { defineTool, type ToolDefinition, type ToolRegistry, type ToolResult } from "../tools/tool-registry.js";
 import type { WorkGraphLedger } from "./work-graph-ledger.js";
@@ -54,10 +55,12 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
       const facts = await deps.ledger.proposerFacts(context.runId, PROPOSE_WORK_GRAPH_TOOL);
       if (facts === undefined) return refuse("The run is gone.");
       if (facts.isChild) return refuse("A part of a work graph cannot plan a graph of its own; do this part directly.");
-      // A failed graph may be followed by a replan, within the agent's replan ceiling; one that
-      // succeeded (or is still running) is answered from.
+      // A failed graph may be followed by a replan, within the agent's replan ceiling, and one a
+      // refinement stopped by a revision that keeps what finished; one that succeeded (or is still
+      // running) is answered from.
       const last = facts.lastGraph;
-      if (last !== undefined && last.status !== "failed" && last.status !== "cancelled") {
+      const revising = last?.status === "revised";
+      if (last !== undefined && !revising && last.status !== "failed" && last.status !== "cancelled") {
         return refuse("This run already ran a work graph that succeeded; answer from its results.");
       }
       const agent = context.agent;
@@ -72,8 +75,8 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
         effectiveTools: effectiveTools(deps.tools(), agent, facts.connector),
         gatedEffects: agent.graph.requireGateBeforeWrites === true ? ["write"] : [],
         remaining: remainingBudget(agent.budget, facts.usage, Math.max(0, deps.now().getTime() - facts.startedAt.getTime())),
-        purpose: last === undefined ? "initial" : "replan",
-        revisionsSoFar: 0,
+        purpose: last === undefined ? "initial" : revising ? "revision" : "replan",
+        revisionsSoFar: last === undefined ? 0 : last.revision - last.replans,
         replansSoFar: last?.replans ?? 0,
       });
       const reasons: AdmissionRejection[] = [...(verdict.admitted ? [] : verdict.reasons), ...unsupportedByScheduler(proposal)];
@@ -90,6 +93,7 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
         return refuse(`The work graph was refused:\n${lines.map((line) => `- ${line}`).join("\n")}\n${next}`);
       }
       const graph = verdict.graph;
+      const kept = revising ? keptNodes(last.finished, graph.nodes) : new Map<string, string>();
       const childSpecs = Object.fromEntries(graph.nodes.map((node) => [node.key, childSpecOverride(agent, node)]));
       const loops = graph.nodes.filter((node) => node.kind === "agent_loop").length;
       const admitted = await deps.ledger.admit({
@@ -98,8 +102,9 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
         invocationId: context.invocationId,
         graph,
         revision: last === undefined ? 0 : last.revision + 1,
+        kept,
         childSpecs,
-        summary: `${last === undefined ? "shape loop -> graph" : `replan ${graph.replans} of ${agent.graph.maxReplans}`}: admitted ${graph.nodes.length} nodes (${loops} child runs, depth ${graph.depth}, up to ${graph.width} at once); the run waits for them`,
+        summary: `${last === undefined ? "shape loop -> graph" : revising ? `revision ${graph.revisions} of ${agent.graph.maxRevisions}, ${kept.size} finished node(s) kept` : `replan ${graph.replans} of ${agent.graph.maxReplans}`}: admitted ${graph.nodes.length} nodes (${loops} child runs, depth ${graph.depth}, up to ${graph.width} at once); the run waits for them`,
       });
       if (!admitted) return refuse("The run's lease was lost before the graph could be admitted.");
       deps.admitted?.(context.runId);

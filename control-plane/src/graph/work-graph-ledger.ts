@@ -2,7 +2,8 @@
 // proposal is judged against, how an admitted graph is persisted with its root parked, and the
 // scheduler pass that moves a graph on. The scheduler's whole state is these rows.
 import type { AdmittedWorkGraph } from "../domain/work-graph.js";
-import type { GateDecision, GraphOutcome } from "../domain/work-graph-schedule.js";
+import type { FinishedNode } from "../domain/work-graph-revision.js";
+import type { GateDecision, PassOutcome } from "../domain/work-graph-schedule.js";
 import type { RunUsage } from "../domain/run.js";
 
 /** What the proposing run's row says, read when its proposal is judged. */
@@ -13,8 +14,11 @@ export interface ProposerFacts {
   readonly startedAt: Date;
   /** A child run: it may not plan a graph of its own (no recursive graphs). */
   readonly isChild: boolean;
-  /** The run's latest graph, if it has one: a replan may follow only one that failed. */
-  readonly lastGraph?: { readonly status: string; readonly revision: number; readonly replans: number };
+  /**
+   * The run's latest graph, if it has one: a replan may follow only one that failed, a revision
+   * one a refinement stopped (`revised`), which keeps what finished.
+   */
+  readonly lastGraph?: { readonly status: string; readonly revision: number; readonly replans: number; readonly finished: readonly FinishedNode[] };
   /** Proposals of this run already refused (their calls failed). */
   readonly rejectedSoFar: number;
 }
@@ -26,8 +30,10 @@ export interface AdmitGraphCommand {
   /** The pending call that proposed the graph: it gets the graph's result when the graph ends. */
   readonly invocationId: string;
   readonly graph: AdmittedWorkGraph;
-  /** 0 for the root's first graph, one more for each replan. */
+  /** 0 for the root's first graph, one more for each replan or revision. */
   readonly revision: number;
+  /** A revision's nodes kept from the graph before it, by key: they start succeeded with this output. */
+  readonly kept?: ReadonlyMap<string, string>;
   /** Per node key, what its child run's agent spec overrides (tools, policy, budget). */
   readonly childSpecs: Readonly<Record<string, Record<string, unknown>>>;
   /** The run event that explains the change of shape. */
@@ -64,7 +70,7 @@ export interface WorkGraphLedger {
    * children settle their nodes, joins complete, ready nodes start, and an ended graph hands its
    * result to the root's proposing call and queues the root. Undefined when there is no live graph.
    */
-  advance(rootRunId: string): Promise<GraphOutcome | undefined>;
+  advance(rootRunId: string): Promise<PassOutcome | undefined>;
   /**
    * Records a decision on a gate that waits for one, with a root run event, under the graph's row
    * lock (a pass then lets the gate through or fails it); the decider's own decision again is "already".

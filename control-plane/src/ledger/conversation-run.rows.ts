@@ -12,6 +12,7 @@ export interface ConversationRunRow {
   created_at: Date;
   request_received_at: Date | null;
   commit_boundary: CommitBoundary;
+  graph_running: boolean;
   requested_by_actor_id: string;
   reply_to_message_id: string | null;
   logical_request_id: string | null;
@@ -35,6 +36,7 @@ export const ROOT_COMMIT_BOUNDARY_SQL = `CASE WHEN r.commit_boundary = 'committe
 export const CONVERSATION_RUN_COLUMNS = fragment`r.id, r.status, r.connector, r.started_at, r.not_before, r.created_at, r.request_received_at,
   ${raw(ROOT_COMMIT_BOUNDARY_SQL)} AS commit_boundary, r.requested_by_actor_id, r.reply_to_message_id, r.logical_request_id, r.interruptions, r.cancel_requested_by_actor_id,
   EXISTS (SELECT 1 FROM runs k WHERE k.continuation_of_run_id = r.id) AS continued,
+  EXISTS (SELECT 1 FROM work_graphs g WHERE g.root_run_id = r.id AND g.status = 'running') AS graph_running,
   (SELECT json_agg(DISTINCT a.actor_id) FROM (
      SELECT t.actor_id FROM run_triggers t WHERE t.run_id = r.id AND t.relation <> 'cancels'
      UNION SELECT i.resolved_by_actor_id FROM tool_invocations i
@@ -51,6 +53,7 @@ export function toConversationRun(row: ConversationRunRow): ConversationRun {
     notBefore: row.not_before,
     requestReceivedAt: row.request_received_at ?? row.created_at,
     commitBoundary: row.commit_boundary,
+    graphRunning: row.graph_running,
     requestedByActorId: row.requested_by_actor_id,
     replyToMessageId: row.reply_to_message_id ?? undefined,
     logicalRequestId: row.logical_request_id ?? row.id,

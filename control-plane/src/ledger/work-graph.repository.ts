@@ -5,13 +5,15 @@ import { randomUUID } from "node:crypto";
 import { LIVE_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { WorkNodeKind } from "../domain/work-graph.js";
 import { childInput, graphResult, verifierVerdict } from "../domain/work-graph-child.js";
+import { revisionResult } from "../domain/work-graph-revision.js";
 import {
   isGateDecision,
   judgeGateDecision,
   planSchedule,
   sinkKeys,
-  type GraphOutcome,
+  type PassOutcome,
   type ScheduledNode,
+  type SchedulePlan,
   type WorkNodeStatus,
 } from "../domain/work-graph-schedule.js";
 import type { AdmitGraphCommand, GateDecisionCommand, GateDecisionOutcome, WorkGraphLedger } from "../graph/work-graph-ledger.js";
@@ -71,11 +73,17 @@ function addUsage(base: Partial<RunUsage>, parts: readonly (Partial<RunUsage> | 
   return total;
 }
 
+/** A node's status once a pass's plan applies: cancelled, or joined (a join, a decided gate), or as it was. */
+function statusAfter(key: string, status: WorkNodeStatus, plan: SchedulePlan): WorkNodeStatus {
+  if (plan.cancelled.includes(key)) return "cancelled";
+  return plan.joined.find((j) => j.key === key)?.status ?? status;
+}
+
 const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succeeded", failed: "failed", budget_exhausted: "failed", cancelled: "cancelled" };
 
 export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraphReads {
   /** One pass, inside the caller's transaction. */
-  const pass = async (trx: SqlTransaction, rootRunId: string): Promise<GraphOutcome | undefined> => {
+  const pass = async (trx: SqlTransaction, rootRunId: string): Promise<PassOutcome | undefined> => {
     const [graph] = await trx.run(q.lockGraph, { rootRunId });
     if (graph === undefined) return undefined;
     const rows = await trx.run(q.passNodes, { graphId: graph.id });
@@ -104,7 +112,9 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     });
     const byKey = new Map(rows.map((row) => [row.key, row]));
     const rootStopped = !(LIVE_STATUSES as readonly RunStatus[]).includes(graph.root_status);
-    const plan = rootStopped ? undefined : planSchedule(nodes, graph.max_parallelism);
+    // A refinement asks for a revision: nothing new starts, and once nothing runs the root plans again.
+    const revising = !rootStopped && graph.revision_requested && graph.revision - graph.replans < graph.max_revisions;
+    const plan = rootStopped ? undefined : planSchedule(nodes, revising ? 0 : graph.max_parallelism);
     const outputs = new Map(nodes.map((node) => [node.key, node.output]));
     for (const joined of plan?.joined ?? []) {
       nodeUpdates.push({ id: byKey.get(joined.key)!.id, status: joined.status, output: joined.output });
@@ -159,6 +169,10 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       return "failed";
     }
     if (plan === undefined) return "running";
+    if (revising && plan.outcome === "running") {
+      if (nodes.some((node) => node.status === "running")) return "running";
+      return revise(trx, rootRunId, graph, nodes.map((node) => ({ key: node.key, status: statusAfter(node.key, node.status, plan), output: outputs.get(node.key) })), byKey, childUsages);
+    }
     if (plan.outcome === "running") {
       // Nothing runs and a gate waits: the root waits on a person, and says so.
       const working = plan.start.length > 0 || nodes.some((node) => node.status === "running");
@@ -167,7 +181,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     }
     const finalNodes = nodes.map((node) => ({
       key: node.key,
-      status: plan.cancelled.includes(node.key) ? "cancelled" : (plan.joined.find((j) => j.key === node.key)?.status ?? node.status),
+      status: statusAfter(node.key, node.status, plan),
       output: outputs.get(node.key),
     }));
     const text = graphResult(plan.outcome, finalNodes, sinkKeys(nodes), { used: graph.replans, limit: graph.max_replans });
@@ -181,6 +195,30 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     return plan.outcome;
   };
 
+  /** Stops the graph around its finished nodes for a refinement: the rest cancelled, the root woken to plan again. */
+  const revise = async (
+    trx: SqlTransaction,
+    rootRunId: string,
+    graph: q.LockedGraphRow,
+    nodes: readonly { key: string; status: string; output: string | undefined }[],
+    byKey: ReadonlyMap<string, { id: string }>,
+    childUsages: readonly (Partial<RunUsage> | null)[],
+  ): Promise<PassOutcome> => {
+    const unrun = nodes.filter((node) => node.status !== "succeeded");
+    if (unrun.length > 0) {
+      await trx.run(q.updateNodes, { updates: JSON.stringify(unrun.map((node) => ({ id: byKey.get(node.key)!.id, status: "cancelled", output: null }))) });
+    }
+    const text = revisionResult(nodes, { used: graph.revision - graph.replans, limit: graph.max_revisions });
+    await trx.run(q.finishGraph, { graphId: graph.id, status: "revised", usage: JSON.stringify(addUsage({}, childUsages)) });
+    const settled = graph.proposed_by_invocation_id === null ? [] : await trx.run(q.settleProposal, { invocationId: graph.proposed_by_invocation_id, rootRunId, text });
+    const woken = await trx.run(q.wakeRoot, { rootRunId, usage: JSON.stringify(addUsage(graph.root_usage, childUsages)) });
+    await appendRunEvents(trx, rootRunId, [
+      ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: `work graph stopped for a refinement: ${nodes.length - unrun.length} finished node(s) kept, ${unrun.length} not run` })),
+      ...(woken.length > 0 ? [{ kind: "status_changed" as const, status: "queued" as const, summary: "a refinement arrived while the work graph ran; the root plans again" }] : []),
+    ]);
+    return "revised";
+  };
+
   return {
     async proposerFacts(runId, toolName) {
       const [row] = await sql.run(q.proposerFacts, { runId, toolName });
@@ -190,7 +228,16 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
         usage: { ...ZERO_USAGE, ...row.usage },
         startedAt: asDate(row.started_at),
         isChild: row.child,
-        ...(row.last_graph === null ? {} : { lastGraph: row.last_graph }),
+        ...(row.last_graph === null
+          ? {}
+          : {
+              lastGraph: {
+                status: row.last_graph.status,
+                revision: row.last_graph.revision,
+                replans: row.last_graph.replans,
+                finished: (row.last_graph.finished ?? []).map((n) => ({ key: n.key, kind: n.kind, objective: n.objective, dependsOn: n.depends_on, output: n.output ?? undefined })),
+              },
+            }),
         rejectedSoFar: Number(row.rejected),
       };
     },
@@ -214,6 +261,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
             ordinal,
             child_spec: command.childSpecs[node.key] ?? null,
             subject: node.kind === "verify" ? (node.subject ?? null) : null,
+            kept_output: command.kept?.get(node.key) ?? null,
           }));
           await trx.run(q.insertNodes, { graphId, nodes: JSON.stringify(nodes) });
           await appendRunEvents(trx, command.runId, [

@@ -23,14 +23,25 @@ export interface FactsRow {
   usage: Partial<RunUsage>;
   started_at: Date;
   child: boolean;
-  last_graph: { status: string; revision: number; replans: number } | null;
+  last_graph: { status: string; revision: number; replans: number; finished: FinishedNodeJson[] | null } | null;
   rejected: number;
+}
+
+/** A node that succeeded, as a revision may keep it. */
+export interface FinishedNodeJson {
+  key: string;
+  kind: string;
+  objective: string;
+  depends_on: string[];
+  output: string | null;
 }
 
 export const proposerFacts = statement<{ runId: string; toolName: string }, FactsRow>("work_graph_proposer_facts")`
   SELECT r.connector, r.usage, coalesce(r.started_at, r.created_at) AS started_at, r.parent_run_id IS NOT NULL AS child,
-    (SELECT json_build_object('status', g.status, 'revision', g.revision, 'replans', g.replans) FROM work_graphs g
-     WHERE g.root_run_id = r.id ORDER BY g.revision DESC LIMIT 1) AS last_graph,
+    (SELECT json_build_object('status', g.status, 'revision', g.revision, 'replans', g.replans,
+       'finished', (SELECT json_agg(json_build_object('key', n.key, 'kind', n.kind, 'objective', n.objective, 'depends_on', n.depends_on, 'output', n.output)
+                    ORDER BY n.ordinal) FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'succeeded'))
+     FROM work_graphs g WHERE g.root_run_id = r.id ORDER BY g.revision DESC LIMIT 1) AS last_graph,
     (SELECT count(*)::int FROM tool_invocations t WHERE t.run_id = r.id AND t.status = 'failed' AND t.tool_name = ${(p) => p.toolName}) AS rejected
   FROM runs r WHERE r.id = ${runId}::uuid`;
 
@@ -46,10 +57,13 @@ export const insertGraph = statement<{ graphId: string; runId: string; invocatio
   INSERT INTO work_graphs (id, root_run_id, aggregate_usage, status, proposed_by_invocation_id, revision, replans)
   VALUES (${graphId}::uuid, ${runId}::uuid, '{}'::jsonb, 'running', ${(p) => p.invocationId}::uuid, ${(p) => p.revision}::int, ${(p) => p.replans}::int)`;
 
+/** A graph's nodes, pending; a revision's kept nodes succeeded already, with their output (and no attempt). */
 export const insertNodes = statement<{ graphId: string; nodes: string }>("work_graph_insert_nodes")`
-  INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal, child_spec, subject)
-  SELECT n.id, ${graphId}::uuid, n.key, n.kind, 'pending', n.objective, n.depends_on, n.ordinal, n.child_spec, n.subject
-  FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS n(id uuid, key text, kind text, objective text, depends_on jsonb, ordinal int, child_spec jsonb, subject text)`;
+  INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal, child_spec, subject, output, finished_at)
+  SELECT n.id, ${graphId}::uuid, n.key, n.kind, CASE WHEN n.kept_output IS NULL THEN 'pending' ELSE 'succeeded' END, n.objective, n.depends_on,
+    n.ordinal, n.child_spec, n.subject, n.kept_output, CASE WHEN n.kept_output IS NULL THEN NULL ELSE now() END
+  FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb)
+    AS n(id uuid, key text, kind text, objective text, depends_on jsonb, ordinal int, child_spec jsonb, subject text, kept_output text)`;
 
 export interface LockedGraphRow {
   id: string;
@@ -61,9 +75,21 @@ export interface LockedGraphRow {
   connector: string;
   requested_by_actor_id: string;
   max_parallelism: number;
+  revision: number;
   replans: number;
   max_replans: number;
+  max_revisions: number;
+  /** A refinement amended the root after it proposed this graph. */
+  revision_requested: boolean;
 }
+
+/**
+ * Whether graph `g`'s root took an amendment (a refinement or an edit) after the step that proposed
+ * the graph: the root then wants the graph revised around what is done.
+ */
+const REVISION_REQUESTED_SQL = `EXISTS (
+    SELECT 1 FROM tool_invocations p JOIN run_steps s ON s.id = p.step_id JOIN run_triggers t ON t.run_id = g.root_run_id
+    WHERE p.id = g.proposed_by_invocation_id AND NOT t.inherited AND t.relation IN ('amends', 'edit') AND t.after_step > s.index)`;
 
 /**
  * The live graph of a root, locked for one pass: passes over one graph take turns. A pass commits
@@ -77,7 +103,9 @@ export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_
   SELECT g.id, g.proposed_by_invocation_id, r.status AS root_status, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
     r.requested_by_actor_id,
     coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism,
-    g.replans, coalesce((a.spec -> 'graph' ->> 'maxReplans')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxReplans))}) AS max_replans
+    g.revision, g.replans, coalesce((a.spec -> 'graph' ->> 'maxReplans')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxReplans))}) AS max_replans,
+    coalesce((a.spec -> 'graph' ->> 'maxRevisions')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxRevisions))}) AS max_revisions,
+    ${raw(REVISION_REQUESTED_SQL)} AS revision_requested
   FROM durability, work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
   WHERE g.root_run_id = ${rootRunId}::uuid AND g.status = 'running'
   FOR NO KEY UPDATE OF g`;
@@ -223,14 +251,15 @@ export const cancelChildren = statement<{ rootRunId: string }, { id: string }>("
   WHERE parent_run_id = ${rootRunId}::uuid AND status IN (${raw(LIVE_SQL)}) AND cancel_requested_by_actor_id IS NULL
   RETURNING id, pg_notify('keel_run_control', id::text) AS notified, pg_notify('keel_runs', id::text) AS woken`;
 
-/** Live graphs a pass would move on: a child settled under a running node, a gate decided, or the root stopped. */
+/** Live graphs a pass would move on: a child settled under a running node, a gate decided, the root stopped or amended. */
 export const stalledRoots = statement<Record<string, never>, { root_run_id: string }>("work_graph_stalled")`
   SELECT g.root_run_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id
   WHERE g.status = 'running' AND (r.status IN (${raw(TERMINAL_SQL)}) OR EXISTS (
     SELECT 1 FROM work_nodes n JOIN work_node_attempts a ON a.node_id = n.id AND a.status = 'running'
       JOIN runs c ON c.id = a.child_run_id
     WHERE n.graph_id = g.id AND c.status IN (${raw(TERMINAL_SQL)}))
-    OR EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'blocked' AND n.gate_decision IS NOT NULL))
+    OR EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'blocked' AND n.gate_decision IS NOT NULL)
+    OR ${raw(REVISION_REQUESTED_SQL)})
   LIMIT 100`;
 
 export interface GraphViewRow {
