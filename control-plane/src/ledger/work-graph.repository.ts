@@ -123,8 +123,9 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     for (const key of plan?.awaitingDecision ?? []) if (byKey.get(key)!.status !== "blocked") nodeUpdates.push({ id: byKey.get(key)!.id, status: "blocked", output: null });
     for (const key of plan?.cancelled ?? []) nodeUpdates.push({ id: byKey.get(key)!.id, status: "cancelled", output: null });
     for (const key of plan?.ready ?? []) if (byKey.get(key)!.status !== "ready") nodeUpdates.push({ id: byKey.get(key)!.id, status: "ready", output: null });
-    if (nodeUpdates.length > 0) await trx.run(q.updateNodes, { updates: JSON.stringify(nodeUpdates) });
-    if (attemptUpdates.length > 0) await trx.run(q.finishAttempts, { updates: JSON.stringify(attemptUpdates) });
+    if (nodeUpdates.length > 0 || attemptUpdates.length > 0) {
+      await trx.run(q.settleNodes, { nodes: JSON.stringify(nodeUpdates), attempts: JSON.stringify(attemptUpdates) });
+    }
 
     if (plan !== undefined && plan.start.length > 0) {
       const children = plan.start.map((key) => {
@@ -176,7 +177,9 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     if (plan.outcome === "running") {
       // Nothing runs and a gate waits: the root waits on a person, and says so.
       const working = plan.start.length > 0 || nodes.some((node) => node.status === "running");
-      await trx.run(q.rootWaitReason, { rootRunId, reason: !working && plan.awaitingDecision.length > 0 ? q.HUMAN_GATE : q.AWAITING_CHILDREN });
+      const reason = !working && plan.awaitingDecision.length > 0 ? q.HUMAN_GATE : q.AWAITING_CHILDREN;
+      // Most passes leave it as it is: the lock's read says so, and the round trip is spared.
+      if (graph.root_wait_reason !== reason) await trx.run(q.rootWaitReason, { rootRunId, reason });
       return "running";
     }
     const finalNodes = nodes.map((node) => ({

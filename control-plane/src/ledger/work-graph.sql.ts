@@ -69,6 +69,7 @@ export interface LockedGraphRow {
   id: string;
   proposed_by_invocation_id: string | null;
   root_status: RunStatus;
+  root_wait_reason: string | null;
   root_usage: Partial<RunUsage>;
   agent_id: string;
   conversation_id: string;
@@ -100,7 +101,7 @@ const REVISION_REQUESTED_SQL = `EXISTS (
  */
 export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_graph_lock")`
   WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
-  SELECT g.id, g.proposed_by_invocation_id, r.status AS root_status, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
+  SELECT g.id, g.proposed_by_invocation_id, r.status AS root_status, r.wait_reason AS root_wait_reason, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
     r.requested_by_actor_id,
     coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism,
     g.revision, g.replans, coalesce((a.spec -> 'graph' ->> 'maxReplans')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxReplans))}) AS max_replans,
@@ -145,9 +146,14 @@ export const updateNodes = statement<{ updates: string }>("work_graph_update_nod
     finished_at = CASE WHEN u.status IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE n.finished_at END
   FROM jsonb_to_recordset(${(p) => p.updates}::jsonb) AS u(id uuid, status text, output text) WHERE n.id = u.id`;
 
-export const finishAttempts = statement<{ updates: string }>("work_graph_finish_attempts")`
-  UPDATE work_node_attempts a SET status = u.status, finished_at = now()
-  FROM jsonb_to_recordset(${(p) => p.updates}::jsonb) AS u(id uuid, status text) WHERE a.id = u.id`;
+/** A pass's node changes and its settled attempts, in one round trip (two tables, so no row is updated twice). */
+export const settleNodes = statement<{ nodes: string; attempts: string }>("work_graph_settle_nodes")`
+  WITH attempts AS (
+    UPDATE work_node_attempts a SET status = u.status, finished_at = now()
+    FROM jsonb_to_recordset(${(p) => p.attempts}::jsonb) AS u(id uuid, status text) WHERE a.id = u.id)
+  UPDATE work_nodes n SET status = u.status, output = coalesce(u.output, n.output),
+    finished_at = CASE WHEN u.status IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE n.finished_at END
+  FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS u(id uuid, status text, output text) WHERE n.id = u.id`;
 
 export interface StartChildrenParams {
   readonly rootRunId: string;
