@@ -96,18 +96,19 @@ const enumArbitrary = (field: DescField): fc.Arbitrary<number> => {
   return fc.oneof({ arbitrary: fc.constantFrom(...known), weight: 3 }, { arbitrary: fc.constantFrom(-1, 999, 2 ** 31 - 1), weight: 1 });
 };
 
-/** One element of a field: a scalar, an enum number, or a nested overlay. */
+/** One element of a field: a scalar, an enum number, or a nested overlay (`huge` reaching its fields too). */
 function elementArbitrary(field: DescField, known: readonly string[], depth: number, huge: boolean): fc.Arbitrary<unknown> {
-  if (field.message !== undefined) return overlayArbitrary(field.message, known, depth + 1);
+  if (field.message !== undefined) return overlayArbitrary(field.message, known, depth + 1, huge);
   if (field.enum !== undefined) return enumArbitrary(field);
   return scalarArbitrary(field.scalar ?? ScalarType.STRING, known, huge);
 }
 
-function fieldArbitrary(field: DescField, known: readonly string[], depth: number): fc.Arbitrary<unknown> {
+function fieldArbitrary(field: DescField, known: readonly string[], depth: number, huge: boolean): fc.Arbitrary<unknown> {
   if (field.fieldKind === "list") {
-    const few = fc.array(elementArbitrary(field, known, depth, true), { maxLength: 4 });
-    // Thousands of entries, each small: the count is the attack, not the size. Only at the top
-    // level: thousands of thousands would measure our own encoder, not the server.
+    const few = fc.array(elementArbitrary(field, known, depth, huge), { maxLength: 4 });
+    // Thousands of entries, each small (a message's fields too: 3,000 copies of a 4 MiB string
+    // would not fit in our own encoder's buffer): the count is the attack, not the size. Only at
+    // the top level: thousands of thousands would measure our own encoder, not the server.
     if (depth > 0) return few;
     return fc.oneof(
       { arbitrary: few, weight: 4 },
@@ -117,20 +118,20 @@ function fieldArbitrary(field: DescField, known: readonly string[], depth: numbe
   if (field.fieldKind === "map") {
     return fc.dictionary(stringArbitrary(known, false) as fc.Arbitrary<string>, elementArbitrary(field, known, depth, false), { maxKeys: 4 });
   }
-  return elementArbitrary(field, known, depth, true);
+  return elementArbitrary(field, known, depth, huge);
 }
 
 /** Some fields of `desc` (about half of them, each independently) replaced by hostile values. */
-export function overlayArbitrary(desc: DescMessage, known: readonly string[], depth = 0): fc.Arbitrary<Overlay> {
+export function overlayArbitrary(desc: DescMessage, known: readonly string[], depth = 0, huge = true): fc.Arbitrary<Overlay> {
   if (depth > 3) return fc.constant({});
   const members: Record<string, fc.Arbitrary<unknown>> = {};
   for (const member of desc.members) {
     if (member.kind === "oneof") {
       members[member.localName] = fc.oneof(
-        ...member.fields.map((f) => fieldArbitrary(f, known, depth).map((value) => ({ case: f.localName, value }))),
+        ...member.fields.map((f) => fieldArbitrary(f, known, depth, huge).map((value) => ({ case: f.localName, value }))),
       );
     } else {
-      members[member.localName] = fieldArbitrary(member, known, depth);
+      members[member.localName] = fieldArbitrary(member, known, depth, huge);
     }
   }
   return fc.record(members, { requiredKeys: [] });
