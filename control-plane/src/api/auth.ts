@@ -125,32 +125,52 @@ function watchToken(verifier: TokenVerifier, secret: string, principal: Principa
 
 /**
  * Passes a stream's messages on until `revoked` fires, then throws its reason. The handler sees
- * the same signal aborted and cleans up; one still waiting on its input is not waited for.
+ * the same signal aborted and cleans up; one still waiting on its input is not waited for. A plain
+ * iterator, not an async generator: it sits on every message of every stream.
  */
-async function* endOnRevocation<T>(messages: AsyncIterable<T>, revoked: AbortSignal, done: () => void): AsyncGenerator<T> {
-  const inner = messages[Symbol.asyncIterator]();
-  // Each wait gets its own reject: racing every message against one pending promise left a
-  // reaction on it per message, kept (with the message) for as long as the stream lived.
-  let fail: ((reason: Error) => void) | undefined;
-  const onAbort = (): void => fail?.(revoked.reason as Error);
-  revoked.addEventListener("abort", onAbort, { once: true });
-  try {
-    for (;;) {
-      if (revoked.aborted) throw revoked.reason as Error;
-      const next = await new Promise<IteratorResult<T>>((resolve, reject) => {
-        fail = reject;
-        inner.next().then(resolve, reject);
-      });
-      fail = undefined;
-      if (next.done === true) return;
-      yield next.value;
-    }
-  } finally {
-    done();
-    revoked.removeEventListener("abort", onAbort);
-    if (revoked.aborted) void inner.return?.(undefined)?.catch(() => {});
-    else await inner.return?.(undefined);
-  }
+function endOnRevocation<T>(messages: AsyncIterable<T>, revoked: AbortSignal, done: () => void): AsyncIterable<T> {
+  return {
+    [Symbol.asyncIterator](): AsyncIterator<T> {
+      const inner = messages[Symbol.asyncIterator]();
+      // Each wait gets its own reject: racing every message against one pending promise left a
+      // reaction on it per message, kept (with the message) for as long as the stream lived.
+      let fail: ((reason: Error) => void) | undefined;
+      const onAbort = (): void => fail?.(revoked.reason as Error);
+      revoked.addEventListener("abort", onAbort, { once: true });
+      let finished = false;
+      /** Once: the watch stops and the inner stream is ended (not waited for after a revocation). */
+      const finish = async (): Promise<void> => {
+        if (finished) return;
+        finished = true;
+        done();
+        revoked.removeEventListener("abort", onAbort);
+        if (revoked.aborted) void inner.return?.(undefined)?.catch(() => {});
+        else await inner.return?.(undefined);
+      };
+      const failed = async (error: unknown): Promise<never> => {
+        fail = undefined;
+        await finish();
+        throw error;
+      };
+      return {
+        next(): Promise<IteratorResult<T>> {
+          if (finished) return Promise.resolve({ done: true, value: undefined });
+          if (revoked.aborted) return failed(revoked.reason);
+          return new Promise<IteratorResult<T>>((resolve, reject) => {
+            fail = reject;
+            inner.next().then(resolve, reject);
+          }).then((next) => {
+            fail = undefined;
+            return next.done === true ? finish().then(() => next) : next;
+          }, failed);
+        },
+        async return(): Promise<IteratorResult<T>> {
+          await finish();
+          return { done: true, value: undefined };
+        },
+      };
+    },
+  };
 }
 
 /**

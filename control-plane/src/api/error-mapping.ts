@@ -43,25 +43,36 @@ function undecodableRequest(error: ConnectError): ConnectError | undefined {
   return new ConnectError(`request: not a valid protobuf message (${error.rawMessage.slice("parse binary: ".length)})`, Code.InvalidArgument);
 }
 
+/**
+ * The same messages, an error from the stream mapped on its way out. A plain iterator, not an async
+ * generator: it sits on every message of every stream, and a generator's `yield*` costs several
+ * promise turns per message (about a tenth of a Subscribe delivery's CPU).
+ */
+function mapErrors<T>(messages: AsyncIterable<T>, map: (error: unknown) => Error): AsyncIterable<T> {
+  return {
+    [Symbol.asyncIterator](): AsyncIterator<T> {
+      const inner = messages[Symbol.asyncIterator]();
+      const rethrow = (error: unknown): never => {
+        throw map(error);
+      };
+      return {
+        next: () => inner.next().catch(rethrow),
+        return: (value?: unknown) => (inner.return === undefined ? Promise.resolve({ done: true, value } as IteratorResult<T>) : inner.return(value).catch(rethrow)),
+      };
+    },
+  };
+}
+
 export function errorMappingInterceptor(log: Logger): Interceptor {
   return (next) => async (request) => {
     const procedure = request.method.parent.typeName + "/" + request.method.name;
     try {
       const response = await next(request);
       if (!response.stream) return response;
-      const messages = response.message;
-      return {
-        ...response,
-        message: (async function* () {
-          try {
-            yield* messages;
-          } catch (error) {
-            // A client that hung up ends its stream: that is not a server error.
-            if (request.signal.aborted) throw new ConnectError("the client ended the stream", Code.Canceled);
-            throw toConnectError(error, log, procedure);
-          }
-        })(),
-      };
+      // A client that hung up ends its stream: that is not a server error.
+      const mapped = (error: unknown): ConnectError =>
+        request.signal.aborted ? new ConnectError("the client ended the stream", Code.Canceled) : toConnectError(error, log, procedure);
+      return { ...response, message: mapErrors(response.message, mapped) };
     } catch (error) {
       throw toConnectError(error, log, procedure);
     }
