@@ -19,6 +19,7 @@ import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "..
 import { grpcClient } from "./support/clients.js";
 import { answeringGraphChildren } from "./support/graph-children.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { until } from "./support/until.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
 const KEEL_BIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "bin", "keel.js");
@@ -86,15 +87,6 @@ const ingress = () => grpcClient(IngressService, keel.url, keel.tokens.connector
 async function submit(agentId: string, conversationId: string): Promise<string> {
   const { runId } = await ingress().submitMessage({ agentId, conversationId, actor: { id: "alice" }, messageId: `m-${conversationId}`, text: "Draft it, then ship it once approved", connector: "gate-test" });
   return runId;
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
-  for (let i = 0; i < 600; i++) {
-    const seen = await probe();
-    if (seen !== undefined) return seen;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 const node = (graph: WorkGraph | undefined, key: string) => graph?.nodes.find((n) => n.key === key);

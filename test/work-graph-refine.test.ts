@@ -16,12 +16,12 @@ import { GateDecision } from "../gen/keel/v1/work_graph_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn as turn } from "../control-plane/src/fixtures/scripted-model.js";
 import type { ModelTurn } from "../control-plane/src/domain/transcript.js";
-import type { ModelProvider, ModelRequest } from "../control-plane/src/models/model-provider.js";
-import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
+import type { ModelRequest } from "../control-plane/src/models/model-provider.js";
 import { grpcClient } from "./support/clients.js";
-import { CHILD_MARK } from "./support/graph-children.js";
+import { answeringGraphChildren } from "./support/graph-children.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools, writesRecorded } from "./support/test-tools.js";
+import { until } from "./support/until.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
 const WRITE_TOOL = "test.append_line.v1";
@@ -77,25 +77,16 @@ function rootTurn(request: ModelRequest): ModelTurn {
 
 /** Children: a node granted the write tool writes once, then says it is done; the others just answer. */
 const childInputs = new Map<string, string[]>();
-const answeringChildren = (deps: RunnerDeps): RunnerDeps => {
-  const scripted = deps.providers.scripted;
-  const provider: ModelProvider = {
-    ...scripted,
-    complete(request: ModelRequest) {
-      const input = request.messages.find((m) => m.role === "user" && CHILD_MARK.test(m.content))?.content;
-      const key = input === undefined ? undefined : CHILD_MARK.exec(input)?.[1];
-      if (input === undefined || key === undefined) return Promise.resolve(rootTurn(request));
-      childInputs.set(key, [...(childInputs.get(key) ?? []), input]);
-      const wrote = request.messages.some((m) => m.role === "tool");
-      const usage = { inputTokens: 100, outputTokens: 10 };
-      if (!wrote && request.tools.some((t) => t.name === WRITE_TOOL)) {
-        return Promise.resolve({ text: "", toolCalls: [{ id: `write-${key}`, name: WRITE_TOOL, argumentsJson: JSON.stringify({ key }) }], usage, finishReason: "tool_calls" as const });
-      }
-      return Promise.resolve({ text: `${key} done`, toolCalls: [], usage, finishReason: "stop" as const });
-    },
-  };
-  return { ...deps, providers: { ...deps.providers, scripted: provider } };
-};
+const answeringChildren = answeringGraphChildren(
+  (key, input, request): string | ModelTurn => {
+    childInputs.set(key, [...(childInputs.get(key) ?? []), input]);
+    const wrote = request.messages.some((m) => m.role === "tool");
+    if (wrote || !request.tools.some((t) => t.name === WRITE_TOOL)) return `${key} done`;
+    const write = { id: `write-${key}`, name: WRITE_TOOL, argumentsJson: JSON.stringify({ key }) };
+    return { text: "", toolCalls: [write], usage: { inputTokens: 100, outputTokens: 10 }, finishReason: "tool_calls" };
+  },
+  (request) => Promise.resolve(rootTurn(request)),
+);
 
 const effectsDir = mkdtempSync(path.join(tmpdir(), "keel-refine-graph-"));
 let keel: TestKeel;
@@ -122,15 +113,6 @@ const runs = () => grpcClient(RunService, keel.url, keel.tokens.operator);
 const ingress = () => grpcClient(IngressService, keel.url, keel.tokens.connector);
 const say = (agentId: string, conversationId: string, messageId: string, text: string) =>
   ingress().submitMessage({ agentId, conversationId, actor: { id: "alice" }, messageId, text, connector: "refine-test" });
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
-  for (let i = 0; i < 600; i++) {
-    const seen = await probe();
-    if (seen !== undefined) return seen;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 /** The root parked on its gate, the draft node done. */
 const waitingOnGate = (rootId: string) =>

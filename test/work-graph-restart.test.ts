@@ -14,6 +14,7 @@ import type { ModelProvider } from "../control-plane/src/models/model-provider.j
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { grpcClient } from "./support/clients.js";
 import { createTestDatabase, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { until } from "./support/until.js";
 
 const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 const PROPOSAL = {
@@ -83,15 +84,6 @@ afterAll(async () => {
   await first?.stop();
   await second?.stop();
 });
-
-async function until<T>(what: string, read: () => Promise<T | undefined>): Promise<T> {
-  for (let i = 0; i < 600; i++) {
-    const value = await read();
-    if (value !== undefined) return value;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 describe("a control plane stopped mid-graph (issue 14)", () => {
   it("is finished by the next one: the done branch is not run again, the root replies once", async () => {

@@ -7,8 +7,12 @@ import type { RunnerDeps } from "../../control-plane/src/runner/runner.js";
 
 export const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 
+/**
+ * `child` answers a node's call with a reply, or a whole turn (tool calls included; it sees the
+ * request, so it can tell a first call from one after a tool result).
+ */
 export function answeringGraphChildren(
-  child: (key: string, input: string) => string,
+  child: (key: string, input: string, request: ModelRequest) => string | ModelTurn,
   root?: (request: ModelRequest, scripted: ModelProvider) => Promise<ModelTurn>,
 ): (deps: RunnerDeps) => RunnerDeps {
   return (deps) => {
@@ -19,7 +23,9 @@ export function answeringGraphChildren(
         const input = request.messages.find((m) => m.role === "user" && CHILD_MARK.test(m.content))?.content;
         const key = input === undefined ? undefined : CHILD_MARK.exec(input)?.[1];
         if (input === undefined || key === undefined) return root === undefined ? scripted.complete(request) : root(request, scripted);
-        return Promise.resolve({ text: child(key, input), toolCalls: [], usage: { inputTokens: 100, outputTokens: 10 }, finishReason: "stop" as const });
+        const answer = child(key, input, request);
+        if (typeof answer !== "string") return Promise.resolve(answer);
+        return Promise.resolve({ text: answer, toolCalls: [], usage: { inputTokens: 100, outputTokens: 10 }, finishReason: "stop" as const });
       },
     };
     return { ...deps, providers: { ...deps.providers, scripted: provider } };
