@@ -48,17 +48,16 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
    * Settles the acknowledgements in one statement, which touches none unless every emission
    * exists and is within the caller's scope; what comes back says which one was refused and why.
    */
-  const settle = async (acknowledgements: readonly Acknowledgement[], context: HandlerContext): Promise<Emission[]> => {
+  const settle = async (acknowledgements: readonly Acknowledgement[], context: HandlerContext, field: (i: number) => string): Promise<Emission[]> => {
     const { scope } = principalOf(context);
     const within: AcknowledgeScope =
       scope.kind === "role" ? { connectors: "any", agents: "any" } : scope.kind === "connector" ? scope : { connectors: [], agents: [] };
     const emissions = await deps.emissions.acknowledge(acknowledgements, within);
     const byId = new Map(emissions.map((emission) => [emission.id, emission]));
-    const path = (i: number) => (acknowledgements.length === 1 ? "emission_id" : `acknowledgements[${i}].emission_id`);
     return acknowledgements.map(({ emissionId }, i) => {
       const emission = byId.get(emissionId);
       if (emission === undefined) throw new NotFoundError("emission", emissionId);
-      deny(connectorViolation(scope, { connector: emission.connector, agentId: emission.agentId }, { connector: path(i), agentId: path(i) }));
+      deny(connectorViolation(scope, { connector: emission.connector, agentId: emission.agentId }, { connector: field(i), agentId: field(i) }));
       return emissionToProto(emission);
     });
   };
@@ -100,7 +99,7 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
       }
     },
     async acknowledgeEmission(request, context) {
-      const [emission] = await settle([acknowledgementOf(request, "")], context);
+      const [emission] = await settle([acknowledgementOf(request, "")], context, () => "emission_id");
       return { emission: emission! };
     },
     async acknowledgeEmissions(request, context) {
@@ -113,7 +112,7 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
         if (seen.has(emissionId)) throw new InvalidArgumentError(`acknowledgements[${i}].emission_id`, "names an emission already acknowledged in this call");
         seen.add(emissionId);
       });
-      return { emissions: await settle(acknowledgements, context) };
+      return { emissions: await settle(acknowledgements, context, (i) => `acknowledgements[${i}].emission_id`) };
     },
   };
 }

@@ -113,7 +113,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     const byKey = new Map(rows.map((row) => [row.key, row]));
     const rootStopped = !(LIVE_STATUSES as readonly RunStatus[]).includes(graph.root_status);
     // A refinement asks for a revision: nothing new starts, and once nothing runs the root plans again.
-    const revising = !rootStopped && graph.revision_requested && graph.revision - graph.replans < graph.max_revisions;
+    const revising = !rootStopped && graph.revision_due;
     const plan = rootStopped ? undefined : planSchedule(nodes, revising ? 0 : graph.max_parallelism);
     const outputs = new Map(nodes.map((node) => [node.key, node.output]));
     for (const joined of plan?.joined ?? []) {
@@ -216,7 +216,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     const settled = graph.proposed_by_invocation_id === null ? [] : await trx.run(q.settleProposal, { invocationId: graph.proposed_by_invocation_id, rootRunId, text });
     const woken = await trx.run(q.wakeRoot, { rootRunId, usage: JSON.stringify(addUsage(graph.root_usage, childUsages)) });
     await appendRunEvents(trx, rootRunId, [
-      ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: `work graph stopped for a refinement: ${nodes.length - unrun.length} finished node(s) kept, ${unrun.length} not run` })),
+      ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: `work graph stopped for a refinement: ${nodes.length - unrun.length} finished node(s) handed to the root, ${unrun.length} not run` })),
       ...(woken.length > 0 ? [{ kind: "status_changed" as const, status: "queued" as const, summary: "a refinement arrived while the work graph ran; the root plans again" }] : []),
     ]);
     return "revised";

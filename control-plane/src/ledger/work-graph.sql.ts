@@ -39,8 +39,9 @@ export interface FinishedNodeJson {
 export const proposerFacts = statement<{ runId: string; toolName: string }, FactsRow>("work_graph_proposer_facts")`
   SELECT r.connector, r.usage, coalesce(r.started_at, r.created_at) AS started_at, r.parent_run_id IS NOT NULL AS child,
     (SELECT json_build_object('status', g.status, 'revision', g.revision, 'replans', g.replans,
+       -- Only a revision keeps finished nodes: their outputs are read for nothing else.
        'finished', (SELECT json_agg(json_build_object('key', n.key, 'kind', n.kind, 'objective', n.objective, 'depends_on', n.depends_on, 'output', n.output)
-                    ORDER BY n.ordinal) FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'succeeded'))
+                    ORDER BY n.ordinal) FROM work_nodes n WHERE g.status = 'revised' AND n.graph_id = g.id AND n.status = 'succeeded'))
      FROM work_graphs g WHERE g.root_run_id = r.id ORDER BY g.revision DESC LIMIT 1) AS last_graph,
     (SELECT count(*)::int FROM tool_invocations t WHERE t.run_id = r.id AND t.status = 'failed' AND t.tool_name = ${(p) => p.toolName}) AS rejected
   FROM runs r WHERE r.id = ${runId}::uuid`;
@@ -80,17 +81,20 @@ export interface LockedGraphRow {
   replans: number;
   max_replans: number;
   max_revisions: number;
-  /** A refinement amended the root after it proposed this graph. */
-  revision_requested: boolean;
+  /** A refinement amended the root after it proposed this graph, and a revision is left. */
+  revision_due: boolean;
 }
 
+/** The revision ceiling of graph `g`'s agent `a`. */
+const MAX_REVISIONS_SQL = `coalesce((a.spec -> 'graph' ->> 'maxRevisions')::int, ${DEFAULT_GRAPH_CEILINGS.maxRevisions})`;
+
 /**
- * Whether graph `g`'s root took an amendment (a refinement or an edit) after the step that proposed
- * the graph: the root then wants the graph revised around what is done.
+ * Whether graph `g` (agent `a`) is to be revised: its root took an amendment (a refinement or an
+ * edit) after the step that proposed it, and the agent's revision ceiling leaves one more.
  */
-const REVISION_REQUESTED_SQL = `EXISTS (
+const REVISION_DUE_SQL = `(g.revision - g.replans < ${MAX_REVISIONS_SQL} AND EXISTS (
     SELECT 1 FROM tool_invocations p JOIN run_steps s ON s.id = p.step_id JOIN run_triggers t ON t.run_id = g.root_run_id
-    WHERE p.id = g.proposed_by_invocation_id AND NOT t.inherited AND t.relation IN ('amends', 'edit') AND t.after_step > s.index)`;
+    WHERE p.id = g.proposed_by_invocation_id AND NOT t.inherited AND t.relation IN ('amends', 'edit') AND t.after_step > s.index))`;
 
 /**
  * The live graph of a root, locked for one pass: passes over one graph take turns. A pass commits
@@ -105,8 +109,7 @@ export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_
     r.requested_by_actor_id,
     coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism,
     g.revision, g.replans, coalesce((a.spec -> 'graph' ->> 'maxReplans')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxReplans))}) AS max_replans,
-    coalesce((a.spec -> 'graph' ->> 'maxRevisions')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxRevisions))}) AS max_revisions,
-    ${raw(REVISION_REQUESTED_SQL)} AS revision_requested
+    ${raw(MAX_REVISIONS_SQL)} AS max_revisions, ${raw(REVISION_DUE_SQL)} AS revision_due
   FROM durability, work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
   WHERE g.root_run_id = ${rootRunId}::uuid AND g.status = 'running'
   FOR NO KEY UPDATE OF g`;
@@ -257,15 +260,18 @@ export const cancelChildren = statement<{ rootRunId: string }, { id: string }>("
   WHERE parent_run_id = ${rootRunId}::uuid AND status IN (${raw(LIVE_SQL)}) AND cancel_requested_by_actor_id IS NULL
   RETURNING id, pg_notify('keel_run_control', id::text) AS notified, pg_notify('keel_runs', id::text) AS woken`;
 
-/** Live graphs a pass would move on: a child settled under a running node, a gate decided, the root stopped or amended. */
+/**
+ * Live graphs a pass would move on: a child settled under a running node, a gate decided, the root
+ * stopped, or a revision due with nothing running (while a node runs, its settlement pokes the pass).
+ */
 export const stalledRoots = statement<Record<string, never>, { root_run_id: string }>("work_graph_stalled")`
-  SELECT g.root_run_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id
+  SELECT g.root_run_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
   WHERE g.status = 'running' AND (r.status IN (${raw(TERMINAL_SQL)}) OR EXISTS (
     SELECT 1 FROM work_nodes n JOIN work_node_attempts a ON a.node_id = n.id AND a.status = 'running'
       JOIN runs c ON c.id = a.child_run_id
     WHERE n.graph_id = g.id AND c.status IN (${raw(TERMINAL_SQL)}))
     OR EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'blocked' AND n.gate_decision IS NOT NULL)
-    OR ${raw(REVISION_REQUESTED_SQL)})
+    OR (${raw(REVISION_DUE_SQL)} AND NOT EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'running')))
   LIMIT 100`;
 
 export interface GraphViewRow {
