@@ -31,7 +31,7 @@ export function RunPage(props: { readonly runId: string; readonly actor: string 
             <RunFacts run={run} />
             {mayHaveWorkGraph(run) ? <WorkGraphView run={run} actor={props.actor} /> : null}
             <h2>Timeline</h2>
-            <Timeline steps={view.steps} actor={props.actor} onResolved={view.refreshStep} />
+            <Timeline steps={view.steps} actor={props.actor} onResolved={view.refreshStep} onExpand={view.expandStep} />
           </div>
           <aside class="run-side">
             <ActionsPanel run={run} actor={props.actor} onChanged={view.setRun} />

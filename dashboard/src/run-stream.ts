@@ -25,6 +25,30 @@ export interface RunView {
   readonly setRun: (run: Run) => void;
   /** Fetches one step again (after an action changed it). */
   readonly refreshStep: (stepId: string) => void;
+  /** Keeps one step whole from now on (its row was opened), fetching it. */
+  readonly expandStep: (stepId: string) => void;
+}
+
+/** Steps holding only what a closed timeline row shows (see summaryOf). */
+const summaries = new WeakSet<RunStep>();
+
+/** True when the step lacks its request transcript, arguments, results and output: open it to fetch them. */
+export const isSummary = (step: RunStep): boolean => summaries.has(step);
+
+/**
+ * What a closed row needs of a step. A long run's steps carry its whole transcript again in every
+ * model call's request, so keeping them all would hold hundreds of MB in the page, and its garbage
+ * collections would stall scrolling; a row's details are fetched when it is opened.
+ */
+function summaryOf(step: RunStep): RunStep {
+  const call = step.modelCall;
+  const slim: RunStep = {
+    ...step,
+    modelCall: call === undefined ? undefined : { ...call, requestJson: "", responseText: "", toolCallsJson: "" },
+    toolInvocations: step.toolInvocations.map((tool) => ({ ...tool, argumentsJson: "", resultText: "", observations: [] })),
+  };
+  summaries.add(slim);
+  return slim;
 }
 
 /** A step whose tool calls may still change without an event naming the step (requeue, resolution). */
@@ -34,6 +58,12 @@ const unsettled = (step: RunStep) =>
   );
 
 const running = (tool: RunStep["toolInvocations"][number]) => tool.status === ToolInvocationStatus.PENDING;
+
+/** A committed step whose tool calls are settled no longer changes: an event naming it needs no fetch. */
+const final = (step: RunStep) => step.committedAt !== undefined && !unsettled(step);
+
+/** Streamed events reach the page's state at most this often: a long run replays thousands at once. */
+const EVENT_FLUSH_MS = 100;
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
@@ -53,6 +83,11 @@ export function useRunStream(runId: string): RunView {
   const refetch = useRef<(stepId: string) => void>(() => undefined);
   const stableRefresh = useRef((stepId: string) => refetch.current(stepId));
   const ordered = useRef<{ map: ReadonlyMap<string, RunStep>; list: readonly RunStep[] }>({ map: new Map(), list: [] });
+  const whole = useRef(new Set<string>());
+  const stableExpand = useRef((stepId: string) => {
+    whole.current.add(stepId);
+    refetch.current(stepId);
+  });
 
   useEffect(() => {
     const stop = new AbortController();
@@ -60,7 +95,7 @@ export function useRunStream(runId: string): RunView {
     const upsertSteps = (fresh: readonly RunStep[]) =>
       setSteps((before) => {
         const next = new Map(before);
-        for (const step of fresh) next.set(step.id, step);
+        for (const step of fresh) next.set(step.id, whole.current.has(step.id) ? step : summaryOf(step));
         return next;
       });
 
@@ -110,6 +145,18 @@ export function useRunStream(runId: string): RunView {
       } while (pageToken !== "" && !signal.aborted);
     };
 
+    let arrived: RunEvent[] = [];
+    let flushDue: ReturnType<typeof setTimeout> | undefined;
+    const showEvent = (event: RunEvent) => {
+      arrived.push(event);
+      flushDue ??= setTimeout(() => {
+        flushDue = undefined;
+        const batch = arrived;
+        arrived = [];
+        setEvents((before) => [...before, ...batch].slice(-MAX_EVENTS));
+      }, EVENT_FLUSH_MS);
+    };
+
     const watch = async () => {
       let afterSeq = 0n;
       await loadAll();
@@ -119,8 +166,12 @@ export function useRunStream(runId: string): RunView {
           for await (const { event } of runService.watchRun({ runId, afterSeq }, { signal })) {
             if (event === undefined) continue;
             afterSeq = event.seq;
-            setEvents((before) => [...before.slice(-(MAX_EVENTS - 1)), event]);
-            if (event.stepId !== "") refetch.current(event.stepId);
+            showEvent(event);
+            if (event.stepId !== "") {
+              // The history replays first: steps loaded since are already current.
+              const known = latestSteps.current.get(event.stepId);
+              if (known === undefined || !final(known)) refetch.current(event.stepId);
+            }
             else for (const step of latestSteps.current.values()) if (unsettled(step)) refetch.current(step.id);
             scheduleRefresh();
           }
@@ -146,11 +197,12 @@ export function useRunStream(runId: string): RunView {
     return () => {
       stop.abort();
       clearTimeout(refreshDue);
+      clearTimeout(flushDue);
       clearInterval(outputPoll);
     };
   }, [runId]);
 
   // Sorting only when the set of steps changed keeps a streaming page cheap to re-render.
   if (ordered.current.map !== steps) ordered.current = { map: steps, list: [...steps.values()].sort((a, b) => a.index - b.index) };
-  return { run, steps: ordered.current.list, events, artifacts, error, live, setRun, refreshStep: stableRefresh.current };
+  return { run, steps: ordered.current.list, events, artifacts, error, live, setRun, refreshStep: stableRefresh.current, expandStep: stableExpand.current };
 }
