@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RunService, type ListRunStepsResponse } from "../gen/keel/v1/run_service_pb.js";
+import { RunService, RunStepView, type ListRunStepsResponse } from "../gen/keel/v1/run_service_pb.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { connectClient, grpcClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
@@ -85,6 +85,37 @@ describe("ListRunSteps paging", () => {
       // 2.4 MB at under 256 KiB a page.
       expect(pages).toBeGreaterThanOrEqual(10);
     }
+  });
+
+  it("lists summaries in pages of page_size alone, without requests, arguments, results or output", async () => {
+    for (const client of [connectClient(RunService, keel.url, keel.tokens.operator), grpcClient(RunService, keel.url, keel.tokens.operator)]) {
+      // 2.4 MB of output would take ten full pages; summaries of all three steps fit in one.
+      const all = await client.listRunSteps({ runId, pageSize: 500, view: RunStepView.SUMMARY });
+      expect(all.nextPageToken).toBe("");
+      expect(all.steps.map((step) => step.id)).toEqual(stepIds);
+      const invocations = all.steps.flatMap((step) => step.toolInvocations);
+      expect(invocations.map((invocation) => invocation.id).sort()).toEqual([...expected.keys()].sort());
+      for (const invocation of invocations) {
+        expect(invocation.toolName).not.toBe("");
+        expect([invocation.observations.length, invocation.argumentsJson, invocation.resultText]).toEqual([0, "", ""]);
+      }
+      // page_size still pages them, and the tokens go on where the last page ended.
+      const first = await client.listRunSteps({ runId, pageSize: 2, view: RunStepView.SUMMARY });
+      const rest = await client.listRunSteps({ runId, pageSize: 2, pageToken: first.nextPageToken, view: RunStepView.SUMMARY });
+      expect([...first.steps, ...rest.steps].map((step) => step.id)).toEqual(stepIds);
+      expect(rest.nextPageToken).toBe("");
+    }
+  });
+
+  it("refuses a view that is not a RunStepView as InvalidArgument naming view", async () => {
+    const refused = await connectClient(RunService, keel.url, keel.tokens.operator)
+      .listRunSteps({ runId, view: 7 as RunStepView })
+      .then(
+        () => undefined,
+        (error: unknown) => ConnectError.from(error),
+      );
+    expect(refused?.code).toBe(Code.InvalidArgument);
+    expect(refused?.rawMessage).toMatch(/^view: /);
   });
 
   it("refuses a page token it did not issue as InvalidArgument naming page_token", async () => {

@@ -3,6 +3,7 @@
 // the run's header at most a few times a second. A dropped stream resumes after the last seq.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ResolvedOutcome, ToolInvocationStatus, type Artifact, type Run, type RunEvent, type RunStep } from "../../gen/keel/v1/run_pb.js";
+import { RunStepView } from "../../gen/keel/v1/run_service_pb.js";
 import { runService } from "./client.js";
 import { errorText, isTerminal } from "./format.js";
 
@@ -10,6 +11,8 @@ import { errorText, isTerminal } from "./format.js";
 const MAX_EVENTS = 300;
 const RUN_REFRESH_MS = 250;
 const RECONNECT_MS = 1_000;
+/** Step summaries per ListRunSteps page (the server's most). */
+const STEPS_PAGE_SIZE = 500;
 /** An exec's output lands as observations, which write no run event: a running call's step is fetched this often. */
 const OUTPUT_POLL_MS = 500;
 
@@ -36,9 +39,10 @@ const summaries = new WeakSet<RunStep>();
 export const isSummary = (step: RunStep): boolean => summaries.has(step);
 
 /**
- * What a closed row needs of a step. A long run's steps carry its whole transcript again in every
- * model call's request, so keeping them all would hold hundreds of MB in the page, and its garbage
- * collections would stall scrolling; a row's details are fetched when it is opened.
+ * What a closed row needs of a step, as ListRunSteps' SUMMARY view returns it; a step fetched whole
+ * (GetRunStep, after an event) is cut down the same way unless its row is open. A long run's steps
+ * repeat the whole transcript in every model call's request: kept whole, a 1,000-step run held
+ * 131 MB in the page.
  */
 function summaryOf(step: RunStep): RunStep {
   const call = step.modelCall;
@@ -139,7 +143,8 @@ export function useRunStream(runId: string): RunView {
       setArtifacts(artifactReply.artifacts);
       let pageToken = "";
       do {
-        const page = await runService.listRunSteps({ runId, pageToken }, { signal });
+        // Summaries, many to a page: a row fetches its whole step when opened.
+        const page = await runService.listRunSteps({ runId, pageToken, pageSize: STEPS_PAGE_SIZE, view: RunStepView.SUMMARY }, { signal });
         upsertSteps(page.steps);
         pageToken = page.nextPageToken;
       } while (pageToken !== "" && !signal.aborted);

@@ -1,5 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
+import { RunService, RunStepView } from "../../../gen/keel/v1/run_service_pb.js";
 import { ResolvedOutcomeSchema, RunStatusSchema } from "../../../gen/keel/v1/run_pb.js";
 import { InvalidArgumentError, NotFoundError, UnimplementedError } from "../domain/errors.js";
 import type { RunControl } from "../runner/run-control.js";
@@ -95,8 +95,13 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     async listRunSteps(request) {
       const runId = requireUuid("run_id", request.runId);
       const pageToken = requireStepsPageToken(request.pageToken);
+      const view = request.view === RunStepView.UNSPECIFIED ? RunStepView.FULL : request.view;
+      if (view !== RunStepView.FULL && view !== RunStepView.SUMMARY) throw new InvalidArgumentError("view", `is not a RunStepView (${String(request.view)})`);
       await mustGetRun(runId);
-      const page = await deps.runs.listSteps(runId, pageSizeOf(request.pageSize), pageToken, replyBudget);
+      const page =
+        view === RunStepView.SUMMARY
+          ? await deps.runs.listStepSummaries(runId, pageSizeOf(request.pageSize), pageToken)
+          : await deps.runs.listSteps(runId, pageSizeOf(request.pageSize), pageToken, replyBudget);
       return { steps: page.items.map(runStepToProto), nextPageToken: page.nextPageToken };
     },
     async getRunStep(request) {

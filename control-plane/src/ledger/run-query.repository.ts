@@ -58,6 +58,8 @@ export interface RunQueries {
   listRuns(filter: RunFilter, pageSize: number, pageToken: string): Promise<Page<RunRecord>>;
   /** At most pageSize steps and about budgetBytes of their records; a token it did not issue throws. */
   listSteps(runId: string, pageSize: number, pageToken: string, budgetBytes?: number): Promise<Page<RunStepRecord>>;
+  /** At most pageSize steps as a list shows them (stepSummary); the same page tokens as listSteps. */
+  listStepSummaries(runId: string, pageSize: number, pageToken: string): Promise<Page<RunStepRecord>>;
   /** One step whole; ResourceExhaustedError, before anything is loaded, when its records exceed budgetBytes. */
   getStep(runId: string, stepId: string, budgetBytes?: number): Promise<RunStepRecord | undefined>;
   listArtifacts(runId: string): Promise<readonly ArtifactRecord[]>;
@@ -148,11 +150,12 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       found.length === 0 ? Promise.resolve([]) : sql.run(observationsOf, { ids: found.map((i) => i.id) }),
     keep: (invocation: ToolInvocationRow) => boolean = () => true,
     withoutModelCall?: string,
+    wholeRequests = true,
   ): Promise<RunStepRecord[]> => {
     if (steps.length === 0) return [];
     const stepIds = steps.map((s) => s.id);
     const [calls, allInvocations] = await Promise.all([
-      sql.run(modelCallsOfSteps, { ids: stepIds.filter((id) => id !== withoutModelCall) }).then((found) => withWholeRequests(sql, found)),
+      sql.run(modelCallsOfSteps, { ids: stepIds.filter((id) => id !== withoutModelCall) }).then((found) => (wholeRequests ? withWholeRequests(sql, found) : found)),
       sql.run(invocationsOfSteps, { ids: stepIds }),
     ]);
     const invocations = allInvocations.filter(keep);
@@ -266,6 +269,21 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       return { items, nextPageToken: found.length > kept && last !== undefined ? encodeStepsPageToken({ kind: "after", index: Number(last.index) }) : "" };
     },
 
+    async listStepSummaries(id, pageSize, pageToken) {
+      const cursor = pageToken === "" ? undefined : parseStepsPageToken(pageToken);
+      if (pageToken !== "" && cursor === undefined) throw new Error("listStepSummaries: not a page token from listSteps");
+      // A token from a full listing may point inside a step: its summary is whole, so it starts there.
+      const fromIndex = cursor === undefined ? 0 : cursor.kind === "after" ? cursor.index + 1 : cursor.index;
+      const found = await sql.run(stepsFrom, { runId: id, fromIndex, limit: pageSize + 1 });
+      const page = found.slice(0, pageSize);
+      const items = await stepsWithDetail(page, () => Promise.resolve([]), undefined, undefined, false);
+      const last = page.at(-1);
+      return {
+        items: items.map(stepSummary),
+        nextPageToken: found.length > pageSize && last !== undefined ? encodeStepsPageToken({ kind: "after", index: Number(last.index) }) : "",
+      };
+    },
+
     async getStep(id, stepId, budgetBytes) {
       if (budgetBytes !== undefined) {
         const [size] = await sql.run(stepBytes, { runId: id, stepId });
@@ -302,6 +320,20 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
  * Model calls with their whole requests: a request stored as a delta on an earlier call is
  * expanded from the run's chain of calls (read only when a delta is present).
  */
+/**
+ * A step as a list shows it: without what grows with the run (its model request, which repeats the
+ * transcript so far, the response and tool-call texts) or with a tool's output (arguments, result,
+ * observations). Its identity, usage, statuses and resolutions stay.
+ */
+export function stepSummary(step: RunStepRecord): RunStepRecord {
+  const call = step.modelCall;
+  return {
+    ...step,
+    modelCall: call === undefined ? undefined : { ...call, requestJson: "", responseText: "", toolCallsJson: "" },
+    toolInvocations: step.toolInvocations.map((tool) => ({ ...tool, argumentsJson: "", resultText: undefined, observations: [] })),
+  };
+}
+
 async function withWholeRequests(sql: Sql, calls: readonly ModelCallRow[]): Promise<ModelCallRow[]> {
   const deltaRuns = [...new Set(calls.filter((c) => typeof (c.request as { readonly base?: unknown } | null)?.base === "string").map((c) => c.run_id))];
   if (deltaRuns.length === 0) return [...calls];
