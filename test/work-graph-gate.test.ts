@@ -17,8 +17,8 @@ import { GateDecision, WorkNodeStatus, type WorkGraph } from "../gen/keel/v1/wor
 import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import { grpcClient } from "./support/clients.js";
-import { answeringGraphChildren } from "./support/graph-children.js";
-import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { answeringGraphChildren, startGraphKeel, type GraphKeel } from "./support/graph-children.js";
+import type { TestKeel } from "./support/keel-fixture.js";
 import { until } from "./support/until.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
@@ -70,16 +70,12 @@ const answeringChildren = answeringGraphChildren((key, input) => {
 let keel: TestKeel;
 let db: pg.Client;
 
+let graph: GraphKeel | undefined;
 beforeAll(async () => {
-  keel = await startTestKeel({ workers: 3, agents: [approved, rejected, writes], wrapRunnerDeps: answeringChildren, env: { KEEL_IDLE_POLL_MS: "250" } });
-  db = new pg.Client({ connectionString: keel.databaseUrl });
-  await db.connect();
+  graph = await startGraphKeel({ agents: [approved, rejected, writes], wrapRunnerDeps: answeringChildren });
+  ({ keel, db } = graph);
 });
-
-afterAll(async () => {
-  await db?.end();
-  await keel?.stop();
-});
+afterAll(() => graph?.stop());
 
 const runs = () => grpcClient(RunService, keel.url, keel.tokens.operator);
 const ingress = () => grpcClient(IngressService, keel.url, keel.tokens.connector);

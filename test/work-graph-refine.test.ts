@@ -18,8 +18,8 @@ import { scriptedAgent, scriptedModel, scriptedTurn as turn } from "../control-p
 import type { ModelTurn } from "../control-plane/src/domain/transcript.js";
 import type { ModelRequest } from "../control-plane/src/models/model-provider.js";
 import { grpcClient } from "./support/clients.js";
-import { answeringGraphChildren } from "./support/graph-children.js";
-import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { answeringGraphChildren, startGraphKeel, type GraphKeel } from "./support/graph-children.js";
+import type { TestKeel } from "./support/keel-fixture.js";
 import { createTestTools, writesRecorded } from "./support/test-tools.js";
 import { until } from "./support/until.js";
 
@@ -92,22 +92,12 @@ const effectsDir = mkdtempSync(path.join(tmpdir(), "keel-refine-graph-"));
 let keel: TestKeel;
 let db: pg.Client;
 
+let graph: GraphKeel | undefined;
 beforeAll(async () => {
-  keel = await startTestKeel({
-    workers: 3,
-    agents: [revising, noRevisions],
-    tools: createTestTools({ effectsDir }),
-    wrapRunnerDeps: answeringChildren,
-    env: { KEEL_IDLE_POLL_MS: "250" },
-  });
-  db = new pg.Client({ connectionString: keel.databaseUrl });
-  await db.connect();
+  graph = await startGraphKeel({ agents: [revising, noRevisions], tools: createTestTools({ effectsDir }), wrapRunnerDeps: answeringChildren });
+  ({ keel, db } = graph);
 });
-
-afterAll(async () => {
-  await db?.end();
-  await keel?.stop();
-});
+afterAll(() => graph?.stop());
 
 const runs = () => grpcClient(RunService, keel.url, keel.tokens.operator);
 const ingress = () => grpcClient(IngressService, keel.url, keel.tokens.connector);

@@ -12,8 +12,8 @@ import { WorkNodeKind, WorkNodeStatus } from "../gen/keel/v1/work_graph_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, withBudgetDefaults, type AgentSpec } from "../control-plane/src/domain/agent.js";
 import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import { grpcClient } from "./support/clients.js";
-import { answeringGraphChildren } from "./support/graph-children.js";
-import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { answeringGraphChildren, startGraphKeel, type GraphKeel } from "./support/graph-children.js";
+import type { TestKeel } from "./support/keel-fixture.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
 const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
@@ -69,15 +69,12 @@ const answeringChildren = answeringGraphChildren(
 
 let keel: TestKeel;
 let db: pg.Client;
+let graph: GraphKeel | undefined;
 beforeAll(async () => {
-  keel = await startTestKeel({ workers: 3, agents: [fixed, stubborn], wrapRunnerDeps: answeringChildren, env: { KEEL_IDLE_POLL_MS: "250" } });
-  db = new pg.Client({ connectionString: keel.databaseUrl });
-  await db.connect();
+  graph = await startGraphKeel({ agents: [fixed, stubborn], wrapRunnerDeps: answeringChildren });
+  ({ keel, db } = graph);
 });
-afterAll(async () => {
-  await db?.end();
-  await keel?.stop();
-});
+afterAll(() => graph?.stop());
 
 const runs = () => grpcClient(RunService, keel.url, keel.tokens.operator);
 

@@ -1,9 +1,11 @@
 // WorkGraph tests answer their child runs with a wrapped scripted provider: a call whose input
 // is a child's ("node X of a work graph", domain/work-graph-child.ts) is answered by the test,
 // any other (the root's) by the script or the test's own root rule.
+import pg from "pg";
 import type { ModelTurn } from "../../control-plane/src/domain/transcript.js";
 import type { ModelProvider, ModelRequest } from "../../control-plane/src/models/model-provider.js";
 import type { RunnerDeps } from "../../control-plane/src/runner/runner.js";
+import { startTestKeel, type TestKeel, type TestKeelOptions } from "./keel-fixture.js";
 
 export const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 
@@ -29,5 +31,27 @@ export function answeringGraphChildren(
       },
     };
     return { ...deps, providers: { ...deps.providers, scripted: provider } };
+  };
+}
+
+/** A Keel for a WorkGraph test file and a PostgreSQL client on its database, to read the graph tables. */
+export interface GraphKeel {
+  readonly keel: TestKeel;
+  readonly db: pg.Client;
+  stop(): Promise<void>;
+}
+
+/** Three workers (a root and its parallel children), a quick idle poll, and the test's answers for the children. */
+export async function startGraphKeel(options: Pick<TestKeelOptions, "agents" | "tools" | "wrapRunnerDeps">): Promise<GraphKeel> {
+  const keel = await startTestKeel({ workers: 3, ...options, env: { KEEL_IDLE_POLL_MS: "250" } });
+  const db = new pg.Client({ connectionString: keel.databaseUrl });
+  await db.connect();
+  return {
+    keel,
+    db,
+    stop: async () => {
+      await db.end();
+      await keel.stop();
+    },
   };
 }
