@@ -87,7 +87,7 @@ describe("ListRunSteps paging", () => {
     }
   });
 
-  it("lists summaries in pages of page_size alone, without requests, arguments, results or output", async () => {
+  it("lists and gets summaries, without requests, arguments, results or output, paged by page_size alone", async () => {
     for (const client of [connectClient(RunService, keel.url, keel.tokens.operator), grpcClient(RunService, keel.url, keel.tokens.operator)]) {
       // 2.4 MB of output would take ten full pages; summaries of all three steps fit in one.
       const all = await client.listRunSteps({ runId, pageSize: 500, view: RunStepView.SUMMARY });
@@ -104,6 +104,14 @@ describe("ListRunSteps paging", () => {
       const rest = await client.listRunSteps({ runId, pageSize: 2, pageToken: first.nextPageToken, view: RunStepView.SUMMARY });
       expect([...first.steps, ...rest.steps].map((step) => step.id)).toEqual(stepIds);
       expect(rest.nextPageToken).toBe("");
+      // GetRunStep's summary of step 0, whose 1.4 MB of output no reply carries whole.
+      const whole = await client.getRunStep({ runId, stepId: stepIds[0]! }).then(
+        () => undefined,
+        (error: unknown) => ConnectError.from(error),
+      );
+      expect(whole?.code).toBe(Code.ResourceExhausted);
+      const summary = await client.getRunStep({ runId, stepId: stepIds[0]!, view: RunStepView.SUMMARY });
+      expect(summary.step?.toolInvocations.map((invocation) => [invocation.id, invocation.observations.length])).toEqual([[[...expected.keys()][0], 0]]);
     }
   });
 

@@ -32,28 +32,15 @@ export interface RunView {
   readonly expandStep: (stepId: string) => void;
 }
 
-/** Steps holding only what a closed timeline row shows (see summaryOf). */
+/**
+ * Steps the server sent in its SUMMARY view: what a closed row shows, without the model request
+ * (which repeats the whole transcript so far) or the tools' output. Kept whole, a 1,000-step run
+ * held 131 MB in the page; a row's step is fetched whole when it is opened, and kept so.
+ */
 const summaries = new WeakSet<RunStep>();
 
 /** True when the step lacks its request transcript, arguments, results and output: open it to fetch them. */
 export const isSummary = (step: RunStep): boolean => summaries.has(step);
-
-/**
- * What a closed row needs of a step, as ListRunSteps' SUMMARY view returns it; a step fetched whole
- * (GetRunStep, after an event) is cut down the same way unless its row is open. A long run's steps
- * repeat the whole transcript in every model call's request: kept whole, a 1,000-step run held
- * 131 MB in the page.
- */
-function summaryOf(step: RunStep): RunStep {
-  const call = step.modelCall;
-  const slim: RunStep = {
-    ...step,
-    modelCall: call === undefined ? undefined : { ...call, requestJson: "", responseText: "", toolCallsJson: "" },
-    toolInvocations: step.toolInvocations.map((tool) => ({ ...tool, argumentsJson: "", resultText: "", observations: [] })),
-  };
-  summaries.add(slim);
-  return slim;
-}
 
 /** A step whose tool calls may still change without an event naming the step (requeue, resolution). */
 const unsettled = (step: RunStep) =>
@@ -96,10 +83,18 @@ export function useRunStream(runId: string): RunView {
   useEffect(() => {
     const stop = new AbortController();
     const { signal } = stop;
-    const upsertSteps = (fresh: readonly RunStep[]) =>
+    const upsertSteps = (fresh: readonly RunStep[], asSummaries: boolean) =>
       setSteps((before) => {
         const next = new Map(before);
-        for (const step of fresh) next.set(step.id, whole.current.has(step.id) ? step : summaryOf(step));
+        for (const step of fresh) {
+          if (asSummaries) {
+            // A summary asked for before its row was opened never replaces the whole step.
+            const known = before.get(step.id);
+            if (whole.current.has(step.id) && known !== undefined && !summaries.has(known)) continue;
+            summaries.add(step);
+          }
+          next.set(step.id, step);
+        }
         return next;
       });
 
@@ -124,8 +119,14 @@ export function useRunStream(runId: string): RunView {
         while (pendingSteps.size > 0 && !signal.aborted) {
           const ids = [...pendingSteps];
           pendingSteps.clear();
-          const fresh = await Promise.all(ids.map((stepId) => runService.getRunStep({ runId, stepId }, { signal })));
-          upsertSteps(fresh.flatMap((reply) => (reply.step === undefined ? [] : [reply.step])));
+          const [open, closed] = [ids.filter((id) => whole.current.has(id)), ids.filter((id) => !whole.current.has(id))];
+          const get = (stepIds: readonly string[], view: RunStepView) =>
+            Promise.all(stepIds.map((stepId) => runService.getRunStep({ runId, stepId, view }, { signal }))).then((replies) =>
+              replies.flatMap((reply) => (reply.step === undefined ? [] : [reply.step])),
+            );
+          const [wholeSteps, summarySteps] = await Promise.all([get(open, RunStepView.FULL), get(closed, RunStepView.SUMMARY)]);
+          upsertSteps(wholeSteps, false);
+          upsertSteps(summarySteps, true);
         }
       } finally {
         fetching = false;
@@ -145,7 +146,7 @@ export function useRunStream(runId: string): RunView {
       do {
         // Summaries, many to a page: a row fetches its whole step when opened.
         const page = await runService.listRunSteps({ runId, pageToken, pageSize: STEPS_PAGE_SIZE, view: RunStepView.SUMMARY }, { signal });
-        upsertSteps(page.steps);
+        upsertSteps(page.steps, true);
         pageToken = page.nextPageToken;
       } while (pageToken !== "" && !signal.aborted);
     };

@@ -42,6 +42,13 @@ function requireRunsPageToken(token: string): string {
   return token;
 }
 
+/** Unset is FULL; a number RunStepView does not name is refused. */
+function stepViewOf(view: RunStepView): RunStepView.FULL | RunStepView.SUMMARY {
+  if (view === RunStepView.UNSPECIFIED || view === RunStepView.FULL) return RunStepView.FULL;
+  if (view === RunStepView.SUMMARY) return view;
+  throw new InvalidArgumentError("view", `is not a RunStepView (${String(view)})`);
+}
+
 /** ListRunSteps tokens, the same: a garbage token is refused, never read as "from the start". */
 function requireStepsPageToken(token: string): string {
   if (token !== "" && parseStepsPageToken(token) === undefined) {
@@ -95,8 +102,7 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     async listRunSteps(request) {
       const runId = requireUuid("run_id", request.runId);
       const pageToken = requireStepsPageToken(request.pageToken);
-      const view = request.view === RunStepView.UNSPECIFIED ? RunStepView.FULL : request.view;
-      if (view !== RunStepView.FULL && view !== RunStepView.SUMMARY) throw new InvalidArgumentError("view", `is not a RunStepView (${String(request.view)})`);
+      const view = stepViewOf(request.view);
       await mustGetRun(runId);
       const page =
         view === RunStepView.SUMMARY
@@ -107,8 +113,11 @@ export function createRunService(deps: RunServiceDeps): ServiceImpl<typeof RunSe
     async getRunStep(request) {
       const runId = requireUuid("run_id", request.runId);
       const stepId = requireUuid("step_id", request.stepId);
-      // Refused before loading only when its records alone exceed the message limit (the reply would fail anyway).
-      const step = await deps.runs.getStep(runId, stepId, deps.maxReplyBytes ?? DEFAULT_STEPS_PAGE_BYTES * 4);
+      // Whole, it is refused before loading only when its records alone exceed the message limit (the reply would fail anyway).
+      const step =
+        stepViewOf(request.view) === RunStepView.SUMMARY
+          ? await deps.runs.getStepSummary(runId, stepId)
+          : await deps.runs.getStep(runId, stepId, deps.maxReplyBytes ?? DEFAULT_STEPS_PAGE_BYTES * 4);
       if (step === undefined) throw new NotFoundError("step", stepId);
       return { step: runStepToProto(step) };
     },

@@ -62,6 +62,8 @@ export interface RunQueries {
   listStepSummaries(runId: string, pageSize: number, pageToken: string): Promise<Page<RunStepRecord>>;
   /** One step whole; ResourceExhaustedError, before anything is loaded, when its records exceed budgetBytes. */
   getStep(runId: string, stepId: string, budgetBytes?: number): Promise<RunStepRecord | undefined>;
+  /** One step as a list shows it (stepSummary). */
+  getStepSummary(runId: string, stepId: string): Promise<RunStepRecord | undefined>;
   listArtifacts(runId: string): Promise<readonly ArtifactRecord[]>;
   eventsAfter(runId: string, afterSeq: number, limit: number): Promise<readonly RunEventRecord[]>;
   getToolInvocation(runId: string, invocationId: string): Promise<ToolInvocationRecord | undefined>;
@@ -293,6 +295,11 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       }
       const [step] = await stepsWithDetail(await sql.run(selectStep, { runId: id, stepId }));
       return step;
+    },
+
+    async getStepSummary(id, stepId) {
+      const [step] = await stepsWithDetail(await sql.run(selectStep, { runId: id, stepId }), () => Promise.resolve([]), undefined, undefined, false);
+      return step === undefined ? undefined : stepSummary(step);
     },
 
     async listArtifacts(id) {
