@@ -100,6 +100,20 @@ const selectStep = statement<{ runId: string; stepId: string }, RunStepRow>("run
 const modelCallsOfSteps = statement<{ ids: readonly string[] }, ModelCallRow>("run_query_model_calls")`
   SELECT ${raw(MODEL_CALL_COLUMNS("m"))} FROM model_calls m WHERE m.step_id = ANY(${ids}::uuid[])`;
 
+/** Steps from an index, for summaries: no sizes, since page_size alone bounds their pages. */
+const stepRowsFrom = statement<{ runId: string; fromIndex: number; limit: number }, RunStepRow>("run_query_step_rows")`
+  SELECT ${raw(RUN_STEP_COLUMNS("s"))} FROM run_steps s
+  WHERE s.run_id = ${runId}::uuid AND s.index >= ${(p) => p.fromIndex} ORDER BY s.index LIMIT ${limit}`;
+
+// What stepSummary leaves out is not read at all: a step's request, response and tool-call texts,
+// its tools' arguments and results.
+const modelCallSummariesOfSteps = statement<{ ids: readonly string[] }, ModelCallRow>("run_query_model_call_summaries")`
+  SELECT ${raw(MODEL_CALL_COLUMNS("m", { request: "NULL", response_text: "NULL", tool_calls: "NULL" }))}
+  FROM model_calls m WHERE m.step_id = ANY(${ids}::uuid[])`;
+const invocationSummariesOfSteps = statement<{ ids: readonly string[] }, ToolInvocationRow>("run_query_step_invocation_summaries")`
+  SELECT ${raw(TOOL_INVOCATION_COLUMNS("i", { arguments: "NULL", result_text: "NULL" }))}
+  FROM tool_invocations i WHERE i.step_id = ANY(${ids}::uuid[]) ORDER BY i.ordinal`;
+
 /** Every stored request of some runs: what a delta-stored request is expanded from. */
 const requestChains = statement<{ ids: readonly string[] }, { id: string; request: StoredModelRequest }>("run_query_request_chains")`
   SELECT m.id, m.request FROM model_calls m WHERE m.run_id = ANY(${ids}::uuid[])`;
@@ -152,40 +166,23 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
       found.length === 0 ? Promise.resolve([]) : sql.run(observationsOf, { ids: found.map((i) => i.id) }),
     keep: (invocation: ToolInvocationRow) => boolean = () => true,
     withoutModelCall?: string,
-    wholeRequests = true,
   ): Promise<RunStepRecord[]> => {
     if (steps.length === 0) return [];
     const stepIds = steps.map((s) => s.id);
     const [calls, allInvocations] = await Promise.all([
-      sql.run(modelCallsOfSteps, { ids: stepIds.filter((id) => id !== withoutModelCall) }).then((found) => (wholeRequests ? withWholeRequests(sql, found) : found)),
+      sql.run(modelCallsOfSteps, { ids: stepIds.filter((id) => id !== withoutModelCall) }).then((found) => withWholeRequests(sql, found)),
       sql.run(invocationsOfSteps, { ids: stepIds }),
     ]);
     const invocations = allInvocations.filter(keep);
-    const observations = await observationsFor(invocations);
-    const invocationsByStep = new Map<string, ToolInvocationRecord[]>();
-    for (const row of invocations) {
-      if (row.step_id === null) continue;
-      const mine = observations.filter((o) => o.tool_invocation_id === row.id).map(toObservationRecord);
-      const list = invocationsByStep.get(row.step_id) ?? [];
-      list.push(toToolInvocationRecord(row, mine));
-      invocationsByStep.set(row.step_id, list);
-    }
-    return steps.map((row) => {
-      const call = calls.find((c) => c.step_id === row.id);
-      return {
-        id: row.id,
-        runId: row.run_id,
-        index: Number(row.index),
-        replayability: row.replayability,
-        runStatusAfter: row.run_status_after,
-        actorId: row.actor_id ?? undefined,
-        leaseEpoch: Number(row.lease_epoch),
-        startedAt: row.started_at,
-        committedAt: row.committed_at,
-        modelCall: call === undefined ? undefined : toModelCallRecord(call),
-        toolInvocations: invocationsByStep.get(row.id) ?? [],
-      };
-    });
+    return stepRecords(steps, calls, invocations, await observationsFor(invocations));
+  };
+
+  /** Steps as a list shows them (stepSummary), read without the columns a summary leaves out. */
+  const stepSummaries = async (steps: readonly RunStepRow[]): Promise<RunStepRecord[]> => {
+    if (steps.length === 0) return [];
+    const stepIds = steps.map((s) => s.id);
+    const [calls, invocations] = await Promise.all([sql.run(modelCallSummariesOfSteps, { ids: stepIds }), sql.run(invocationSummariesOfSteps, { ids: stepIds })]);
+    return stepRecords(steps, calls, invocations, []).map(stepSummary);
   };
 
   return {
@@ -218,10 +215,8 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
     },
 
     async listSteps(id, pageSize, pageToken, budgetBytes = DEFAULT_STEPS_PAGE_BYTES) {
-      const cursor: StepsCursor | undefined = pageToken === "" ? { kind: "after", index: -1 } : parseStepsPageToken(pageToken);
-      // The API refuses a token it did not issue (run-service.ts); here one is a caller's bug.
-      if (cursor === undefined) throw new Error("listSteps: not a page token from listSteps");
-      const fromIndex = cursor.kind === "after" ? cursor.index + 1 : cursor.index;
+      const cursor = stepsCursor(pageToken);
+      const fromIndex = firstIndex(cursor);
       const found = await sql.run(stepsFrom, { runId: id, fromIndex, limit: pageSize + 1 });
       const kept = stepsWithinBudget(found.slice(0, pageSize), budgetBytes);
       const page = found.slice(0, kept);
@@ -272,16 +267,12 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
     },
 
     async listStepSummaries(id, pageSize, pageToken) {
-      const cursor = pageToken === "" ? undefined : parseStepsPageToken(pageToken);
-      if (pageToken !== "" && cursor === undefined) throw new Error("listStepSummaries: not a page token from listSteps");
       // A token from a full listing may point inside a step: its summary is whole, so it starts there.
-      const fromIndex = cursor === undefined ? 0 : cursor.kind === "after" ? cursor.index + 1 : cursor.index;
-      const found = await sql.run(stepsFrom, { runId: id, fromIndex, limit: pageSize + 1 });
+      const found = await sql.run(stepRowsFrom, { runId: id, fromIndex: firstIndex(stepsCursor(pageToken)), limit: pageSize + 1 });
       const page = found.slice(0, pageSize);
-      const items = await stepsWithDetail(page, () => Promise.resolve([]), undefined, undefined, false);
       const last = page.at(-1);
       return {
-        items: items.map(stepSummary),
+        items: await stepSummaries(page),
         nextPageToken: found.length > pageSize && last !== undefined ? encodeStepsPageToken({ kind: "after", index: Number(last.index) }) : "",
       };
     },
@@ -298,8 +289,8 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
     },
 
     async getStepSummary(id, stepId) {
-      const [step] = await stepsWithDetail(await sql.run(selectStep, { runId: id, stepId }), () => Promise.resolve([]), undefined, undefined, false);
-      return step === undefined ? undefined : stepSummary(step);
+      const [step] = await stepSummaries(await sql.run(selectStep, { runId: id, stepId }));
+      return step;
     },
 
     async listArtifacts(id) {
@@ -323,16 +314,54 @@ export function createRunQueryRepository(sql: Sql, options: RunQueryOptions = {}
   };
 }
 
-/**
- * Model calls with their whole requests: a request stored as a delta on an earlier call is
- * expanded from the run's chain of calls (read only when a delta is present).
- */
+/** Where a page token says a page starts; the API refuses a token it did not issue, so here one is a caller's bug. */
+function stepsCursor(pageToken: string): StepsCursor {
+  const cursor: StepsCursor | undefined = pageToken === "" ? { kind: "after", index: -1 } : parseStepsPageToken(pageToken);
+  if (cursor === undefined) throw new Error("not a page token from ListRunSteps");
+  return cursor;
+}
+
+const firstIndex = (cursor: StepsCursor): number => (cursor.kind === "after" ? cursor.index + 1 : cursor.index);
+
+/** Step records from their rows, each with its model call and its invocations and their observations. */
+function stepRecords(
+  steps: readonly RunStepRow[],
+  calls: readonly ModelCallRow[],
+  invocations: readonly ToolInvocationRow[],
+  observations: readonly ObservationRow[],
+): RunStepRecord[] {
+  const invocationsByStep = new Map<string, ToolInvocationRecord[]>();
+  for (const row of invocations) {
+    if (row.step_id === null) continue;
+    const mine = observations.filter((o) => o.tool_invocation_id === row.id).map(toObservationRecord);
+    const list = invocationsByStep.get(row.step_id) ?? [];
+    list.push(toToolInvocationRecord(row, mine));
+    invocationsByStep.set(row.step_id, list);
+  }
+  return steps.map((row) => {
+    const call = calls.find((c) => c.step_id === row.id);
+    return {
+      id: row.id,
+      runId: row.run_id,
+      index: Number(row.index),
+      replayability: row.replayability,
+      runStatusAfter: row.run_status_after,
+      actorId: row.actor_id ?? undefined,
+      leaseEpoch: Number(row.lease_epoch),
+      startedAt: row.started_at,
+      committedAt: row.committed_at,
+      modelCall: call === undefined ? undefined : toModelCallRecord(call),
+      toolInvocations: invocationsByStep.get(row.id) ?? [],
+    };
+  });
+}
+
 /**
  * A step as a list shows it: without what grows with the run (its model request, which repeats the
  * transcript so far, the response and tool-call texts) or with a tool's output (arguments, result,
  * observations). Its identity, usage, statuses and resolutions stay.
  */
-export function stepSummary(step: RunStepRecord): RunStepRecord {
+function stepSummary(step: RunStepRecord): RunStepRecord {
   const call = step.modelCall;
   return {
     ...step,
@@ -341,6 +370,10 @@ export function stepSummary(step: RunStepRecord): RunStepRecord {
   };
 }
 
+/**
+ * Model calls with their whole requests: a request stored as a delta on an earlier call is
+ * expanded from the run's chain of calls (read only when a delta is present).
+ */
 async function withWholeRequests(sql: Sql, calls: readonly ModelCallRow[]): Promise<ModelCallRow[]> {
   const deltaRuns = [...new Set(calls.filter((c) => typeof (c.request as { readonly base?: unknown } | null)?.base === "string").map((c) => c.run_id))];
   if (deltaRuns.length === 0) return [...calls];

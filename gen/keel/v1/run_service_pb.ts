@@ -803,7 +803,7 @@ export const ListSandboxHostsResponseSchema: GenMessage<ListSandboxHostsResponse
   messageDesc(file_keel_v1_run_service, 30);
 
 /**
- * How much of a step a list returns. A long run's steps are mostly their model requests (each
+ * How much of a step ListRunSteps and GetRunStep return. A long run's steps are mostly their model requests (each
  * repeats the transcript so far) and their tools' output, which a list of steps seldom needs.
  *
  * @generated from enum keel.v1.RunStepView
@@ -815,8 +815,8 @@ export enum RunStepView {
   UNSPECIFIED = 0,
 
   /**
-   * Every field, as GetRunStep returns it; pages are bounded by bytes and a step's output may
-   * continue on the next page.
+   * Every field. ListRunSteps pages are bounded by bytes too, and a step's output may continue on
+   * the next page; GetRunStep refuses a step larger than one reply (ResourceExhausted).
    *
    * @generated from enum value: RUN_STEP_VIEW_FULL = 1;
    */

@@ -24,10 +24,13 @@ import type {
 
 type ColumnSet<R> = { readonly [K in keyof R]-?: true };
 
-/** `alias.a, alias.b, …` for every column of a row type, in the order listed. */
-function columns<R>(names: ColumnSet<R>): (alias: string) => string {
-  const list = Object.keys(names);
-  return (alias) => list.map((name) => `${alias}.${name}`).join(", ");
+/**
+ * `alias.a, alias.b, …` for every column of a row type, in the order listed; `instead` puts an
+ * expression in a column's place (`NULL AS b`), for a read that leaves that column unread.
+ */
+function columns<R>(names: ColumnSet<R>): (alias: string, instead?: Partial<Record<keyof R & string, string>>) => string {
+  const list = Object.keys(names) as (keyof R & string)[];
+  return (alias, instead = {}) => list.map((name) => (instead[name] === undefined ? `${alias}.${name}` : `${instead[name]} AS ${name}`)).join(", ");
 }
 
 /** The columns of `runs` a RunRecord shows (its wait reason and queue position are worked out when read). */
