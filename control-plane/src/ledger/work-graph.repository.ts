@@ -79,6 +79,12 @@ function statusAfter(key: string, status: WorkNodeStatus, plan: SchedulePlan): W
   return plan.joined.find((j) => j.key === key)?.status ?? status;
 }
 
+/** Nodes that will not run now: their graph stopped, or a revision replans them. */
+async function cancelNodes(trx: SqlTransaction, ids: readonly string[]): Promise<void> {
+  if (ids.length === 0) return;
+  await trx.run(q.settleNodes, { nodes: JSON.stringify(ids.map((id) => ({ id, status: "cancelled", output: null }))), attempts: "[]" });
+}
+
 const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succeeded", failed: "failed", budget_exhausted: "failed", cancelled: "cancelled" };
 
 export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraphReads {
@@ -165,7 +171,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       await trx.run(q.cancelChildren, { rootRunId });
       if (nodes.some((node) => node.status === "running")) return "running";
       const unrun = nodes.filter((node) => node.status === "pending" || node.status === "ready");
-      if (unrun.length > 0) await trx.run(q.updateNodes, { updates: JSON.stringify(unrun.map((node) => ({ id: byKey.get(node.key)!.id, status: "cancelled", output: null }))) });
+      await cancelNodes(trx, unrun.map((node) => byKey.get(node.key)!.id));
       await trx.run(q.finishGraph, { graphId: graph.id, status: "cancelled", usage: JSON.stringify(addUsage({}, childUsages)) });
       return "failed";
     }
@@ -188,14 +194,34 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       output: outputs.get(node.key),
     }));
     const text = graphResult(plan.outcome, finalNodes, sinkKeys(nodes), { used: graph.replans, limit: graph.max_replans });
-    await trx.run(q.finishGraph, { graphId: graph.id, status: plan.outcome, usage: JSON.stringify(addUsage({}, childUsages)) });
+    return handBack(trx, rootRunId, graph, plan.outcome, text, childUsages, {
+      settled: `work graph ${plan.outcome}: its result is the proposal's result`,
+      woken: `work graph ${plan.outcome}; the root takes its turn with the results`,
+    });
+  };
+
+  /**
+   * Ends the graph and gives the root its turn: the proposing call settled with `text` (the
+   * root's transcript reads it like any result), the root queued with its children's spend added,
+   * and both said in the root's events.
+   */
+  const handBack = async <S extends PassOutcome>(
+    trx: SqlTransaction,
+    rootRunId: string,
+    graph: q.LockedGraphRow,
+    status: S,
+    text: string,
+    childUsages: readonly (Partial<RunUsage> | null)[],
+    say: { readonly settled: string; readonly woken: string },
+  ): Promise<S> => {
+    await trx.run(q.finishGraph, { graphId: graph.id, status, usage: JSON.stringify(addUsage({}, childUsages)) });
     const settled = graph.proposed_by_invocation_id === null ? [] : await trx.run(q.settleProposal, { invocationId: graph.proposed_by_invocation_id, rootRunId, text });
     const woken = await trx.run(q.wakeRoot, { rootRunId, usage: JSON.stringify(addUsage(graph.root_usage, childUsages)) });
     await appendRunEvents(trx, rootRunId, [
-      ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: `work graph ${plan.outcome}: its result is the proposal's result` })),
-      ...(woken.length > 0 ? [{ kind: "status_changed" as const, status: "queued" as const, summary: `work graph ${plan.outcome}; the root takes its turn with the results` }] : []),
+      ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: say.settled })),
+      ...(woken.length > 0 ? [{ kind: "status_changed" as const, status: "queued" as const, summary: say.woken }] : []),
     ]);
-    return plan.outcome;
+    return status;
   };
 
   /** Stops the graph around its finished nodes for a refinement: the rest cancelled, the root woken to plan again. */
@@ -208,18 +234,12 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     childUsages: readonly (Partial<RunUsage> | null)[],
   ): Promise<PassOutcome> => {
     const unrun = nodes.filter((node) => node.status !== "succeeded");
-    if (unrun.length > 0) {
-      await trx.run(q.updateNodes, { updates: JSON.stringify(unrun.map((node) => ({ id: byKey.get(node.key)!.id, status: "cancelled", output: null }))) });
-    }
+    await cancelNodes(trx, unrun.map((node) => byKey.get(node.key)!.id));
     const text = revisionResult(nodes, { used: graph.revision - graph.replans, limit: graph.max_revisions });
-    await trx.run(q.finishGraph, { graphId: graph.id, status: "revised", usage: JSON.stringify(addUsage({}, childUsages)) });
-    const settled = graph.proposed_by_invocation_id === null ? [] : await trx.run(q.settleProposal, { invocationId: graph.proposed_by_invocation_id, rootRunId, text });
-    const woken = await trx.run(q.wakeRoot, { rootRunId, usage: JSON.stringify(addUsage(graph.root_usage, childUsages)) });
-    await appendRunEvents(trx, rootRunId, [
-      ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: `work graph stopped for a refinement: ${nodes.length - unrun.length} finished node(s) handed to the root, ${unrun.length} not run` })),
-      ...(woken.length > 0 ? [{ kind: "status_changed" as const, status: "queued" as const, summary: "a refinement arrived while the work graph ran; the root plans again" }] : []),
-    ]);
-    return "revised";
+    return handBack(trx, rootRunId, graph, "revised", text, childUsages, {
+      settled: `work graph stopped for a refinement: ${nodes.length - unrun.length} finished node(s) handed to the root, ${unrun.length} not run`,
+      woken: "a refinement arrived while the work graph ran; the root plans again",
+    });
   };
 
   return {

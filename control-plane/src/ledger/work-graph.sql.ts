@@ -144,11 +144,6 @@ export const passNodes = statement<{ graphId: string }, PassNodeRow>("work_graph
   LEFT JOIN runs c ON c.id = t.child_run_id
   WHERE n.graph_id = ${graphId}::uuid ORDER BY n.ordinal`;
 
-export const updateNodes = statement<{ updates: string }>("work_graph_update_nodes")`
-  UPDATE work_nodes n SET status = u.status, output = coalesce(u.output, n.output),
-    finished_at = CASE WHEN u.status IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE n.finished_at END
-  FROM jsonb_to_recordset(${(p) => p.updates}::jsonb) AS u(id uuid, status text, output text) WHERE n.id = u.id`;
-
 /** A pass's node changes and its settled attempts, in one round trip (two tables, so no row is updated twice). */
 export const settleNodes = statement<{ nodes: string; attempts: string }>("work_graph_settle_nodes")`
   WITH attempts AS (
