@@ -50,6 +50,7 @@ import { askUserTool } from "./tools/ask-user-tool.js";
 import { createReportProgressTool } from "./tools/report-progress-tool.js";
 import { createProposeWorkGraphTool } from "./graph/propose-work-graph-tool.js";
 import { startWorkGraphScheduler } from "./graph/work-graph-scheduler.js";
+import { createWorkspaceJoin } from "./graph/workspace-join.js";
 import { createGateDecisions } from "./graph/gate-decisions.js";
 import { createSandboxHostReads } from "./ledger/sandbox-host-view.repository.js";
 import { createConversationHistory } from "./ledger/run-history.repository.js";
@@ -57,7 +58,7 @@ import { createWorkGraphRepository } from "./ledger/work-graph.repository.js";
 import { createProgressRepository } from "./ledger/progress.repository.js";
 import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
 import { createProgressSummarizer } from "./progress/progress-summary.js";
-import { createSandboxTools } from "./tools/sandbox-tools.js";
+import { createSandboxTools, grantFor } from "./tools/sandbox-tools.js";
 import { createToolRegistry, type ToolDefinition } from "./tools/tool-registry.js";
 import type { SpanExporter } from "@opentelemetry/sdk-trace";
 import { createLatencyHistograms } from "./telemetry/latency-histograms.js";
@@ -211,7 +212,20 @@ export async function buildApp(
   });
   // WorkGraphs: the propose tool admits a graph; the scheduler moves it on as children settle.
   const graphs = createWorkGraphRepository(ledger.sql);
-  const graphScheduler = startWorkGraphScheduler(graphs, logger.child({ component: "graph" }), { sweepMs: 2_000 });
+  // A join over nodes that had workspaces reads theirs and writes the root's, with each run's own grant.
+  const grantOf = async (runId: string, agentId: string) => {
+    const agent = await agents.get(agentId);
+    if (agent === undefined) throw new Error(`agent ${agentId} no longer exists`);
+    return grantFor({ runId, agent }, env);
+  };
+  const workspaceJoin = createWorkspaceJoin({
+    existing: async (runId, agentId, signal) => dispatcher.existingWorkspace(await grantOf(runId, agentId), signal),
+    open: async (runId, agentId, signal) => dispatcher.workspaceFor(await grantOf(runId, agentId), signal),
+    listFiles: (workspaceId, path, signal) => dispatcher.listFiles(workspaceId, path, signal),
+    readFile: (workspaceId, path, maxBytes, signal) => dispatcher.readFile(workspaceId, path, maxBytes, signal),
+    writeFile: (workspaceId, path, content, signal) => dispatcher.writeFile(workspaceId, path, content, signal),
+  });
+  const graphScheduler = startWorkGraphScheduler(graphs, logger.child({ component: "graph" }), { sweepMs: 2_000, reconcile: workspaceJoin });
   const gates = createGateDecisions(graphs, graphScheduler);
   const proposeWorkGraph = createProposeWorkGraphTool({ ledger: graphs, tools: () => tools, now: () => clock.now(), admitted: (rootRunId) => graphScheduler.poke(rootRunId) });
   const tools = createToolRegistry([askUserTool, createReportProgressTool(progress), proposeWorkGraph, ...sandboxTools, ...(options.tools ?? [])]);

@@ -416,8 +416,6 @@ describe("admission properties", () => {
       verify_subject_unknown: 2,
       verify_subject_not_upstream: 2,
       input_not_produced: 2,
-      // The scheduler's own limits (unsupportedByScheduler), listed after admission's reasons.
-      not_supported: 2,
       budget_exceeded: 3,
     };
     fc.assert(

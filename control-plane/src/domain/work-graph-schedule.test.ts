@@ -19,6 +19,24 @@ describe("planSchedule", () => {
     expect(plan).toMatchObject({ start: ["a", "b"], ready: ["c"], joined: [], cancelled: [], outcome: "running" });
   });
 
+  it("leaves a join over workspace inputs ready for reconciliation, and what follows it waits", () => {
+    const plan = planSchedule(
+      [
+        node("a", "succeeded", [], { output: "A" }),
+        node("b", "succeeded", [], { output: "B" }),
+        node("j", "pending", ["a", "b"], { kind: "join", reconciles: true }),
+        node("after", "pending", ["j"]),
+      ],
+      4,
+    );
+    expect(plan).toMatchObject({ reconcile: ["j"], joined: [], start: [], outcome: "running" });
+  });
+
+  it("does not reconcile a join whose inputs have not all succeeded", () => {
+    const plan = planSchedule([node("a", "succeeded"), node("b", "running"), node("j", "pending", ["a", "b"], { kind: "join", reconciles: true })], 4);
+    expect(plan.reconcile).toEqual([]);
+  });
+
   it("counts running children against the ceiling", () => {
     const plan = planSchedule([node("a", "running"), node("b", "ready"), node("c", "pending")], 2);
     expect(plan).toMatchObject({ start: ["b"], ready: ["c"], outcome: "running" });

@@ -17,6 +17,8 @@ export interface ScheduledNode {
   readonly output: string | undefined;
   /** human_gate only: the decision recorded on it, if any. */
   readonly gate?: GateDecisionRecord;
+  /** join only: an input ran in a workspace of its own, so the join reconciles workspaces outside the pass. */
+  readonly reconciles?: boolean;
 }
 
 export const GATE_DECISIONS = ["approve", "reject"] as const;
@@ -40,6 +42,11 @@ export interface SchedulePlan {
    * rejected gate failed), with their inputs' outputs combined.
    */
   readonly joined: readonly { readonly key: string; readonly status: "succeeded" | "failed"; readonly output: string }[];
+  /**
+   * Joins whose inputs all succeeded and ran in workspaces: due for reconciliation (status
+   * ready), which reads and writes files, so it happens between passes, not in one.
+   */
+  readonly reconcile: readonly string[];
   /** Gates whose inputs all succeeded and that wait for a decision (status blocked). */
   readonly awaitingDecision: readonly string[];
   /** agent_loop nodes to start as child runs now, within the parallelism ceiling. */
@@ -74,6 +81,7 @@ export function planSchedule(nodes: readonly ScheduledNode[], maxParallelism: nu
   const status = new Map<string, WorkNodeStatus>(nodes.map((node) => [node.key, node.status]));
   const output = new Map<string, string | undefined>(nodes.map((node) => [node.key, node.output]));
   const joined: { key: string; status: "succeeded" | "failed"; output: string }[] = [];
+  const reconcile: string[] = [];
   const awaitingDecision: string[] = [];
   const candidates: string[] = [];
   const cancelled: string[] = [];
@@ -89,6 +97,10 @@ export function planSchedule(nodes: readonly ScheduledNode[], maxParallelism: nu
       continue;
     }
     if (!inputs.every((s) => s === "succeeded")) continue;
+    if (node.kind === "join" && node.reconciles === true) {
+      reconcile.push(node.key);
+      continue;
+    }
     if (node.kind === "join") {
       const combined = combineOutputs(node.dependsOn.map((key) => ({ key, output: output.get(key) })));
       status.set(node.key, "succeeded");
@@ -124,7 +136,7 @@ export function planSchedule(nodes: readonly ScheduledNode[], maxParallelism: nu
     if (failed) outcome = "failed";
     else if (nodes.every((node) => DONE.has(status.get(node.key) ?? "pending"))) outcome = "succeeded";
   }
-  return { joined, awaitingDecision, start, ready, cancelled, outcome };
+  return { joined, reconcile, awaitingDecision, start, ready, cancelled, outcome };
 }
 
 /** The graph's sinks (no dependants), in node order: their outputs are the graph's result. */

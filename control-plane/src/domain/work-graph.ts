@@ -133,8 +133,7 @@ export type AdmissionRejection =
   | { readonly code: "verify_without_subject"; readonly node: string }
   | { readonly code: "verify_subject_unknown"; readonly node: string; readonly subject: string }
   | { readonly code: "verify_subject_not_upstream"; readonly node: string; readonly subject: string }
-  | { readonly code: "input_not_produced"; readonly node: string; readonly artifactType: string }
-  | { readonly code: "not_supported"; readonly node: string; readonly feature: string };
+  | { readonly code: "input_not_produced"; readonly node: string; readonly artifactType: string };
 
 export type AdmissionVerdict =
   | { readonly admitted: true; readonly graph: AdmittedWorkGraph }
@@ -200,19 +199,5 @@ export function describeRejection(reason: AdmissionRejection): string {
       return `verify node "${reason.node}" checks "${reason.subject}", which does not run before it`;
     case "input_not_produced":
       return `node "${reason.node}" consumes "${reason.artifactType}", which none of its inputs produces`;
-    case "not_supported":
-      return `node "${reason.node}" needs ${reason.feature}, which the scheduler does not run yet; use nodes without workspaces`;
   }
-}
-
-/**
- * What the scheduler cannot run yet (per-node workspaces): refused with the admission reasons,
- * so a model is told at once rather than finding a node stuck.
- */
-export function unsupportedByScheduler(proposal: WorkGraphProposal): AdmissionRejection[] {
-  const reasons: AdmissionRejection[] = [];
-  for (const node of proposal.nodes) {
-    if (node.needsWorkspace) reasons.push({ code: "not_supported", node: node.key, feature: "a workspace of its own" });
-  }
-  return reasons;
 }

@@ -7,7 +7,7 @@
 import type { AgentSpec } from "../domain/agent.js";
 import { admitWorkGraph } from "../domain/graph-admission.js";
 import type { ToolFacts } from "../domain/policy.js";
-import { describeRejection, remainingBudget, unsupportedByScheduler, type AdmissionRejection } from "../domain/work-graph.js";
+import { describeRejection, remainingBudget } from "../domain/work-graph.js";
 import { childSpecOverride } from "../domain/work-graph-child.js";
 import { keptNodes } from "../domain/work-graph-revision.js";
 import { parseWorkGraphProposal, workGraphProposalSchema } from "../models/work-graph-proposal.js";
@@ -79,10 +79,9 @@ export function createProposeWorkGraphTool(deps: ProposeWorkGraphDeps): ToolDefi
         revisionsSoFar: last === undefined ? 0 : last.revision - last.replans,
         replansSoFar: last?.replans ?? 0,
       });
-      const reasons: AdmissionRejection[] = [...(verdict.admitted ? [] : verdict.reasons), ...unsupportedByScheduler(proposal)];
-      if (!verdict.admitted || reasons.length > 0) {
+      if (!verdict.admitted) {
         const number = facts.rejectedSoFar + 1;
-        const lines = reasons.map(describeRejection);
+        const lines = verdict.reasons.map(describeRejection);
         const events = lines.map((line) => `work graph proposal ${number} refused: ${line}`);
         const last = number >= attempts;
         if (last) events.push(`planning gave up after ${number} refused proposal(s): the run continues as a loop`);

@@ -55,6 +55,39 @@ export type GateDecisionOutcome =
   | { readonly kind: "not_found" }
   | { readonly kind: "refused"; readonly reason: string };
 
+/** An input of a join due for reconciliation: its child run, if it had one, and that run's workspace. */
+export interface JoinInput {
+  readonly key: string;
+  readonly childRunId: string | undefined;
+  /** Still there to read, gone (released or lost with its host) or never placed (the node had none, or never used it). */
+  readonly workspace: "active" | "gone" | "none";
+  /** What the input handed on (its child's reply): the join's report carries it. */
+  readonly output: string | undefined;
+}
+
+/** A join whose inputs all succeeded in workspaces of their own: the scheduler reconciles them into the root's. */
+export interface JoinJob {
+  readonly nodeId: string;
+  readonly key: string;
+  readonly rootRunId: string;
+  readonly agentId: string;
+  readonly inputs: readonly JoinInput[];
+}
+
+/** What a pass left, and the joins it found due for reconciliation (done between passes, since they touch workspaces). */
+export interface PassResult {
+  readonly outcome: PassOutcome;
+  readonly reconcile: readonly JoinJob[];
+}
+
+/** A reconciled join: succeeded with its report, or failed with why. */
+export interface JoinSettlement {
+  readonly nodeId: string;
+  readonly key: string;
+  readonly status: "succeeded" | "failed";
+  readonly output: string;
+}
+
 export interface WorkGraphLedger {
   proposerFacts(runId: string, toolName: string): Promise<ProposerFacts | undefined>;
   /** Appends events to the proposing run (one per rejection reason, and a fallback notice). */
@@ -70,7 +103,9 @@ export interface WorkGraphLedger {
    * children settle their nodes, joins complete, ready nodes start, and an ended graph hands its
    * result to the root's proposing call and queues the root. Undefined when there is no live graph.
    */
-  advance(rootRunId: string): Promise<PassOutcome | undefined>;
+  advance(rootRunId: string): Promise<PassResult | undefined>;
+  /** Settles reconciled joins (those still due) and runs a pass in the same transaction. */
+  settleJoins(rootRunId: string, joins: readonly JoinSettlement[]): Promise<PassResult | undefined>;
   /**
    * Records a decision on a gate that waits for one, with a root run event, under the graph's row
    * lock (a pass then lets the gate through or fails it); the decider's own decision again is "already".

@@ -4,7 +4,7 @@
 // claim ends (this process's workers say so at once) and by a slow sweep that finds what a
 // crash between a child's settlement and its pass left behind.
 import type { Logger } from "pino";
-import type { WorkGraphLedger } from "./work-graph-ledger.js";
+import type { JoinJob, JoinSettlement, PassResult, WorkGraphLedger } from "./work-graph-ledger.js";
 
 export interface WorkGraphScheduler {
   /** Runs a pass over the root's graph soon; passes for one root never overlap in this process. */
@@ -17,20 +17,46 @@ export interface WorkGraphScheduler {
 export interface WorkGraphSchedulerOptions {
   /** How often the sweep looks for graphs a missed pass left behind; 0 turns it off. */
   readonly sweepMs: number;
+  /** Reconciles a join over inputs that ran in workspaces of their own (workspace-join.ts). */
+  readonly reconcile?: (job: JoinJob, signal: AbortSignal) => Promise<JoinSettlement>;
 }
+
+/** Rounds of reconcile-then-pass one poke may run: each settles a join, so a graph has at most its node count. */
+const MAX_JOIN_ROUNDS = 100;
 
 export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, options: WorkGraphSchedulerOptions): WorkGraphScheduler {
   /** Per root: the pass in flight, and whether another was asked for while it ran. */
   const passes = new Map<string, { running: Promise<void>; again: boolean }>();
   let stopped = false;
+  const stopping = new AbortController();
+
+  /** Joins due for reconciliation touch workspaces, so they run between passes; each settlement passes again. */
+  const reconcileJoins = async (rootRunId: string, first: PassResult | undefined): Promise<PassResult | undefined> => {
+    let result = first;
+    for (let round = 0; result !== undefined && result.reconcile.length > 0 && round < MAX_JOIN_ROUNDS && !stopped; round++) {
+      const jobs = result.reconcile;
+      const settled = await Promise.all(
+        jobs.map((job) =>
+          options.reconcile === undefined
+            ? Promise.resolve({ nodeId: job.nodeId, key: job.key, status: "failed" as const, output: "this control plane has no sandbox fleet to reconcile workspaces with" })
+            : options.reconcile(job, stopping.signal),
+        ),
+      );
+      result = await ledger.settleJoins(rootRunId, settled);
+    }
+    return result;
+  };
 
   const run = (rootRunId: string): Promise<void> =>
-    ledger.advance(rootRunId).then(
-      (outcome) => {
-        if (outcome !== undefined && outcome !== "running") log.info({ rootRunId, outcome }, "work graph ended; root run queued");
-      },
-      (error: unknown) => log.warn({ err: error, rootRunId }, "work graph pass failed; the sweep retries it"),
-    );
+    ledger
+      .advance(rootRunId)
+      .then((result) => reconcileJoins(rootRunId, result))
+      .then(
+        (result) => {
+          if (result !== undefined && result.outcome !== "running") log.info({ rootRunId, outcome: result.outcome }, "work graph ended; root run queued");
+        },
+        (error: unknown) => log.warn({ err: error, rootRunId }, "work graph pass failed; the sweep retries it"),
+      );
 
   const poke = (rootRunId: string): void => {
     if (stopped) return;
@@ -70,6 +96,7 @@ export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, op
     idle,
     async stop() {
       stopped = true;
+      stopping.abort(new Error("the work graph scheduler stopped"));
       if (timer !== undefined) clearInterval(timer);
       await sweeping;
       await idle();

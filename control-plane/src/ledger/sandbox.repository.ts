@@ -113,7 +113,9 @@ const finishWorkspace = statement<{ workspaceId: string; status: WorkspaceStatus
 /** keep_until records, for operators, how long a finished (no longer live) run's workspace stays for inspection. */
 const stampKeepUntil = statement<{ keepMs: number }>("sandbox_stamp_keep_until")`
   UPDATE workspaces w SET keep_until = coalesce(r.finished_at, r.updated_at) + (${(p) => p.keepMs}::float8 * interval '1 millisecond')
-  FROM runs r WHERE r.id = w.run_id AND w.status = 'active' AND w.keep_until IS NULL AND r.status NOT IN (${raw(LIVE_SQL)})`;
+  FROM runs r WHERE r.id = w.run_id AND w.status = 'active' AND w.keep_until IS NULL AND r.status NOT IN (${raw(LIVE_SQL)})
+    -- A graph node's workspace stays while its graph runs: a join reads it after the child ended.
+    AND NOT EXISTS (SELECT 1 FROM work_graphs g WHERE g.root_run_id = r.root_run_id AND g.status = 'running')`;
 
 const dueWorkspaces = statement<{ limit: number }, WorkspaceRow>("sandbox_due_for_release")`
   SELECT ${raw(WORKSPACE_COLUMNS)} FROM workspaces w

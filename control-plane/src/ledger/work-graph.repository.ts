@@ -16,7 +16,7 @@ import {
   type SchedulePlan,
   type WorkNodeStatus,
 } from "../domain/work-graph-schedule.js";
-import type { AdmitGraphCommand, GateDecisionCommand, GateDecisionOutcome, WorkGraphLedger } from "../graph/work-graph-ledger.js";
+import type { AdmitGraphCommand, GateDecisionCommand, GateDecisionOutcome, JoinJob, PassResult, WorkGraphLedger } from "../graph/work-graph-ledger.js";
 import { appendRunEvents } from "./ledger-writes.js";
 import { asDate, optionalDate, type Sql, type SqlTransaction } from "./sql.js";
 import * as q from "./work-graph.sql.js";
@@ -88,11 +88,18 @@ async function cancelNodes(trx: SqlTransaction, ids: readonly string[]): Promise
 const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succeeded", failed: "failed", budget_exhausted: "failed", cancelled: "cancelled" };
 
 export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraphReads {
-  /** One pass, inside the caller's transaction. */
-  const pass = async (trx: SqlTransaction, rootRunId: string): Promise<PassOutcome | undefined> => {
+  /** One pass, inside the caller's transaction, with the joins it found due for reconciliation. */
+  const pass = async (trx: SqlTransaction, rootRunId: string): Promise<PassResult | undefined> => {
+    const reconcile: JoinJob[] = [];
+    const outcome = await passOutcome(trx, rootRunId, reconcile);
+    return outcome === undefined ? undefined : { outcome, reconcile };
+  };
+
+  const passOutcome = async (trx: SqlTransaction, rootRunId: string, reconcile: JoinJob[]): Promise<PassOutcome | undefined> => {
     const [graph] = await trx.run(q.lockGraph, { rootRunId });
     if (graph === undefined) return undefined;
     const rows = await trx.run(q.passNodes, { graphId: graph.id });
+    const inWorkspace = new Set(rows.filter((row) => row.needs_workspace).map((row) => row.key));
     const nodeUpdates: { id: string; status: WorkNodeStatus; output: string | null }[] = [];
     const attemptUpdates: { id: string; status: WorkNodeStatus }[] = [];
     const nodes: ScheduledNode[] = rows.map((row) => {
@@ -114,7 +121,8 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       const gate = isGateDecision(row.gate_decision)
         ? { decision: row.gate_decision, actorId: row.gate_decided_by_actor_id ?? "", reason: row.gate_reason ?? "" }
         : undefined;
-      return { key: row.key, kind: row.kind as WorkNodeKind, status, dependsOn: row.depends_on, output, ...(gate === undefined ? {} : { gate }) };
+      const reconciles = row.kind === "join" && row.depends_on.some((key) => inWorkspace.has(key));
+      return { key: row.key, kind: row.kind as WorkNodeKind, status, dependsOn: row.depends_on, output, reconciles, ...(gate === undefined ? {} : { gate }) };
     });
     const byKey = new Map(rows.map((row) => [row.key, row]));
     const rootStopped = !(LIVE_STATUSES as readonly RunStatus[]).includes(graph.root_status);
@@ -128,6 +136,21 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
     }
     for (const key of plan?.awaitingDecision ?? []) if (byKey.get(key)!.status !== "blocked") nodeUpdates.push({ id: byKey.get(key)!.id, status: "blocked", output: null });
     for (const key of plan?.cancelled ?? []) nodeUpdates.push({ id: byKey.get(key)!.id, status: "cancelled", output: null });
+    for (const key of revising ? [] : (plan?.reconcile ?? [])) {
+      const row = byKey.get(key)!;
+      if (row.status !== "ready") nodeUpdates.push({ id: row.id, status: "ready", output: null });
+      reconcile.push({
+        nodeId: row.id,
+        key,
+        rootRunId,
+        agentId: graph.agent_id,
+        inputs: row.depends_on.map((input) => {
+          const from = byKey.get(input)!;
+          const workspace = from.needs_workspace && from.child_run_id !== null ? (from.child_workspace ?? "none") : "none";
+          return { key: input, childRunId: from.child_run_id ?? undefined, workspace, output: outputs.get(input) };
+        }),
+      });
+    }
     for (const key of plan?.ready ?? []) if (byKey.get(key)!.status !== "ready") nodeUpdates.push({ id: byKey.get(key)!.id, status: "ready", output: null });
     if (nodeUpdates.length > 0 || attemptUpdates.length > 0) {
       await trx.run(q.settleNodes, { nodes: JSON.stringify(nodeUpdates), attempts: JSON.stringify(attemptUpdates) });
@@ -284,6 +307,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
             ordinal,
             child_spec: command.childSpecs[node.key] ?? null,
             subject: node.kind === "verify" ? (node.subject ?? null) : null,
+            needs_workspace: node.needsWorkspace,
             kept_output: command.kept?.get(node.key) ?? null,
           }));
           await trx.run(q.insertNodes, { graphId, nodes: JSON.stringify(nodes) });
@@ -299,6 +323,26 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       ),
 
     advance: (rootRunId) => sql.transaction((trx) => pass(trx, rootRunId)),
+
+    settleJoins: (rootRunId, joins) =>
+      sql.transaction(async (trx) => {
+        const settled = await trx.run(q.settleJoins, { rootRunId, joins: JSON.stringify(joins.map((j) => ({ id: j.nodeId, status: j.status, output: j.output }))) });
+        if (settled.length > 0) {
+          const keys = new Set(settled.map((row) => row.id));
+          await appendRunEvents(
+            trx,
+            rootRunId,
+            joins
+              .filter((j) => keys.has(j.nodeId))
+              .map((j) => ({
+                kind: "status_changed" as const,
+                status: "waiting" as const,
+                summary: j.status === "succeeded" ? `work graph: join "${j.key}" reconciled its inputs' workspaces` : `work graph: join "${j.key}" failed: ${j.output}`,
+              })),
+          );
+        }
+        return pass(trx, rootRunId);
+      }),
 
     decideGate: (command: GateDecisionCommand) =>
       sql.transaction(async (trx): Promise<GateDecisionOutcome> => {

@@ -60,11 +60,11 @@ export const insertGraph = statement<{ graphId: string; runId: string; invocatio
 
 /** A graph's nodes, pending; a revision's kept nodes succeeded already, with their output (and no attempt). */
 export const insertNodes = statement<{ graphId: string; nodes: string }>("work_graph_insert_nodes")`
-  INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal, child_spec, subject, output, finished_at)
+  INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal, child_spec, subject, needs_workspace, output, finished_at)
   SELECT n.id, ${graphId}::uuid, n.key, n.kind, CASE WHEN n.kept_output IS NULL THEN 'pending' ELSE 'succeeded' END, n.objective, n.depends_on,
-    n.ordinal, n.child_spec, n.subject, n.kept_output, CASE WHEN n.kept_output IS NULL THEN NULL ELSE now() END
+    n.ordinal, n.child_spec, n.subject, n.needs_workspace, n.kept_output, CASE WHEN n.kept_output IS NULL THEN NULL ELSE now() END
   FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb)
-    AS n(id uuid, key text, kind text, objective text, depends_on jsonb, ordinal int, child_spec jsonb, subject text, kept_output text)`;
+    AS n(id uuid, key text, kind text, objective text, depends_on jsonb, ordinal int, child_spec jsonb, subject text, needs_workspace boolean, kept_output text)`;
 
 export interface LockedGraphRow {
   id: string;
@@ -122,10 +122,14 @@ export interface PassNodeRow {
   objective: string;
   depends_on: string[];
   subject: string | null;
+  needs_workspace: boolean;
   output: string | null;
   child_spec: Record<string, unknown> | null;
   attempt_id: string | null;
   attempt_ordinal: number | null;
+  child_run_id: string | null;
+  /** needs_workspace only: whether the child's workspace is still there ('active'), was ('gone') or never was ('none'). */
+  child_workspace: "active" | "gone" | "none" | null;
   child_status: RunStatus | null;
   final_reply: string | null;
   error: string | null;
@@ -137,8 +141,10 @@ export interface PassNodeRow {
 
 /** Every node with its latest attempt and that attempt's child run, in admitted (topological) order. */
 export const passNodes = statement<{ graphId: string }, PassNodeRow>("work_graph_pass_nodes")`
-  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.subject, n.output, n.child_spec,
-    n.gate_decision, n.gate_decided_by_actor_id, n.gate_reason, t.id AS attempt_id, t.ordinal AS attempt_ordinal, c.status AS child_status, c.final_reply, c.error, c.usage AS child_usage
+  SELECT n.id, n.key, n.kind, n.status, n.objective, n.depends_on, n.subject, n.needs_workspace, n.output, n.child_spec,
+    n.gate_decision, n.gate_decided_by_actor_id, n.gate_reason, t.id AS attempt_id, t.ordinal AS attempt_ordinal, t.child_run_id, c.status AS child_status, c.final_reply, c.error, c.usage AS child_usage,
+    CASE WHEN n.needs_workspace THEN (SELECT CASE WHEN bool_or(w.status = 'active') THEN 'active' WHEN count(*) > 0 THEN 'gone' ELSE 'none' END
+      FROM workspaces w WHERE w.run_id = t.child_run_id) END AS child_workspace
   FROM work_nodes n
   LEFT JOIN LATERAL (SELECT a.id, a.ordinal, a.child_run_id FROM work_node_attempts a WHERE a.node_id = n.id ORDER BY a.ordinal DESC LIMIT 1) t ON true
   LEFT JOIN runs c ON c.id = t.child_run_id
@@ -152,6 +158,16 @@ export const settleNodes = statement<{ nodes: string; attempts: string }>("work_
   UPDATE work_nodes n SET status = u.status, output = coalesce(u.output, n.output),
     finished_at = CASE WHEN u.status IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE n.finished_at END
   FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS u(id uuid, status text, output text) WHERE n.id = u.id`;
+
+/**
+ * Reconciled joins settle: only one still due (ready) under the root's live graph, so a
+ * reconciliation another process finished first, or one of a graph that ended meanwhile, writes nothing.
+ */
+export const settleJoins = statement<{ rootRunId: string; joins: string }, { id: string }>("work_graph_settle_joins")`
+  UPDATE work_nodes n SET status = u.status, output = u.output, finished_at = now()
+  FROM jsonb_to_recordset(${(p) => p.joins}::jsonb) AS u(id uuid, status text, output text), work_graphs g
+  WHERE n.id = u.id AND n.kind = 'join' AND n.status = 'ready' AND g.id = n.graph_id AND g.root_run_id = ${rootRunId}::uuid AND g.status = 'running'
+  RETURNING n.id`;
 
 export interface StartChildrenParams {
   readonly rootRunId: string;
@@ -256,8 +272,8 @@ export const cancelChildren = statement<{ rootRunId: string }, { id: string }>("
   RETURNING id, pg_notify('keel_run_control', id::text) AS notified, pg_notify('keel_runs', id::text) AS woken`;
 
 /**
- * Live graphs a pass would move on: a child settled under a running node, a gate decided, the root
- * stopped, or a revision due with nothing running (while a node runs, its settlement pokes the pass).
+ * Live graphs a pass would move on: a child settled under a running node, a gate decided, a join
+ * due for reconciliation, the root stopped, or a revision due with nothing running (while a node runs, its settlement pokes the pass).
  */
 export const stalledRoots = statement<Record<string, never>, { root_run_id: string }>("work_graph_stalled")`
   SELECT g.root_run_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id JOIN agents a ON a.id = r.agent_id
@@ -266,6 +282,7 @@ export const stalledRoots = statement<Record<string, never>, { root_run_id: stri
       JOIN runs c ON c.id = a.child_run_id
     WHERE n.graph_id = g.id AND c.status IN (${raw(TERMINAL_SQL)}))
     OR EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'blocked' AND n.gate_decision IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.kind = 'join' AND n.status = 'ready')
     OR (${raw(REVISION_DUE_SQL)} AND NOT EXISTS (SELECT 1 FROM work_nodes n WHERE n.graph_id = g.id AND n.status = 'running')))
   LIMIT 100`;
 

@@ -35,6 +35,8 @@ const ACQUIRE_TIMEOUT_MS = 120_000;
 const FILE_TIMEOUT_MS = 60_000;
 
 export interface RemoteSandboxDispatcher extends SandboxDispatcher {
+  /** The run's workspace if it has one whose host is attached (within the placement wait); never places one. */
+  existingWorkspace(grant: WorkspaceGrant, signal: AbortSignal): Promise<string | undefined>;
   /** Releases workspaces whose run ended and whose inspection time passed; returns how many. */
   sweep(signal: AbortSignal): Promise<number>;
 }
@@ -233,6 +235,16 @@ export function createRemoteSandboxDispatcher(
   };
 
   return {
+    async existingWorkspace(grant, signal) {
+      const lease = await store.activeWorkspaceOfRun(grant.runId);
+      if (lease === undefined) return undefined;
+      if (!(await waitAttached(lease.hostId, options.placementWaitMs, signal))) {
+        throw new Error(`the host of run ${grant.runId}'s workspace, ${lease.hostId}, is not attached`);
+      }
+      known.set(lease.id, { hostId: lease.hostId, runId: grant.runId, secrets: grantedSecrets(grant.secrets) });
+      return lease.id;
+    },
+
     workspaceFor(grant, signal) {
       const inFlight = acquiring.get(grant.runId);
       if (inFlight !== undefined) return inFlight;

@@ -24,6 +24,8 @@ export const WorkNodeEntity = defineEntity({
     gateDecidedAt: p.datetime().nullable(),
     /** verify only: the key of the node whose output it checks. */
     subject: p.text().nullable(),
+    /** The child run works in a workspace of its own, which a join after it reconciles. */
+    needsWorkspace: p.boolean().default(false),
     /** Position in the admitted (topological) order: passes walk nodes in it. */
     ordinal: p.integer().default(0),
     /** What the node's child run overrides in the agent spec: its tools, policy and budget slice. */

@@ -16,6 +16,7 @@ import { Migration20261213000000 } from "./Migration20261213000000.js";
 import { Migration20261214000000 } from "./Migration20261214000000.js";
 import { Migration20261215000000 } from "./Migration20261215000000.js";
 import { Migration20261216000000 } from "./Migration20261216000000.js";
+import { Migration20261217000000 } from "./Migration20261217000000.js";
 
 /**
  * Migrations in order, never edited once landed. Schema changes are generated from the entities
@@ -40,4 +41,5 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261214000000", class: Migration20261214000000 },
   { name: "Migration20261215000000", class: Migration20261215000000 },
   { name: "Migration20261216000000", class: Migration20261216000000 },
+  { name: "Migration20261217000000", class: Migration20261217000000 },
 ];
