@@ -61,14 +61,15 @@ function slowChildren(callMs: number): (deps: RunnerDeps) => RunnerDeps {
 }
 
 /** Where the last graph's time went: its root's and children's events, in ms from the root's creation. */
-async function traceLastGraph(db: pg.Client, progress: (line: string) => void): Promise<void> {
-  const { rows } = await db.query<{ run: string; ms: number; kind: string; summary: string }>(
-    `WITH root AS (SELECT id, created_at FROM runs WHERE agent_id = 'bench-graph' AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1)
+async function traceLastGraph(db: pg.Client, progress: (line: string) => void, agentId = "bench-graph"): Promise<void> {
+  const { rows } = await db.query<{ run: string; ms: string; kind: string; summary: string }>(
+    `WITH root AS (SELECT id, created_at FROM runs WHERE agent_id = $1 AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1)
      SELECT CASE WHEN e.run_id = root.id THEN 'root' ELSE 'child ' || left(e.run_id::text, 4) END AS run,
-       round(extract(epoch FROM e.at - root.created_at) * 1000)::int AS ms, e.kind, left(e.summary, 70) AS summary
+       round(extract(epoch FROM e.at - root.created_at) * 1000, 1)::text AS ms, e.kind, left(e.summary, 70) AS summary
      FROM root JOIN runs r ON r.id = root.id OR r.parent_run_id = root.id JOIN run_events e ON e.run_id = r.id ORDER BY e.at`,
+    [agentId],
   );
-  for (const row of rows) progress(`${String(row.ms).padStart(6)} ms  ${row.run.padEnd(10)} ${row.kind.padEnd(15)} ${row.summary}`);
+  for (const row of rows) progress(`${row.ms.padStart(8)} ms  ${row.run.padEnd(10)} ${row.kind.padEnd(15)} ${row.summary}`);
 }
 
 export interface FanoutFigures {
@@ -103,6 +104,9 @@ export async function measureFanout(branches: number, callMs: number, rounds: nu
           await new Promise((resolve) => setTimeout(resolve, 10));
         }
       };
+      // One unmeasured round of each shape first: the JIT and the pool's prepared statements warm up.
+      const warm = { graph: await once(graph.id, -1), loop: await once(loop.id, -1) };
+      progress(`warm-up round: graph ${warm.graph.toFixed(0)} ms, loop ${warm.loop.toFixed(0)} ms`);
       const graphMs: number[] = [];
       const loopMs: number[] = [];
       for (let round = 0; round < rounds; round++) {
@@ -134,7 +138,8 @@ export interface ChainFigures {
 export async function measureChain(length: number, samples: number, progress: (line: string) => void): Promise<ChainFigures> {
   process.env["KEEL_WORKERS"] ??= "2";
   return withBenchPostgres("graph-chain", progress, async (postgres) => {
-    const slice = { wall_clock_ms: 60_000, iterations: 1, model_calls: 1, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
+    // Sized so a chain of up to 45 nodes fits the root's default budget (wall clock adds up along the chain).
+    const slice = { wall_clock_ms: 20_000, iterations: 1, model_calls: 1, tool_calls: 1, input_tokens: 20_000, output_tokens: 2_000, output_bytes: 100_000, cost_micro_usd: 10 };
     const keys = Array.from({ length }, (_, i) => `step${i}`);
     const proposal = {
       nodes: keys.map((key) => ({ key, kind: "agent_loop", objective: `Do ${key}`, budget: slice })),
@@ -154,23 +159,57 @@ export async function measureChain(length: number, samples: number, progress: (l
         IngressService,
         createGrpcTransport({ baseUrl: keel.url, interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${keel.token}`), next(req))] }),
       );
-      const { runId } = await ingress.submitMessage({ agentId: agent.id, conversationId: "chain", actor: { id: "bench" }, messageId: "m-chain", text: "Do the steps in order", connector: "bench" });
-      for (;;) {
-        const { rows } = await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId]);
-        if (rows[0]?.status === "succeeded") break;
-        if (["failed", "cancelled", "budget_exhausted"].includes(rows[0]?.status ?? "")) throw new Error(`chain run ended ${rows[0]?.status ?? ""}`);
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      const { rows: created } = await db.query<{ at: Date }>(
-        "SELECT r.created_at AS at FROM runs r JOIN work_node_attempts a ON a.child_run_id = r.id JOIN work_nodes n ON n.id = a.node_id WHERE r.parent_run_id = $1 ORDER BY n.ordinal",
+      const chainRun = async (conversationId: string): Promise<string> => {
+        const { runId } = await ingress.submitMessage({ agentId: agent.id, conversationId, actor: { id: "bench" }, messageId: `m-${conversationId}`, text: "Do the steps in order", connector: "bench" });
+        for (;;) {
+          const { rows } = await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId]);
+          if (rows[0]?.status === "succeeded") return runId;
+          if (["failed", "cancelled", "budget_exhausted"].includes(rows[0]?.status ?? "")) throw new Error(`chain run ended ${rows[0]?.status ?? ""}`);
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      };
+      // A control plane runs for days: the measured chain follows one that warms the JIT and each
+      // pool connection's prepared statements (PostgreSQL plans a statement afresh for its first
+      // five executions on a connection); the baseline's one connection is warm after its first sample.
+      const warmStarted = performance.now();
+      await chainRun("chain-warm-up");
+      progress(`warm-up chain of ${length} nodes: ${(performance.now() - warmStarted).toFixed(0)} ms`);
+      const runId = await chainRun("chain");
+      // In the ledger's microseconds (a Date would round each to a whole millisecond).
+      const { rows: created } = await db.query<{ ms: number }>(
+        `SELECT extract(epoch FROM r.created_at) * 1000 AS ms FROM runs r JOIN work_node_attempts a ON a.child_run_id = r.id JOIN work_nodes n ON n.id = a.node_id
+         WHERE r.parent_run_id = $1 ORDER BY n.ordinal`,
         [runId],
       );
-      const perNodeMs = created.slice(1).map((row, i) => row.at.getTime() - created[i]!.at.getTime());
+      // Where a node's time goes, in microseconds from the ledger's own clocks (the created_at above is whole ms).
+      const { rows: stages } = await db.query<{ claim: number; step: number; commit: number; finish: number; next: number | null }>(
+        `WITH c AS (
+           SELECT n.ordinal, r.created_at, r.started_at, r.finished_at,
+             (SELECT min(s.started_at) FROM run_steps s WHERE s.run_id = r.id) AS step_at,
+             (SELECT max(s.committed_at) FROM run_steps s WHERE s.run_id = r.id) AS commit_at
+           FROM runs r JOIN work_node_attempts a ON a.child_run_id = r.id JOIN work_nodes n ON n.id = a.node_id WHERE r.parent_run_id = $1)
+         SELECT extract(epoch FROM started_at - created_at) * 1000 AS claim, extract(epoch FROM step_at - started_at) * 1000 AS step,
+           extract(epoch FROM commit_at - step_at) * 1000 AS commit, extract(epoch FROM finished_at - commit_at) * 1000 AS finish,
+           extract(epoch FROM lead(created_at) OVER (ORDER BY ordinal) - finished_at) * 1000 AS next
+         FROM c ORDER BY ordinal`,
+        [runId],
+      );
+      const mid = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+      const stage = (pick: (row: (typeof stages)[number]) => number | null) => mid(stages.map(pick).filter((v): v is number => v !== null).map(Number)).toFixed(1);
+      progress(
+        `chain stages, median ms per node: created -> claimed ${stage((r) => r.claim)}, claimed -> step started ${stage((r) => r.step)}, ` +
+          `step started -> committed ${stage((r) => r.commit)}, committed -> run finished ${stage((r) => r.finish)}, run finished -> next created ${stage((r) => r.next)}`,
+      );
+      if (process.env["KEEL_BENCH_TRACE"] === "1") await traceLastGraph(db, progress, agent.id);
+      const perNodeMs = created.slice(1).map((row, i) => Number(row.ms) - Number(created[i]!.ms));
       const [ids] = (await db.query<{ graph_id: string; agent_id: string; conversation_id: string }>(
         "SELECT g.id AS graph_id, r.agent_id, r.conversation_id FROM work_graphs g JOIN runs r ON r.id = g.root_run_id WHERE g.root_run_id = $1",
         [runId],
       )).rows;
-      if (ids === undefined) throw new Error("the chain's graph is missing");
+      if (ids === undefined) {
+        const { rows: refusals } = await db.query<{ result_text: string }>("SELECT result_text FROM tool_invocations WHERE run_id = $1 ORDER BY created_at", [runId]);
+        throw new Error(`the chain's graph is missing; the proposal got: ${refusals.map((r) => r.result_text).join(" | ")}`);
+      }
       const rawMs: number[] = [];
       for (let i = 0; i < samples; i++) {
         const started = performance.now();

@@ -3,16 +3,17 @@
 // reading it (JSON.parse + the zod schema the model's answer goes through) and a bare
 // topological sort of the same DAG, the least any acyclicity check must do. Part (c), built: N
 // branches of slow scripted calls as a graph against the same calls in one loop, end to end on an
-// embedded PostgreSQL (graph-fanout.ts). Part (b): a chain of nodes whose calls answer at once,
-// each node's ready -> claimed -> settled -> next ready, against one raw transaction writing the
-// same rows.
+// embedded PostgreSQL (graph-fanout.ts). Part (b): a chain of nodes (40 by default, at most 45
+// within the root's default budget) whose calls answer at once, each node's ready -> claimed ->
+// settled -> next ready, against one raw transaction writing the same rows; the p50 is over every
+// node, the first few included, and a line of stage medians says where a node's time goes.
 //
 // The proposal: a human gate, then 9 layers of 111 nodes; each node after the first layer
 // depends on two neighbours of the layer before, every 10th is a join and every 7th a verifier
 // of one of its inputs. Write tools are gated, so every rule of admission runs on every node.
 //
 //   npm run bench -- graph [--nodes 1000] [--admissions 200] [--branches 8] [--call-ms 200] [--rounds 3]
-//                          [--chain 8] [--raw-samples 20] [--skip-fanout] [--skip-chain]
+//                          [--chain 40] [--raw-samples 20] [--skip-fanout] [--skip-chain]
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import type { RunBudget } from "../control-plane/src/domain/agent.js";
@@ -105,7 +106,7 @@ export default async function run(args: readonly string[]): Promise<void> {
       "call-ms": { type: "string", default: "200" },
       rounds: { type: "string", default: "3" },
       "skip-fanout": { type: "boolean", default: false },
-      chain: { type: "string", default: "8" },
+      chain: { type: "string", default: "40" },
       "raw-samples": { type: "string", default: "20" },
       "skip-chain": { type: "boolean", default: false },
     },

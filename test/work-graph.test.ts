@@ -194,6 +194,14 @@ describe("WorkGraph fan-out and fan-in (issue 14)", () => {
     );
     expect(childRows.map((r) => r.id).sort()).toEqual([...childIds].sort());
     for (const child of childRows) expect(child).toMatchObject({ parent_run_id: rootId, root_run_id: rootId, status: "succeeded" });
+    // Workers were idle, so the pass that started the children wrote them claimed for those workers:
+    // each child's first claim is the pass's hand-over, at epoch 1, and no worker claimed it again.
+    const { rows: claims } = await db.query<{ run_id: string; summary: string }>(
+      "SELECT run_id, summary FROM run_events WHERE run_id = ANY($1::uuid[]) AND kind = 'status_changed' AND summary LIKE 'claimed by %' ORDER BY run_id, seq",
+      [childIds],
+    );
+    expect(claims).toHaveLength(3);
+    for (const claim of claims) expect(claim.summary).toMatch(/^claimed by worker-\S+ at epoch 1, handed over by the work graph pass$/);
 
     // The root says one thing in the thread; its children say nothing at all.
     const { rows: emissions } = await db.query<{ run_id: string; kind: string }>("SELECT run_id, kind FROM emissions WHERE run_id = ANY($1::uuid[])", [[rootId, ...childIds]]);

@@ -211,7 +211,7 @@ export async function buildApp(
     maxOutputBytes: config.sandbox.maxOutputBytes,
   });
   // WorkGraphs: the propose tool admits a graph; the scheduler moves it on as children settle.
-  const graphs = createWorkGraphRepository(ledger.sql);
+  const graphs = createWorkGraphRepository(ledger.sql, handoff);
   // A join over nodes that had workspaces reads theirs and writes the root's, with each run's own grant.
   const grantOf = async (runId: string, agentId: string) => {
     const agent = await agents.get(agentId);
@@ -328,7 +328,7 @@ export async function buildApp(
         controlChanges: (listener) => hub.subscribe("keel_run_control", listener),
         secretEnv: env,
         lifecycle: modelCalls,
-        childClaimEnded: (rootRunId) => graphScheduler.poke(rootRunId),
+        childClaimEnded: (rootRunId) => graphScheduler.passSoon(rootRunId),
         progress,
         latencies,
         ...(tracing === undefined ? {} : { tracing: tracing.run }),

@@ -9,6 +9,11 @@ import type { JoinJob, JoinSettlement, PassResult, WorkGraphLedger } from "./wor
 export interface WorkGraphScheduler {
   /** Runs a pass over the root's graph soon; passes for one root never overlap in this process. */
   poke(rootRunId: string): void;
+  /**
+   * poke, resolving once a pass that began after this call has committed (or failed: it is logged
+   * and swept); the joins it found due may still be reconciling. Never rejects.
+   */
+  passSoon(rootRunId: string): Promise<void>;
   /** Resolves when no pass is in flight (tests, shutdown). */
   idle(): Promise<void>;
   stop(): Promise<void>;
@@ -25,8 +30,8 @@ export interface WorkGraphSchedulerOptions {
 const MAX_JOIN_ROUNDS = 100;
 
 export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, options: WorkGraphSchedulerOptions): WorkGraphScheduler {
-  /** Per root: the pass in flight, and whether another was asked for while it ran. */
-  const passes = new Map<string, { running: Promise<void>; again: boolean }>();
+  /** Per root: the pass in flight, whether another was asked for while it ran, and who waits for that one. */
+  const passes = new Map<string, { running: Promise<void>; again: boolean; waiting: (() => void)[] }>();
   let stopped = false;
   const stopping = new AbortController();
 
@@ -47,9 +52,11 @@ export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, op
     return result;
   };
 
-  const run = (rootRunId: string): Promise<void> =>
+  /** One pass, then any joins it found due; `passed` is told once the pass itself has committed. */
+  const run = (rootRunId: string, passed: () => void): Promise<void> =>
     ledger
       .advance(rootRunId)
+      .finally(passed)
       .then((result) => reconcileJoins(rootRunId, result))
       .then(
         (result) => {
@@ -58,23 +65,29 @@ export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, op
         (error: unknown) => log.warn({ err: error, rootRunId }, "work graph pass failed; the sweep retries it"),
       );
 
-  const poke = (rootRunId: string): void => {
-    if (stopped) return;
-    const current = passes.get(rootRunId);
-    if (current !== undefined) {
-      current.again = true;
-      return;
-    }
-    const entry = { running: Promise.resolve(), again: false };
-    entry.running = (async () => {
-      do {
-        entry.again = false;
-        await run(rootRunId);
-      } while (entry.again && !stopped);
-      passes.delete(rootRunId);
-    })();
-    passes.set(rootRunId, entry);
-  };
+  const passSoon = (rootRunId: string): Promise<void> =>
+    new Promise<void>((resolve) => {
+      if (stopped) return resolve();
+      const current = passes.get(rootRunId);
+      if (current !== undefined) {
+        // The pass in flight may have read the ledger before this change: the next one answers.
+        current.again = true;
+        current.waiting.push(resolve);
+        return;
+      }
+      const entry = { running: Promise.resolve(), again: false, waiting: [resolve] };
+      entry.running = (async () => {
+        do {
+          entry.again = false;
+          const waiting = entry.waiting.splice(0);
+          await run(rootRunId, () => waiting.forEach((done) => done()));
+        } while (entry.again && !stopped);
+        passes.delete(rootRunId);
+        entry.waiting.splice(0).forEach((done) => done());
+      })();
+      passes.set(rootRunId, entry);
+    });
+  const poke = (rootRunId: string): void => void passSoon(rootRunId);
 
   let sweeping: Promise<void> | undefined;
   const timer =
@@ -93,6 +106,7 @@ export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, op
   };
   return {
     poke,
+    passSoon,
     idle,
     async stop() {
       stopped = true;

@@ -2,6 +2,9 @@
 // A pass holds the graph's row lock from its first read to its commit, so passes from any number
 // of processes take turns and each acts on what the one before it committed.
 import { randomUUID } from "node:crypto";
+import type { WorkerHandoff, ReservedWorker } from "../conversation/worker-handoff.js";
+import type { AgentSpec } from "../domain/agent.js";
+import type { ClaimedRun } from "../runner/run-store.js";
 import { LIVE_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { WorkNodeKind } from "../domain/work-graph.js";
 import { childInput, graphResult, verifierVerdict } from "../domain/work-graph-child.js";
@@ -85,17 +88,66 @@ async function cancelNodes(trx: SqlTransaction, ids: readonly string[]): Promise
   await trx.run(q.settleNodes, { nodes: JSON.stringify(ids.map((id) => ({ id, status: "cancelled", output: null }))), attempts: "[]" });
 }
 
+/**
+ * Idle workers of this process a pass starts children on: the child is written already claimed for
+ * the worker, which is handed the claim once the pass commits, so it skips the wake-up and the
+ * claim's own transaction. A pass that rolls back hands nothing over and lets the workers go.
+ */
+class ChildHandovers {
+  private readonly taken: { readonly worker: ReservedWorker; claimed?: ClaimedRun }[] = [];
+
+  constructor(private readonly handoff: WorkerHandoff | undefined) {}
+
+  reserve(): ReservedWorker | undefined {
+    const worker = this.handoff?.reserve();
+    if (worker !== undefined) this.taken.push({ worker });
+    return worker;
+  }
+
+  claimed(worker: ReservedWorker, claimed: ClaimedRun): void {
+    const entry = this.taken.find((t) => t.worker === worker);
+    if (entry !== undefined) entry.claimed = claimed;
+  }
+
+  /** After the commit: each worker starts on its child (nothing to wait for); the rest go back to claiming. */
+  committed(): void {
+    for (const { worker, claimed } of this.taken.splice(0)) {
+      if (claimed === undefined) worker.release();
+      else worker.start(claimed, Promise.resolve());
+    }
+  }
+
+  rolledBack(): void {
+    for (const { worker } of this.taken.splice(0)) worker.release();
+  }
+}
+
 const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succeeded", failed: "failed", budget_exhausted: "failed", cancelled: "cancelled" };
 
-export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraphReads {
+export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): WorkGraphLedger & WorkGraphReads {
+  /** A transaction whose passes may start children on this process's idle workers. */
+  const passing = async <T>(work: (trx: SqlTransaction, handovers: ChildHandovers) => Promise<T>, keep?: (result: T) => boolean): Promise<T> => {
+    const handovers = new ChildHandovers(handoff);
+    let result: T;
+    try {
+      result = await sql.transaction((trx) => work(trx, handovers), keep);
+    } catch (error) {
+      handovers.rolledBack();
+      throw error;
+    }
+    if (keep === undefined || keep(result)) handovers.committed();
+    else handovers.rolledBack();
+    return result;
+  };
+
   /** One pass, inside the caller's transaction, with the joins it found due for reconciliation. */
-  const pass = async (trx: SqlTransaction, rootRunId: string): Promise<PassResult | undefined> => {
+  const pass = async (trx: SqlTransaction, rootRunId: string, handovers: ChildHandovers): Promise<PassResult | undefined> => {
     const reconcile: JoinJob[] = [];
-    const outcome = await passOutcome(trx, rootRunId, reconcile);
+    const outcome = await passOutcome(trx, rootRunId, reconcile, handovers);
     return outcome === undefined ? undefined : { outcome, reconcile };
   };
 
-  const passOutcome = async (trx: SqlTransaction, rootRunId: string, reconcile: JoinJob[]): Promise<PassOutcome | undefined> => {
+  const passOutcome = async (trx: SqlTransaction, rootRunId: string, reconcile: JoinJob[], handovers: ChildHandovers): Promise<PassOutcome | undefined> => {
     const [graph] = await trx.run(q.lockGraph, { rootRunId });
     if (graph === undefined) return undefined;
     const rows = await trx.run(q.passNodes, { graphId: graph.id });
@@ -152,15 +204,18 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       });
     }
     for (const key of plan?.ready ?? []) if (byKey.get(key)!.status !== "ready") nodeUpdates.push({ id: byKey.get(key)!.id, status: "ready", output: null });
-    if (nodeUpdates.length > 0 || attemptUpdates.length > 0) {
-      await trx.run(q.settleNodes, { nodes: JSON.stringify(nodeUpdates), attempts: JSON.stringify(attemptUpdates) });
-    }
+    const settlement = { nodes: JSON.stringify(nodeUpdates), attempts: JSON.stringify(attemptUpdates) };
+    const starting = plan !== undefined && plan.start.length > 0;
+    // Starting children carries the settlement in its own statement: one round trip fewer per node.
+    if (!starting && (nodeUpdates.length > 0 || attemptUpdates.length > 0)) await trx.run(q.settleNodes, settlement);
 
     if (plan !== undefined && plan.start.length > 0) {
       const children = plan.start.map((key) => {
         const row = byKey.get(key)!;
         const node = nodes.find((n) => n.key === key)!;
+        const worker = handovers.reserve();
         return {
+          key,
           run_id: randomUUID(),
           message_id: randomUUID(),
           attempt_id: randomUUID(),
@@ -173,19 +228,47 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
           ),
           spec: row.child_spec ?? {},
           summary: `child run for node "${key}" of the work graph of run ${rootRunId}`,
+          worker_id: worker?.workerId ?? null,
+          lease_ms: worker?.leaseMs ?? null,
+          worker,
         };
       });
       await trx.run(q.startChildren, {
+        ...settlement,
         rootRunId,
         agentId: graph.agent_id,
         conversationId: graph.conversation_id,
         connector: graph.connector,
         actorId: graph.requested_by_actor_id,
-        children: JSON.stringify(children),
+        children: JSON.stringify(children.map(({ key: _key, worker: _worker, ...child }) => child)),
+        rootSummary: `work graph: started ${children.map((c) => `"${c.key}"`).join(", ")} as child runs`,
       });
-      await appendRunEvents(trx, rootRunId, [
-        { kind: "status_changed", status: "waiting", summary: `work graph: started ${children.map((c) => `"${rows.find((r) => r.id === c.node_id)?.key ?? ""}"`).join(", ")} as child runs` },
-      ]);
+      trx.notify("keel_run_events", rootRunId);
+      const now = new Date();
+      for (const child of children) {
+        if (child.worker === undefined) continue;
+        handovers.claimed(child.worker, {
+          runId: child.run_id,
+          epoch: 1,
+          agent: { ...graph.agent_spec, ...child.spec } as unknown as AgentSpec,
+          connector: graph.connector,
+          status: "queued",
+          stepCount: 0,
+          usage: ZERO_USAGE,
+          startedAt: now,
+          cancelRequestedByActorId: undefined,
+          supersededByRunId: undefined,
+          messages: [{ messageId: `graph-node:${child.node_id}:${child.ordinal}`, actorId: graph.requested_by_actor_id, text: child.input, relation: "initial", afterStep: 0, inherited: false }],
+          triggerCount: 1,
+          requestedByActorId: graph.requested_by_actor_id,
+          replyToMessageId: undefined,
+          logicalRequestId: child.run_id,
+          commitBoundary: "buffering",
+          inheritsFromRunId: undefined,
+          conversationId: graph.conversation_id,
+          parentRunId: rootRunId,
+        });
+      }
     }
 
     const childUsages = rows.map((row) => row.child_usage);
@@ -292,8 +375,8 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
       sql.transaction((trx) => appendRunEvents(trx, runId, summaries.map((summary) => ({ kind: "tool_invoked" as const, toolInvocationId: invocationId, summary })))),
 
     admit: (command: AdmitGraphCommand) =>
-      sql.transaction(
-        async (trx) => {
+      passing(
+        async (trx, handovers) => {
           const parked = await trx.run(q.parkRoot, { runId: command.runId, epoch: command.epoch });
           if (parked.length === 0) return false;
           const graphId = randomUUID();
@@ -316,16 +399,16 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
           ]);
           // The pass makes this commit skip its WAL flush too: if it is lost, the root's last durable
           // state is its step with the proposal pending, which recovery settles as interrupted.
-          await pass(trx, command.runId);
+          await pass(trx, command.runId, handovers);
           return true;
         },
         (kept) => kept,
       ),
 
-    advance: (rootRunId) => sql.transaction((trx) => pass(trx, rootRunId)),
+    advance: (rootRunId) => passing((trx, handovers) => pass(trx, rootRunId, handovers)),
 
     settleJoins: (rootRunId, joins) =>
-      sql.transaction(async (trx) => {
+      passing(async (trx, handovers) => {
         const settled = await trx.run(q.settleJoins, { rootRunId, joins: JSON.stringify(joins.map((j) => ({ id: j.nodeId, status: j.status, output: j.output }))) });
         if (settled.length > 0) {
           const keys = new Set(settled.map((row) => row.id));
@@ -341,7 +424,7 @@ export function createWorkGraphRepository(sql: Sql): WorkGraphLedger & WorkGraph
               })),
           );
         }
-        return pass(trx, rootRunId);
+        return pass(trx, rootRunId, handovers);
       }),
 
     decideGate: (command: GateDecisionCommand) =>

@@ -3,7 +3,7 @@
 // attempt), and the graph as GetWorkGraph shows it.
 import { DEFAULT_GRAPH_CEILINGS } from "../domain/agent.js";
 import { EXECUTING_STATUSES, isTerminal, LIVE_STATUSES, RUN_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
-import { raw, statement } from "./sql.js";
+import { fragment, raw, statement } from "./sql.js";
 
 const list = (statuses: readonly RunStatus[]): string => statuses.map((s) => `'${s}'`).join(", ");
 const TERMINAL_SQL = list(RUN_STATUSES.filter(isTerminal));
@@ -68,6 +68,8 @@ export const insertNodes = statement<{ graphId: string; nodes: string }>("work_g
 
 export interface LockedGraphRow {
   id: string;
+  /** The root's agent spec as stored: a child's is it with the node's override merged over (as a claim merges them). */
+  agent_spec: Record<string, unknown>;
   proposed_by_invocation_id: string | null;
   root_status: RunStatus;
   root_wait_reason: string | null;
@@ -105,7 +107,7 @@ const REVISION_DUE_SQL = `(g.revision - g.replans < ${MAX_REVISIONS_SQL} AND EXI
  */
 export const lockGraph = statement<{ rootRunId: string }, LockedGraphRow>("work_graph_lock")`
   WITH durability AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
-  SELECT g.id, g.proposed_by_invocation_id, r.status AS root_status, r.wait_reason AS root_wait_reason, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
+  SELECT g.id, a.spec AS agent_spec, g.proposed_by_invocation_id, r.status AS root_status, r.wait_reason AS root_wait_reason, r.usage AS root_usage, r.agent_id, r.conversation_id, r.connector,
     r.requested_by_actor_id,
     coalesce(nullif((a.spec -> 'graph' ->> 'maxParallelism')::int, 0), ${raw(String(DEFAULT_GRAPH_CEILINGS.maxParallelism))}) AS max_parallelism,
     g.revision, g.replans, coalesce((a.spec -> 'graph' ->> 'maxReplans')::int, ${raw(String(DEFAULT_GRAPH_CEILINGS.maxReplans))}) AS max_replans,
@@ -150,14 +152,24 @@ export const passNodes = statement<{ graphId: string }, PassNodeRow>("work_graph
   LEFT JOIN runs c ON c.id = t.child_run_id
   WHERE n.graph_id = ${graphId}::uuid ORDER BY n.ordinal`;
 
-/** A pass's node changes and its settled attempts, in one round trip (two tables, so no row is updated twice). */
-export const settleNodes = statement<{ nodes: string; attempts: string }>("work_graph_settle_nodes")`
-  WITH attempts AS (
+/** A pass's node changes and its settled attempts ([{ id, status, output }] and [{ id, status }]). */
+interface SettleParams {
+  readonly nodes: string;
+  readonly attempts: string;
+}
+
+/** The settlement as CTEs `settled_attempts` and `settled_nodes`, so starting children can share its round trip. */
+const SETTLE_CTES = fragment<SettleParams>`settled_attempts AS (
     UPDATE work_node_attempts a SET status = u.status, finished_at = now()
-    FROM jsonb_to_recordset(${(p) => p.attempts}::jsonb) AS u(id uuid, status text) WHERE a.id = u.id)
-  UPDATE work_nodes n SET status = u.status, output = coalesce(u.output, n.output),
-    finished_at = CASE WHEN u.status IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE n.finished_at END
-  FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS u(id uuid, status text, output text) WHERE n.id = u.id`;
+    FROM jsonb_to_recordset(${(p) => p.attempts}::jsonb) AS u(id uuid, status text) WHERE a.id = u.id),
+  settled_nodes AS (
+    UPDATE work_nodes n SET status = u.status, output = coalesce(u.output, n.output),
+      finished_at = CASE WHEN u.status IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE n.finished_at END
+    FROM jsonb_to_recordset(${(p) => p.nodes}::jsonb) AS u(id uuid, status text, output text) WHERE n.id = u.id)`;
+
+/** A pass's node changes and its settled attempts, in one round trip (two tables, so no row is updated twice). */
+export const settleNodes = statement<SettleParams>("work_graph_settle_nodes")`
+  WITH ${SETTLE_CTES} SELECT 1`;
 
 /**
  * Reconciled joins settle: only one still due (ready) under the root's live graph, so a
@@ -175,27 +187,39 @@ export interface StartChildrenParams {
   readonly conversationId: string;
   readonly connector: string;
   readonly actorId: string;
-  /** [{ run_id, message_id, attempt_id, node_id, ordinal, input, spec, summary }] */
+  /**
+   * [{ run_id, message_id, attempt_id, node_id, ordinal, input, spec, summary, worker_id, lease_ms }]: a child with a
+   * worker_id starts claimed by that idle worker of this process (lease epoch 1), with no wake-up.
+   */
   readonly children: string;
 }
 
 /**
- * Child runs, queued: the root's agent and conversation, no reply target (a child answers its
- * node, not the thread), its own logical request, the node's spec override and slice as its
- * budget; one input message each, the node's attempt, and a wake-up per child.
+ * Child runs, queued (or claimed for an idle worker): the root's agent and conversation, no reply
+ * target (a child answers its node, not the thread), its own logical request, the node's spec
+ * override and slice as its budget; one input message each, the node's attempt, a wake-up per
+ * queued child, and the root's event saying what started. The pass's settlement rides along: it
+ * touches other nodes and attempts than the ones started, so no row is updated twice.
  */
-export const startChildren = statement<StartChildrenParams, { id: string }>("work_graph_start_children")`
-  WITH c AS (
-    SELECT x.run_id, x.message_id, x.attempt_id, x.node_id, x.ordinal, x.input, x.spec, x.summary
+export const startChildren = statement<StartChildrenParams & SettleParams & { rootSummary: string }, { id: string }>("work_graph_start_children")`
+  WITH ${SETTLE_CTES},
+  c AS (
+    SELECT x.run_id, x.message_id, x.attempt_id, x.node_id, x.ordinal, x.input, x.spec, x.summary, x.worker_id, x.lease_ms
     FROM jsonb_to_recordset(${(p) => p.children}::jsonb)
-      AS x(run_id uuid, message_id uuid, attempt_id uuid, node_id uuid, ordinal int, input text, spec jsonb, summary text)),
+      AS x(run_id uuid, message_id uuid, attempt_id uuid, node_id uuid, ordinal int, input text, spec jsonb, summary text, worker_id text, lease_ms int)),
   new_runs AS (
     INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, logical_request_id,
-      parent_run_id, root_run_id, spec_override, trigger_count, event_seq, request_received_at)
-    SELECT c.run_id, ${(p) => p.agentId}, ${(p) => p.conversationId}::uuid, ${(p) => p.connector}, 'queued', ${(p) => p.actorId},
-      c.spec -> 'budget', ${raw(`'${JSON.stringify(ZERO_USAGE)}'::jsonb`)}, c.run_id, ${rootRunId}::uuid, ${rootRunId}::uuid, c.spec, 1, 1, now()
+      parent_run_id, root_run_id, spec_override, trigger_count, event_seq, request_received_at,
+      lease_owner, lease_epoch, lease_expires_at, started_at)
+    SELECT c.run_id, ${(p) => p.agentId}, ${(p) => p.conversationId}::uuid, ${(p) => p.connector},
+      CASE WHEN c.worker_id IS NULL THEN 'queued' ELSE 'running' END, ${(p) => p.actorId},
+      c.spec -> 'budget', ${raw(`'${JSON.stringify(ZERO_USAGE)}'::jsonb`)}, c.run_id, ${rootRunId}::uuid, ${rootRunId}::uuid, c.spec, 1,
+      CASE WHEN c.worker_id IS NULL THEN 1 ELSE 2 END, now(),
+      c.worker_id, CASE WHEN c.worker_id IS NULL THEN 0 ELSE 1 END,
+      CASE WHEN c.worker_id IS NULL THEN NULL ELSE now() + make_interval(secs => c.lease_ms / 1000.0) END,
+      CASE WHEN c.worker_id IS NULL THEN NULL ELSE now() END
     FROM c
-    RETURNING id),
+    RETURNING id, lease_owner),
   messages AS (
     INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id)
     SELECT c.message_id, ${(p) => p.conversationId}::uuid, 'graph-node:' || c.node_id || ':' || c.ordinal, ${(p) => p.actorId}, c.input, c.run_id
@@ -207,10 +231,19 @@ export const startChildren = statement<StartChildrenParams, { id: string }>("wor
     INSERT INTO work_node_attempts (id, node_id, ordinal, status, replayability, child_run_id)
     SELECT c.attempt_id, c.node_id, c.ordinal, 'running', 'replayable', c.run_id FROM c),
   events AS (
-    INSERT INTO run_events (run_id, seq, kind, status, summary) SELECT c.run_id, 1, 'created', 'queued', c.summary FROM c),
+    INSERT INTO run_events (run_id, seq, kind, status, summary)
+    SELECT c.run_id, 1, 'created', 'queued', c.summary FROM c
+    UNION ALL
+    SELECT c.run_id, 2, 'status_changed', 'running', 'claimed by ' || c.worker_id || ' at epoch 1, handed over by the work graph pass'
+    FROM c WHERE c.worker_id IS NOT NULL),
+  root_event AS (
+    UPDATE runs SET event_seq = event_seq + 1 WHERE id = ${rootRunId}::uuid RETURNING id, event_seq),
+  root_event_row AS (
+    INSERT INTO run_events (run_id, seq, kind, status, summary)
+    SELECT id, event_seq, 'status_changed', 'waiting', ${(p) => p.rootSummary} FROM root_event),
   nodes AS (
     UPDATE work_nodes n SET status = 'running' FROM c WHERE n.id = c.node_id)
-  SELECT new_runs.id, pg_notify('keel_runs', new_runs.id::text) AS notified FROM new_runs`;
+  SELECT new_runs.id, CASE WHEN new_runs.lease_owner IS NULL THEN pg_notify('keel_runs', new_runs.id::text) END AS notified FROM new_runs`;
 
 export const finishGraph = statement<{ graphId: string; status: string; usage: string }>("work_graph_finish")`
   UPDATE work_graphs SET status = ${(p) => p.status}, finished_at = now(), aggregate_usage = ${(p) => p.usage}::jsonb

@@ -55,8 +55,11 @@ export interface RunnerDeps {
   readonly secretEnv?: Readonly<Record<string, string | undefined>>;
   /** Started/thinking acks and the usage of side model calls (run-lifecycle.ts); without it, neither. */
   readonly lifecycle?: RunLifecycle;
-  /** Told the root's id when a WorkGraph child's claim ends, so the graph's scheduler looks at once. */
-  readonly childClaimEnded?: (rootRunId: string) => void;
+  /**
+   * Told the root's id when a WorkGraph child's claim ends, so the graph's scheduler looks at once;
+   * the worker waits for that pass before it claims again, so the two never compete for the ledger.
+   */
+  readonly childClaimEnded?: (rootRunId: string) => Promise<void>;
   /** Spans per claim, step, model call and tool call (run-telemetry.ts); absent when tracing is off. */
   readonly tracing?: RunTracing;
   /** Step, model-call and tool-call latencies for /metrics. */

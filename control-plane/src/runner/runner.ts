@@ -54,7 +54,7 @@ async function advanceClaim(deps: RunnerDeps, claimed: ClaimedRun, context: Step
   } finally {
     await progress?.stop();
     store?.close();
-    if (claimed.parentRunId !== undefined) deps.childClaimEnded?.(claimed.parentRunId);
+    if (claimed.parentRunId !== undefined) await deps.childClaimEnded?.(claimed.parentRunId);
   }
 }
 
