@@ -92,16 +92,24 @@ export async function measureFanout(branches: number, callMs: number, rounds: nu
         IngressService,
         createGrpcTransport({ baseUrl: keel.url, interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${keel.token}`), next(req))] }),
       );
+      // The end is seen when it commits: the run's events notify keel_run_events, and each
+      // notice for the run looks again (a 10 ms poll would add up to 10 ms to either shape).
+      await db.query("LISTEN keel_run_events");
+      let changed: (() => void) | undefined;
+      let watching = "";
+      db.on("notification", (notice) => notice.payload === watching && changed?.());
       const once = async (agentId: string, round: number): Promise<number> => {
         const started = performance.now();
         const conversationId = `${agentId}-${round}`;
         const { runId } = await ingress.submitMessage({ agentId, conversationId, actor: { id: "bench" }, messageId: `m-${conversationId}`, text: "Do all the parts", connector: "bench" });
+        watching = runId;
         for (;;) {
+          const notified = new Promise<void>((resolve) => (changed = resolve));
           const { rows } = await db.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId]);
           const status = rows[0]?.status ?? "";
           if (status === "succeeded") return performance.now() - started;
           if (["failed", "cancelled", "budget_exhausted"].includes(status)) throw new Error(`${agentId} run ${runId} ended ${status}`);
-          await new Promise((resolve) => setTimeout(resolve, 10));
+          await Promise.race([notified, new Promise((resolve) => setTimeout(resolve, 50))]);
         }
       };
       // One unmeasured round of each shape first: the JIT and the pool's prepared statements warm up.

@@ -12,7 +12,7 @@
 // depends on two neighbours of the layer before, every 10th is a join and every 7th a verifier
 // of one of its inputs. Write tools are gated, so every rule of admission runs on every node.
 //
-//   npm run bench -- graph [--nodes 1000] [--admissions 200] [--branches 8] [--call-ms 200] [--rounds 3]
+//   npm run bench -- graph [--nodes 1000] [--admissions 200] [--branches 8] [--call-ms 200] [--rounds 5]
 //                          [--chain 40] [--raw-samples 20] [--skip-fanout] [--skip-chain]
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
@@ -104,7 +104,7 @@ export default async function run(args: readonly string[]): Promise<void> {
       admissions: { type: "string", default: "200" },
       branches: { type: "string", default: "8" },
       "call-ms": { type: "string", default: "200" },
-      rounds: { type: "string", default: "3" },
+      rounds: { type: "string", default: "5" },
       "skip-fanout": { type: "boolean", default: false },
       chain: { type: "string", default: "40" },
       "raw-samples": { type: "string", default: "20" },

@@ -7,7 +7,7 @@ import { ZERO_USAGE, type CommitBoundary, type RunStatus, type RunUsage } from "
 import type { ClaimedRun, RunStore } from "../runner/run-store.js";
 import { CLAIMABLE_SQL, claimStartLocksSql, EXECUTING_SQL, FACTS_LOCKED, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
-import { asDate, optionalDate, raw, statement, type Sql } from "./sql.js";
+import { asDate, optionalDate, raw, statement, type Sql, type SqlTransaction } from "./sql.js";
 import { replayableCommit, type Durability } from "./step-commit.sql.js";
 
 interface ClaimRow {
@@ -117,6 +117,56 @@ export interface RunClaimOptions {
   readonly durability?: Durability;
 }
 
+/** A claim's row as the runner takes it. */
+function claimedRun(claimed: ClaimRow): ClaimedRun {
+  return {
+    runId: claimed.id,
+    epoch: Number(claimed.lease_epoch),
+    agent: claimed.spec,
+    connector: claimed.connector,
+    status: claimed.previous_status,
+    stepCount: Number(claimed.step_count),
+    usage: { ...ZERO_USAGE, ...claimed.usage },
+    startedAt: asDate(claimed.started_at),
+    cancelRequestedByActorId: claimed.cancel_requested_by_actor_id ?? undefined,
+    supersededByRunId: claimed.superseded_by_run_id ?? undefined,
+    messages: toInputMessages(claimed.messages),
+    triggerCount: Number(claimed.trigger_count),
+    requestedByActorId: claimed.requested_by_actor_id,
+    replyToMessageId: claimed.reply_to_message_id ?? undefined,
+    logicalRequestId: claimed.logical_request_id,
+    commitBoundary: claimed.commit_boundary,
+    inheritsFromRunId: claimed.inherits_from_run_id ?? undefined,
+    conversationId: claimed.conversation_id,
+    ...(claimed.parent_run_id === null ? {} : { parentRunId: claimed.parent_run_id }),
+  };
+}
+
+/**
+ * Claims queued root run `runId` for `workerId` inside the caller's transaction, under the same
+ * start rule as any claim (a ceiling or a pause leaves it queued: undefined). A WorkGraph pass
+ * uses it to hand a root its turn on an idle worker of this process.
+ */
+export async function claimQueuedRoot(
+  trx: SqlTransaction,
+  claim: { readonly runId: string; readonly agentId: string; readonly workerId: string; readonly leaseMs: number; readonly now: Date; readonly why: string },
+): Promise<ClaimedRun | undefined> {
+  const [claimed] = await trx.run(claimRun, {
+    now: claim.now,
+    runId: claim.runId,
+    workerId: claim.workerId,
+    leaseMs: claim.leaseMs,
+    queued: true,
+    rootStart: true,
+    agentId: claim.agentId,
+    summary: `claimed by ${claim.workerId} (${claim.why})`,
+    previousStatus: "queued",
+  });
+  if (claimed === undefined) return undefined;
+  trx.notify("keel_run_events", claimed.id);
+  return claimedRun(claimed);
+}
+
 export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}): Pick<RunStore, "claimNext" | "nextDueAt"> {
   const clock = options.clock ?? systemClock;
   const synchronousCommit = replayableCommit(options.durability ?? "strict");
@@ -140,27 +190,7 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
       // Another start got in first (the conversation, or a ceiling): leave it; a settle wakes a worker.
       if (claimed === undefined) return undefined;
       trx.notify("keel_run_events", claimed.id);
-      return {
-        runId: claimed.id,
-        epoch: Number(claimed.lease_epoch),
-        agent: claimed.spec,
-        connector: claimed.connector,
-        status: claimed.previous_status,
-        stepCount: Number(claimed.step_count),
-        usage: { ...ZERO_USAGE, ...claimed.usage },
-        startedAt: asDate(claimed.started_at),
-        cancelRequestedByActorId: claimed.cancel_requested_by_actor_id ?? undefined,
-        supersededByRunId: claimed.superseded_by_run_id ?? undefined,
-        messages: toInputMessages(claimed.messages),
-        triggerCount: Number(claimed.trigger_count),
-        requestedByActorId: claimed.requested_by_actor_id,
-        replyToMessageId: claimed.reply_to_message_id ?? undefined,
-        logicalRequestId: claimed.logical_request_id,
-        commitBoundary: claimed.commit_boundary,
-        inheritsFromRunId: claimed.inherits_from_run_id ?? undefined,
-        conversationId: claimed.conversation_id,
-        ...(claimed.parent_run_id === null ? {} : { parentRunId: claimed.parent_run_id }),
-      };
+      return claimedRun(claimed);
     });
   return {
     async claimNext(workerId, leaseMs) {

@@ -21,6 +21,7 @@ import {
 } from "../domain/work-graph-schedule.js";
 import type { AdmitGraphCommand, GateDecisionCommand, GateDecisionOutcome, JoinJob, PassResult, WorkGraphLedger } from "../graph/work-graph-ledger.js";
 import { appendRunEvents } from "./ledger-writes.js";
+import { claimQueuedRoot } from "./run-claim.repository.js";
 import { asDate, optionalDate, type Sql, type SqlTransaction } from "./sql.js";
 import * as q from "./work-graph.sql.js";
 
@@ -89,11 +90,12 @@ async function cancelNodes(trx: SqlTransaction, ids: readonly string[]): Promise
 }
 
 /**
- * Idle workers of this process a pass starts children on: the child is written already claimed for
- * the worker, which is handed the claim once the pass commits, so it skips the wake-up and the
- * claim's own transaction. A pass that rolls back hands nothing over and lets the workers go.
+ * Idle workers of this process a pass starts runs on (its new children, or the root whose graph
+ * ended): the run is written already claimed for the worker, which is handed the claim once the
+ * pass commits, so it skips the wake-up and the claim's own transaction. A pass that rolls back
+ * hands nothing over and lets the workers go.
  */
-class ChildHandovers {
+class PassHandovers {
   private readonly taken: { readonly worker: ReservedWorker; claimed?: ClaimedRun }[] = [];
 
   constructor(private readonly handoff: WorkerHandoff | undefined) {}
@@ -126,8 +128,8 @@ const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succee
 
 export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): WorkGraphLedger & WorkGraphReads {
   /** A transaction whose passes may start children on this process's idle workers. */
-  const passing = async <T>(work: (trx: SqlTransaction, handovers: ChildHandovers) => Promise<T>, keep?: (result: T) => boolean): Promise<T> => {
-    const handovers = new ChildHandovers(handoff);
+  const passing = async <T>(work: (trx: SqlTransaction, handovers: PassHandovers) => Promise<T>, keep?: (result: T) => boolean): Promise<T> => {
+    const handovers = new PassHandovers(handoff);
     let result: T;
     try {
       result = await sql.transaction((trx) => work(trx, handovers), keep);
@@ -141,13 +143,13 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
   };
 
   /** One pass, inside the caller's transaction, with the joins it found due for reconciliation. */
-  const pass = async (trx: SqlTransaction, rootRunId: string, handovers: ChildHandovers): Promise<PassResult | undefined> => {
+  const pass = async (trx: SqlTransaction, rootRunId: string, handovers: PassHandovers): Promise<PassResult | undefined> => {
     const reconcile: JoinJob[] = [];
     const outcome = await passOutcome(trx, rootRunId, reconcile, handovers);
     return outcome === undefined ? undefined : { outcome, reconcile };
   };
 
-  const passOutcome = async (trx: SqlTransaction, rootRunId: string, reconcile: JoinJob[], handovers: ChildHandovers): Promise<PassOutcome | undefined> => {
+  const passOutcome = async (trx: SqlTransaction, rootRunId: string, reconcile: JoinJob[], handovers: PassHandovers): Promise<PassOutcome | undefined> => {
     const [graph] = await trx.run(q.lockGraph, { rootRunId });
     if (graph === undefined) return undefined;
     const rows = await trx.run(q.passNodes, { graphId: graph.id });
@@ -284,7 +286,7 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
     if (plan === undefined) return "running";
     if (revising && plan.outcome === "running") {
       if (nodes.some((node) => node.status === "running")) return "running";
-      return revise(trx, rootRunId, graph, nodes.map((node) => ({ key: node.key, status: statusAfter(node.key, node.status, plan), output: outputs.get(node.key) })), byKey, childUsages);
+      return revise(trx, handovers, rootRunId, graph, nodes.map((node) => ({ key: node.key, status: statusAfter(node.key, node.status, plan), output: outputs.get(node.key) })), byKey, childUsages);
     }
     if (plan.outcome === "running") {
       // Nothing runs and a gate waits: the root waits on a person, and says so.
@@ -300,7 +302,7 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
       output: outputs.get(node.key),
     }));
     const text = graphResult(plan.outcome, finalNodes, sinkKeys(nodes), { used: graph.replans, limit: graph.max_replans });
-    return handBack(trx, rootRunId, graph, plan.outcome, text, childUsages, {
+    return handBack(trx, handovers, rootRunId, graph, plan.outcome, text, childUsages, {
       settled: `work graph ${plan.outcome}: its result is the proposal's result`,
       woken: `work graph ${plan.outcome}; the root takes its turn with the results`,
     });
@@ -313,6 +315,7 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
    */
   const handBack = async <S extends PassOutcome>(
     trx: SqlTransaction,
+    handovers: PassHandovers,
     rootRunId: string,
     graph: q.LockedGraphRow,
     status: S,
@@ -327,12 +330,26 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
       ...settled.map((row) => ({ kind: "tool_settled" as const, toolInvocationId: row.id, summary: say.settled })),
       ...(woken.length > 0 ? [{ kind: "status_changed" as const, status: "queued" as const, summary: say.woken }] : []),
     ]);
+    // The root's turn goes to an idle worker of this process if there is one, as its children did.
+    const worker = woken.length > 0 ? handovers.reserve() : undefined;
+    if (worker !== undefined) {
+      const claimed = await claimQueuedRoot(trx, {
+        runId: rootRunId,
+        agentId: graph.agent_id,
+        workerId: worker.workerId,
+        leaseMs: worker.leaseMs,
+        now: new Date(),
+        why: "handed its turn by the work graph pass",
+      });
+      if (claimed !== undefined) handovers.claimed(worker, claimed);
+    }
     return status;
   };
 
   /** Stops the graph around its finished nodes for a refinement: the rest cancelled, the root woken to plan again. */
   const revise = async (
     trx: SqlTransaction,
+    handovers: PassHandovers,
     rootRunId: string,
     graph: q.LockedGraphRow,
     nodes: readonly { key: string; status: string; output: string | undefined }[],
@@ -342,7 +359,7 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
     const unrun = nodes.filter((node) => node.status !== "succeeded");
     await cancelNodes(trx, unrun.map((node) => byKey.get(node.key)!.id));
     const text = revisionResult(nodes, { used: graph.revision - graph.replans, limit: graph.max_revisions });
-    return handBack(trx, rootRunId, graph, "revised", text, childUsages, {
+    return handBack(trx, handovers, rootRunId, graph, "revised", text, childUsages, {
       settled: `work graph stopped for a refinement: ${nodes.length - unrun.length} finished node(s) handed to the root, ${unrun.length} not run`,
       woken: "a refinement arrived while the work graph ran; the root plans again",
     });

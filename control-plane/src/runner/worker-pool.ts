@@ -280,6 +280,11 @@ export function startWorkerPool(
       else if (refused !== undefined) runLog.warn({ err: refused }, "the admission that claimed this run did not commit; nothing was written");
       else if (failure?.error instanceof LeaseLostError) runLog.warn(failure.error.message);
       else if (failure !== undefined && !stopping.signal.aborted) runLog.error({ err: failure.error }, "run step failed; the lease will expire and the run be retried");
+      // Back to waiting, not straight to a claim: every run that became claimable meanwhile woke a
+      // worker or, none being idle, was counted as a missed wake, which idleWait answers at once.
+      // A claim query per finished run would otherwise find nothing most of the time, on the
+      // ledger's busiest moments (a WorkGraph's branches all ending together).
+      if (!stopping.signal.aborted) handed = await idleWait(workerId);
     }
   };
 
