@@ -4,13 +4,12 @@
 // Kills every process of session $p except $me, with shell builtins only (no fork), so it
 // works when a fork bomb holds every pid. A /proc/<pid>/stat line is "pid (comm) state ppid
 // pgrp session ..."; comm may hold spaces and parentheses, hence the strip to the last ") ".
-// A fork bomb refills every pid a kill frees, and each of its processes lives only long enough
-// to fork, so a sweep sees few of them and one pass of kills can leave it running. So leftovers
-// are stopped before they are killed (a stopped process cannot fork): once a sweep finds one
-// alive, or a listed process it cannot read, everything this user runs in the workspace is
-// stopped at once (kill -1, one system call) and sweeps go on until three in a row find nothing
-// of the session alive (at most 2,000); then the session is killed and the rest continued. A
-// command that left nothing behind costs three quick sweeps and stops nobody else.
+// A command that left nothing behind costs one sweep. One that did may be a fork bomb, which
+// refills every pid a kill frees with processes that live only long enough to fork, so a sweep
+// sees few of them: then everything this user runs in the workspace is stopped at once (kill
+// -1, one system call; a stopped process cannot fork), sweeps stop what they find until three in
+// a row find nothing of the session alive (at most 2,000), and the session is killed and the
+// rest continued.
 const SESSION_PIDS = [
   "  for d in /proc/[0-9]*; do",
   '    read -r l 2>/dev/null <"$d/stat" || { u=$((u+1)); continue; }',
@@ -18,18 +17,25 @@ const SESSION_PIDS = [
   '    [ "$4" = "$p" ] && [ "${d#/proc/}" != "$me" ] || continue',
 ];
 const KILL_SESSION = [
-  "c=0; i=0; x=",
-  'while [ "$c" -lt 3 ] && [ "$i" -lt 2000 ]; do',
-  "  n=0; u=0; i=$((i+1))",
+  "s=0; u=0",
   ...SESSION_PIDS,
-  '    case "$1" in Z|T|t) ;; *) n=$((n+1)); kill -STOP "${d#/proc/}" 2>/dev/null ;; esac',
+  '    s=$((s+1)); kill -KILL "${d#/proc/}" 2>/dev/null',
   "  done",
-  '  if [ $((n+u)) -eq 0 ]; then c=$((c+1)); else c=0; x=1; kill -STOP -1 2>/dev/null; fi',
-  "done",
-  ...SESSION_PIDS,
-  '    kill -KILL "${d#/proc/}" 2>/dev/null',
+  'if [ $((s+u)) -gt 0 ]; then',
+  "  kill -STOP -1 2>/dev/null",
+  "  c=0; i=0",
+  '  while [ "$c" -lt 3 ] && [ "$i" -lt 2000 ]; do',
+  "    n=0; u=0; i=$((i+1))",
+  ...SESSION_PIDS.map((line) => `  ${line}`),
+  '      case "$1" in Z|T|t) ;; *) n=$((n+1)); kill -STOP "${d#/proc/}" 2>/dev/null ;; esac',
+  "    done",
+  '    if [ $((n+u)) -eq 0 ]; then c=$((c+1)); else c=0; kill -STOP -1 2>/dev/null; fi',
   "  done",
-  '[ -z "$x" ] || kill -CONT -1 2>/dev/null',
+  ...SESSION_PIDS.map((line) => `  ${line}`),
+  '      kill -KILL "${d#/proc/}" 2>/dev/null',
+  "    done",
+  "  kill -CONT -1 2>/dev/null",
+  "fi",
 ].join("\n");
 
 // The exec's command: $0 = a marker unique to the exec, $1 = seconds for the in-container
