@@ -280,11 +280,12 @@ export function startWorkerPool(
       else if (refused !== undefined) runLog.warn({ err: refused }, "the admission that claimed this run did not commit; nothing was written");
       else if (failure?.error instanceof LeaseLostError) runLog.warn(failure.error.message);
       else if (failure !== undefined && !stopping.signal.aborted) runLog.error({ err: failure.error }, "run step failed; the lease will expire and the run be retried");
-      // Back to waiting, not straight to a claim: every run that became claimable meanwhile woke a
-      // worker or, none being idle, was counted as a missed wake, which idleWait answers at once.
-      // A claim query per finished run would otherwise find nothing most of the time, on the
-      // ledger's busiest moments (a WorkGraph's branches all ending together).
-      if (!stopping.signal.aborted) handed = await idleWait(workerId);
+      // A WorkGraph child's end was followed by its graph's pass, which started what it made ready
+      // (on an idle worker, or announced): its worker goes back to waiting rather than to a claim
+      // query that would find nothing, at the moment a graph's branches all end together. A wake
+      // that found no idle worker meanwhile is counted, and the wait answers it at once. Any other
+      // run's worker claims again straight away, so a backlog drains however long it is.
+      if (run.parentRunId !== undefined && !stopping.signal.aborted) handed = await idleWait(workerId);
     }
   };
 
