@@ -55,6 +55,7 @@ import { createGateDecisions } from "./graph/gate-decisions.js";
 import { createSandboxHostReads } from "./ledger/sandbox-host-view.repository.js";
 import { createConversationHistory } from "./ledger/run-history.repository.js";
 import { createWorkGraphRepository } from "./ledger/work-graph.repository.js";
+import { createWorkGraphReads } from "./ledger/work-graph-view.repository.js";
 import { createProgressRepository } from "./ledger/progress.repository.js";
 import { createProgressSupervisors, type ProgressOptions } from "./progress/progress-supervisor.js";
 import { createProgressSummarizer } from "./progress/progress-summary.js";
@@ -262,7 +263,7 @@ export async function buildApp(
         gates,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), feed: emissionFeed, maxStreamsPerToken: config.maxStreamsPerToken }),
-      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs, gates, hosts: createSandboxHostReads(ledger.sql), hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
+      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs: createWorkGraphReads(ledger.sql), gates, hosts: createSandboxHostReads(ledger.sql), hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({
         agents,
         bounds: {

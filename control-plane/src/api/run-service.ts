@@ -9,7 +9,7 @@ import { isTerminal, type RunStatus } from "../domain/run.js";
 import { DEFAULT_STEPS_PAGE_BYTES, parseRunsPageToken, parseStepsPageToken, type RunQueries } from "../ledger/run-query.repository.js";
 import { armNotification, type NotificationHub } from "../ledger/notification-hub.js";
 import type { RunForks } from "../ledger/run-fork.repository.js";
-import type { WorkGraphReads } from "../ledger/work-graph.repository.js";
+import type { WorkGraphReads } from "../ledger/work-graph-view.repository.js";
 import type { GateDecisions } from "../graph/gate-decisions.js";
 import type { SandboxHostReads } from "../ledger/sandbox-host-view.repository.js";
 import { encodeHostsPageToken, MAX_HOSTS_PAGE, parseHostsPageToken, sandboxHostToProto } from "./sandbox-host-convert.js";

@@ -4,7 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { ReplayabilitySchema } from "../../../gen/keel/v1/run_pb.js";
 import { GateDecisionSchema, WorkGraphSchema, WorkNodeKindSchema, WorkNodeStatusSchema, type WorkGraph } from "../../../gen/keel/v1/work_graph_pb.js";
-import type { WorkGraphView } from "../ledger/work-graph.repository.js";
+import type { WorkGraphView } from "../ledger/work-graph-view.repository.js";
 import { toEnum } from "./convert.js";
 
 export function workGraphToProto(graph: WorkGraphView): WorkGraph {

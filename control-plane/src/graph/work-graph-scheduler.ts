@@ -23,7 +23,7 @@ export interface WorkGraphSchedulerOptions {
   /** How often the sweep looks for graphs a missed pass left behind; 0 turns it off. */
   readonly sweepMs: number;
   /** Reconciles a join over inputs that ran in workspaces of their own (workspace-join.ts). */
-  readonly reconcile?: (job: JoinJob, signal: AbortSignal) => Promise<JoinSettlement>;
+  readonly reconcile: (job: JoinJob, signal: AbortSignal) => Promise<JoinSettlement>;
 }
 
 /** Rounds of reconcile-then-pass one poke may run: each settles a join, so a graph has at most its node count. */
@@ -39,14 +39,7 @@ export function startWorkGraphScheduler(ledger: WorkGraphLedger, log: Logger, op
   const reconcileJoins = async (rootRunId: string, first: PassResult | undefined): Promise<PassResult | undefined> => {
     let result = first;
     for (let round = 0; result !== undefined && result.reconcile.length > 0 && round < MAX_JOIN_ROUNDS && !stopped; round++) {
-      const jobs = result.reconcile;
-      const settled = await Promise.all(
-        jobs.map((job) =>
-          options.reconcile === undefined
-            ? Promise.resolve({ nodeId: job.nodeId, key: job.key, status: "failed" as const, output: "this control plane has no sandbox fleet to reconcile workspaces with" })
-            : options.reconcile(job, stopping.signal),
-        ),
-      );
+      const settled = await Promise.all(result.reconcile.map((job) => options.reconcile(job, stopping.signal)));
       result = await ledger.settleJoins(rootRunId, settled);
     }
     return result;

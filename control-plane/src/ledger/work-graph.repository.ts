@@ -1,10 +1,9 @@
-// The WorkGraph ledger (issue #14): admission's writes, the scheduler pass and GetWorkGraph's read.
+// The WorkGraph ledger (issue #14): admission's writes, gate decisions and the scheduler pass
+// (GetWorkGraph's read is work-graph-view.repository.ts).
 // A pass holds the graph's row lock from its first read to its commit, so passes from any number
 // of processes take turns and each acts on what the one before it committed.
 import { randomUUID } from "node:crypto";
-import type { WorkerHandoff, ReservedWorker } from "../conversation/worker-handoff.js";
-import type { AgentSpec } from "../domain/agent.js";
-import type { ClaimedRun } from "../runner/run-store.js";
+import type { WorkerHandoff } from "../conversation/worker-handoff.js";
 import { LIVE_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { WorkNodeKind } from "../domain/work-graph.js";
 import { childInput, graphResult, verifierVerdict } from "../domain/work-graph-child.js";
@@ -22,60 +21,10 @@ import {
 import type { AdmitGraphCommand, GateDecisionCommand, GateDecisionOutcome, JoinJob, PassResult, WorkGraphLedger } from "../graph/work-graph-ledger.js";
 import { appendRunEvents } from "./ledger-writes.js";
 import { claimQueuedRoot } from "./run-claim.repository.js";
-import { asDate, optionalDate, type Sql, type SqlTransaction } from "./sql.js";
+import { childClaim, passingWith, type PassHandovers } from "./work-graph-handovers.js";
+import { asDate, type Sql, type SqlTransaction } from "./sql.js";
+import { addUsage } from "./work-graph-view.repository.js";
 import * as q from "./work-graph.sql.js";
-
-export interface WorkNodeAttemptView {
-  readonly id: string;
-  readonly ordinal: number;
-  readonly status: string;
-  readonly replayability: string;
-  readonly childRunId: string | undefined;
-  readonly startedAt: Date;
-  readonly finishedAt: Date | undefined;
-}
-
-export interface WorkNodeView {
-  readonly id: string;
-  readonly key: string;
-  readonly kind: string;
-  readonly status: string;
-  readonly objective: string;
-  readonly dependsOn: readonly string[];
-  readonly gateDecision: string | undefined;
-  readonly gateDecidedByActorId: string | undefined;
-  readonly gateReason: string | undefined;
-  readonly attempts: readonly WorkNodeAttemptView[];
-}
-
-export interface WorkGraphView {
-  readonly id: string;
-  readonly rootRunId: string;
-  readonly revision: number;
-  readonly replans: number;
-  readonly status: string;
-  /** What the graph's child runs have spent so far, summed. */
-  readonly usage: RunUsage;
-  readonly createdAt: Date;
-  readonly nodes: readonly WorkNodeView[];
-}
-
-export interface WorkGraphReads {
-  /** The graph of a root run, or of the root a child run belongs to. */
-  graphOf(runId: string): Promise<WorkGraphView | undefined>;
-}
-
-const USAGE_KEYS = Object.keys(ZERO_USAGE) as (keyof RunUsage)[];
-
-/** Spend added up; wall clock is not (the root's own clock already covers its children's time). */
-function addUsage(base: Partial<RunUsage>, parts: readonly (Partial<RunUsage> | null)[]): RunUsage {
-  const total: Record<keyof RunUsage, number> = { ...ZERO_USAGE, ...base };
-  for (const part of parts) {
-    if (part === null) continue;
-    for (const key of USAGE_KEYS) if (key !== "wallClockMs") total[key] += Number(part[key] ?? 0);
-  }
-  return total;
-}
 
 /** A node's status once a pass's plan applies: cancelled, or joined (a join, a decided gate), or as it was. */
 function statusAfter(key: string, status: WorkNodeStatus, plan: SchedulePlan): WorkNodeStatus {
@@ -89,58 +38,10 @@ async function cancelNodes(trx: SqlTransaction, ids: readonly string[]): Promise
   await trx.run(q.settleNodes, { nodes: JSON.stringify(ids.map((id) => ({ id, status: "cancelled", output: null }))), attempts: "[]" });
 }
 
-/**
- * Idle workers of this process a pass starts runs on (its new children, or the root whose graph
- * ended): the run is written already claimed for the worker, which is handed the claim once the
- * pass commits, so it skips the wake-up and the claim's own transaction. A pass that rolls back
- * hands nothing over and lets the workers go.
- */
-class PassHandovers {
-  private readonly taken: { readonly worker: ReservedWorker; claimed?: ClaimedRun }[] = [];
-
-  constructor(private readonly handoff: WorkerHandoff | undefined) {}
-
-  reserve(): ReservedWorker | undefined {
-    const worker = this.handoff?.reserve();
-    if (worker !== undefined) this.taken.push({ worker });
-    return worker;
-  }
-
-  claimed(worker: ReservedWorker, claimed: ClaimedRun): void {
-    const entry = this.taken.find((t) => t.worker === worker);
-    if (entry !== undefined) entry.claimed = claimed;
-  }
-
-  /** After the commit: each worker starts on its child (nothing to wait for); the rest go back to claiming. */
-  committed(): void {
-    for (const { worker, claimed } of this.taken.splice(0)) {
-      if (claimed === undefined) worker.release();
-      else worker.start(claimed, Promise.resolve());
-    }
-  }
-
-  rolledBack(): void {
-    for (const { worker } of this.taken.splice(0)) worker.release();
-  }
-}
-
 const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succeeded", failed: "failed", budget_exhausted: "failed", cancelled: "cancelled" };
 
-export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): WorkGraphLedger & WorkGraphReads {
-  /** A transaction whose passes may start children on this process's idle workers. */
-  const passing = async <T>(work: (trx: SqlTransaction, handovers: PassHandovers) => Promise<T>, keep?: (result: T) => boolean): Promise<T> => {
-    const handovers = new PassHandovers(handoff);
-    let result: T;
-    try {
-      result = await sql.transaction((trx) => work(trx, handovers), keep);
-    } catch (error) {
-      handovers.rolledBack();
-      throw error;
-    }
-    if (keep === undefined || keep(result)) handovers.committed();
-    else handovers.rolledBack();
-    return result;
-  };
+export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): WorkGraphLedger {
+  const passing = passingWith(sql, handoff);
 
   /** One pass, inside the caller's transaction, with the joins it found due for reconciliation. */
   const pass = async (trx: SqlTransaction, rootRunId: string, handovers: PassHandovers): Promise<PassResult | undefined> => {
@@ -207,12 +108,12 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
     }
     for (const key of plan?.ready ?? []) if (byKey.get(key)!.status !== "ready") nodeUpdates.push({ id: byKey.get(key)!.id, status: "ready", output: null });
     const settlement = { nodes: JSON.stringify(nodeUpdates), attempts: JSON.stringify(attemptUpdates) };
-    const starting = plan !== undefined && plan.start.length > 0;
+    const start = plan?.start ?? [];
     // Starting children carries the settlement in its own statement: one round trip fewer per node.
-    if (!starting && (nodeUpdates.length > 0 || attemptUpdates.length > 0)) await trx.run(q.settleNodes, settlement);
+    if (start.length === 0 && (nodeUpdates.length > 0 || attemptUpdates.length > 0)) await trx.run(q.settleNodes, settlement);
 
-    if (plan !== undefined && plan.start.length > 0) {
-      const children = plan.start.map((key) => {
+    if (start.length > 0) {
+      const children = start.map((key) => {
         const row = byKey.get(key)!;
         const node = nodes.find((n) => n.key === key)!;
         const worker = handovers.reserve();
@@ -248,28 +149,7 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
       trx.notify("keel_run_events", rootRunId);
       const now = new Date();
       for (const child of children) {
-        if (child.worker === undefined) continue;
-        handovers.claimed(child.worker, {
-          runId: child.run_id,
-          epoch: 1,
-          agent: { ...graph.agent_spec, ...child.spec } as unknown as AgentSpec,
-          connector: graph.connector,
-          status: "queued",
-          stepCount: 0,
-          usage: ZERO_USAGE,
-          startedAt: now,
-          cancelRequestedByActorId: undefined,
-          supersededByRunId: undefined,
-          messages: [{ messageId: `graph-node:${child.node_id}:${child.ordinal}`, actorId: graph.requested_by_actor_id, text: child.input, relation: "initial", afterStep: 0, inherited: false }],
-          triggerCount: 1,
-          requestedByActorId: graph.requested_by_actor_id,
-          replyToMessageId: undefined,
-          logicalRequestId: child.run_id,
-          commitBoundary: "buffering",
-          inheritsFromRunId: undefined,
-          conversationId: graph.conversation_id,
-          parentRunId: rootRunId,
-        });
+        if (child.worker !== undefined) handovers.claimed(child.worker, childClaim(graph, rootRunId, child, now));
       }
     }
 
@@ -471,41 +351,6 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
     async stalledRoots() {
       const rows = await sql.run(q.stalledRoots, {});
       return rows.map((row) => row.root_run_id);
-    },
-
-    async graphOf(runId) {
-      const [graph] = await sql.run(q.graphView, { runId });
-      if (graph === undefined) return undefined;
-      const nodes = await sql.run(q.nodesView, { graphId: graph.id });
-      return {
-        id: graph.id,
-        rootRunId: graph.root_run_id,
-        revision: graph.revision,
-        replans: graph.replans,
-        status: graph.status,
-        usage: addUsage({}, graph.child_usages ?? []),
-        createdAt: asDate(graph.created_at),
-        nodes: nodes.map((node) => ({
-          id: node.id,
-          key: node.key,
-          kind: node.kind,
-          status: node.status,
-          objective: node.objective,
-          dependsOn: node.depends_on,
-          gateDecision: node.gate_decision ?? undefined,
-          gateDecidedByActorId: node.gate_decided_by_actor_id ?? undefined,
-          gateReason: node.gate_reason ?? undefined,
-          attempts: (node.attempts ?? []).map((attempt) => ({
-            id: attempt.id,
-            ordinal: attempt.ordinal,
-            status: attempt.status,
-            replayability: attempt.replayability,
-            childRunId: attempt.child_run_id ?? undefined,
-            startedAt: asDate(attempt.started_at),
-            finishedAt: optionalDate(attempt.finished_at),
-          })),
-        })),
-      };
     },
   };
 }
