@@ -4,6 +4,7 @@
 // what conflicted. It only reads the inputs' workspaces and writes the same bytes to the root's,
 // so a reconciliation cut short by a crash is simply done again.
 import { createHash } from "node:crypto";
+import { WORKSPACE_ROOT } from "../domain/sandbox.js";
 import { combineOutputs } from "../domain/work-graph-schedule.js";
 import { describeMerge, mergeWorkspaces, type InputWorkspace } from "../domain/workspace-merge.js";
 import type { JoinJob, JoinSettlement } from "./work-graph-ledger.js";
@@ -28,7 +29,6 @@ export interface JoinLimits {
 
 export const DEFAULT_JOIN_LIMITS: JoinLimits = { maxFiles: 1_000, maxFileBytes: 4 * 1024 * 1024, maxTotalBytes: 32 * 1024 * 1024 };
 
-const ROOT = "/workspace";
 const MAX_DEPTH = 32;
 
 interface ReadWorkspace extends InputWorkspace {
@@ -41,7 +41,7 @@ export function createWorkspaceJoin(workspaces: JoinWorkspaces, limits: JoinLimi
     const files: InputWorkspace["files"][number][] = [];
     const skipped: string[] = [];
     const contents = new Map<string, Uint8Array>();
-    const folders: { path: string; depth: number }[] = [{ path: ROOT, depth: 0 }];
+    const folders: { path: string; depth: number }[] = [{ path: WORKSPACE_ROOT, depth: 0 }];
     while (folders.length > 0) {
       const folder = folders.shift()!;
       const entries = await workspaces.listFiles(workspaceId, folder.path, signal);

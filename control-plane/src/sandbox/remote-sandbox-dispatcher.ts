@@ -121,15 +121,25 @@ export function createRemoteSandboxDispatcher(
     return undefined;
   };
 
+  /**
+   * The run's active workspace, if it has one, and whether its host is attached to some replica
+   * within `waitMs` (it may be reconnecting, or attaching to this process after a restart); an
+   * attached one is known here from then on, with the secrets to redact from its output.
+   */
+  const activeOf = async (grant: WorkspaceGrant, waitMs: number, signal: AbortSignal): Promise<{ lease: WorkspaceLease; attached: boolean } | undefined> => {
+    const lease = await store.activeWorkspaceOfRun(grant.runId);
+    if (lease === undefined) return undefined;
+    const attached = await waitAttached(lease.hostId, waitMs, signal);
+    if (attached) known.set(lease.id, { hostId: lease.hostId, runId: grant.runId, secrets: grantedSecrets(grant.secrets) });
+    return { lease, attached };
+  };
+
   const acquire = async (grant: WorkspaceGrant, signal: AbortSignal): Promise<string> => {
     const secrets = grantedSecrets(grant.secrets);
-    const existing = await store.activeWorkspaceOfRun(grant.runId);
-    if (existing !== undefined) {
-      // Its host may be reconnecting (or attaching to this process after a restart).
-      if (await waitAttached(existing.hostId, options.placementWaitMs, signal)) {
-        known.set(existing.id, { hostId: existing.hostId, runId: grant.runId, secrets });
-        return existing.id;
-      }
+    const active = await activeOf(grant, options.placementWaitMs, signal);
+    if (active !== undefined) {
+      const existing = active.lease;
+      if (active.attached) return existing.id;
       signal.throwIfAborted();
       await store.finish(existing.id, "lost");
       log.warn({ runId: grant.runId, workspaceId: existing.id, hostId: existing.hostId }, "the run's workspace host did not come back; placing a new workspace");
@@ -236,13 +246,10 @@ export function createRemoteSandboxDispatcher(
 
   return {
     async existingWorkspace(grant, signal) {
-      const lease = await store.activeWorkspaceOfRun(grant.runId);
-      if (lease === undefined) return undefined;
-      if (!(await waitAttached(lease.hostId, options.placementWaitMs, signal))) {
-        throw new Error(`the host of run ${grant.runId}'s workspace, ${lease.hostId}, is not attached`);
-      }
-      known.set(lease.id, { hostId: lease.hostId, runId: grant.runId, secrets: grantedSecrets(grant.secrets) });
-      return lease.id;
+      const active = await activeOf(grant, options.placementWaitMs, signal);
+      if (active === undefined) return undefined;
+      if (!active.attached) throw new Error(`the host of run ${grant.runId}'s workspace, ${active.lease.hostId}, is not attached`);
+      return active.lease.id;
     },
 
     workspaceFor(grant, signal) {
@@ -282,11 +289,10 @@ export function createRemoteSandboxDispatcher(
     },
 
     async reattach(grant, commandId, onOutput, signal) {
-      const lease = await store.activeWorkspaceOfRun(grant.runId);
-      if (lease === undefined) return undefined;
-      if (!(await waitAttached(lease.hostId, options.reattachWaitMs, signal))) return undefined;
+      const active = await activeOf(grant, options.reattachWaitMs, signal);
+      if (active === undefined || !active.attached) return undefined;
+      const lease = active.lease;
       const secrets = grantedSecrets(grant.secrets);
-      known.set(lease.id, { hostId: lease.hostId, runId: grant.runId, secrets });
       const { outcome, result } = await runExec(secrets, onOutput, (watch) =>
         fleet.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS),
       );
