@@ -182,12 +182,13 @@ export default async function abuse(args: readonly string[]): Promise<void> {
       const rssAfter = process.memoryUsage().rss;
 
       const idle = summarize(phases[0]!.latencies);
-      // Keel's CPU per authorized call when idle; what a phase used beyond that, per refused call,
-      // is what a refusal costs (an estimate that holds on a busy machine, unlike latency).
+      // Keel's CPU per authorized call when idle; what a phase used beyond that, per unauthenticated
+      // call sent (answered, reset, or cut with its connection; answers are paced, so not every
+      // call gets one), is what such a call costs: an estimate that holds on a busy machine, unlike latency.
       const idleCpuPerCall = phases[0]!.keelCpuMs / Math.max(phases[0]!.latencies.length, 1);
       const perRefusal = (p: Phase) => {
-        const refused = count(p, "uploadsRefused", "tokenCallsRefused", "uploadsReset");
-        return refused === 0 ? "-" : (((p.keelCpuMs - p.latencies.length * idleCpuPerCall) * 1000) / refused).toFixed(0);
+        const sent = count(p, "uploadsSent", "tokenCallsSent");
+        return sent === 0 ? "-" : (((p.keelCpuMs - p.latencies.length * idleCpuPerCall) * 1000) / sent).toFixed(0);
       };
       const count = (p: Phase, ...keys: string[]) => keys.reduce((sum, key) => sum + (p.attacker?.[key] ?? 0), 0);
       const perSecond = (p: Phase, ...keys: string[]) => (p.attacker === undefined ? "-" : ((count(p, ...keys) * 1000) / p.measuredMs).toFixed(0));
@@ -214,10 +215,10 @@ export default async function abuse(args: readonly string[]): Promise<void> {
         `SubmitMessage latency of an authorized connector (ms), one call every ${options.paceMs} ms, ${options.seconds} s per phase in ${options.rounds} interleaved rounds`,
         `CPUs: ${pinning.describe}`,
         `attacker: ${options.rate} random-token calls/s on ${MAX_UNAUTHENTICATED_PER_CONNECTION} calls per connection (the server's limit), ${options.uploaders} connections of 8 concurrent 4 MiB uploads`,
-        "loop p99: worst slice's event-loop delay p99 (ms); µs/refusal: Keel CPU beyond its idle cost per authorized call, per refused call",
+        "loop p99: worst slice's event-loop delay p99 (ms); µs/call: Keel CPU beyond its idle cost per authorized call, per unauthenticated call sent",
         "attacker columns, per second: calls sent; answered Unauthenticated; reset before an answer; unanswered as the server shed their connection; other outcomes; connections opened",
         "",
-        ...table(["phase", "calls", "p50", "p99", "p99/idle", "peak RSS MiB", "Keel CPU", "PG CPU", "loop p99", "µs/refusal", "sent/s", "refused/s", "reset/s", "shed/s", "other/s", "conns/s"], rows),
+        ...table(["phase", "calls", "p50", "p99", "p99/idle", "peak RSS MiB", "Keel CPU", "PG CPU", "loop p99", "µs/call", "sent/s", "refused/s", "reset/s", "shed/s", "other/s", "conns/s"], rows),
         "",
         `server RSS before the attacks ${(rssBefore / MIB).toFixed(0)} MiB, after ${(rssAfter / MIB).toFixed(0)} MiB`,
       ];

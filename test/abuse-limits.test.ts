@@ -8,6 +8,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_UNAUTHENTICATED_PER_CONNECTION } from "../control-plane/src/api/auth-gate.js";
+import { refusalPace } from "../control-plane/src/api/refusal-pacer.js";
 import { EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { startListeningKeel, type ListeningKeel } from "./support/tls-keel.js";
@@ -321,3 +322,51 @@ describe("limits a client without a token meets", () => {
   });
 });
 
+describe("the pace of refusals", () => {
+  const REFUSALS_PER_SECOND = 200;
+  let keel: ListeningKeel;
+
+  beforeAll(async () => {
+    keel = await startListeningKeel({ env: { KEEL_REFUSALS_PER_SECOND: String(REFUSALS_PER_SECOND) } });
+  });
+
+  afterAll(async () => {
+    await keel?.stop();
+  });
+
+  it("answers a flood of unauthenticated calls at a bounded rate, each still with Unauthenticated", async () => {
+    const LIST_RUNS = "/keel.v1.RunService/ListRuns";
+    const { perSecond, burst } = refusalPace(REFUSALS_PER_SECOND);
+    const perConnection = MAX_UNAUTHENTICATED_PER_CONNECTION - 4; // under the shed limit: every call gets its answer
+    const connections = await Promise.all(Array.from({ length: 3 }, () => connectSession(keel.url)));
+    const authorized = new grpc.Client(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+    try {
+      const started = performance.now();
+      const answered: number[] = [];
+      const flood = Promise.all(
+        connections.flatMap((session) =>
+          Array.from({ length: perConnection }, async () => {
+            const status = await rawCall(session, LIST_RUNS);
+            answered.push(performance.now() - started);
+            return status;
+          }),
+        ),
+      );
+      // An authorized call while the refusals wait: the pace is only for calls without a valid token.
+      expect(await grpcJsListRuns(authorized, keel.tokens.operator)).toBe(grpc.status.OK);
+      const authorizedAt = performance.now() - started;
+      const statuses = await flood;
+      const total = connections.length * perConnection;
+      expect(statuses.filter((status) => status === String(Code.Unauthenticated))).toHaveLength(total);
+      // Past the burst, answers come at the pace: the last cannot come sooner than this.
+      const floor = ((total - burst) / perSecond) * 1000;
+      expect(Math.max(...answered)).toBeGreaterThanOrEqual(floor * 0.9);
+      // ...and the burst went out at once, well before the rest.
+      expect(answered.sort((a, b) => a - b)[burst - 1]).toBeLessThan(floor / 2);
+      expect(authorizedAt).toBeLessThan(Math.max(...answered));
+    } finally {
+      authorized.close();
+      await Promise.all(connections.map((session) => new Promise((resolve) => session.close(() => resolve(undefined)))));
+    }
+  });
+});

@@ -56,7 +56,7 @@ describe("loadConfig", () => {
   });
 
   it("bounds HTTP/2 connections by default", () => {
-    expect(loadConfig({}).http2).toEqual({ maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024 });
+    expect(loadConfig({}).http2).toEqual({ maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024, refusalsPerSecond: 1_000 });
     expect(() => loadConfig({ KEEL_HTTP2_MAX_CONCURRENT_STREAMS: "0" })).toThrow(/KEEL_HTTP2_MAX_CONCURRENT_STREAMS/);
   });
 });

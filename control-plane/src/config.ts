@@ -23,6 +23,9 @@ const ConfigSchema = z.object({
   // Behind a TCP load balancer every client shares its address: the cap is for the balancer's
   // connections then, so it is set well above what one client opens.
   KEEL_MAX_SESSIONS_PER_ADDRESS: int(1, 100_000).default(1_024),
+  // Calls without a valid token are answered at this rate at most (a tenth of it at once); past
+  // it they wait, so a flood of them cannot take the CPU authorized calls need.
+  KEEL_REFUSALS_PER_SECOND: int(10, 1_000_000).default(1_000),
   KEEL_DATA_DIR: z.string().min(1).default(".keel"),
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\//, "must be a postgres:// URL").optional(),
   KEEL_EMBEDDED_PG_PORT: int(1024, 65535).default(54320),
@@ -119,6 +122,8 @@ export type Http2Limits = Readonly<{
   maxHeaderBytes: number;
   /** Connections one remote address may hold at once; more are refused. */
   maxSessionsPerAddress: number;
+  /** Calls without a valid token answered per second at most; past it they wait (refusal-pacer.ts). */
+  refusalsPerSecond: number;
 }>;
 
 export type SandboxConfig = Readonly<{
@@ -183,6 +188,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
       idleTimeoutMs: c.KEEL_HTTP2_IDLE_TIMEOUT_MS,
       maxHeaderBytes: c.KEEL_MAX_HEADER_BYTES,
       maxSessionsPerAddress: c.KEEL_MAX_SESSIONS_PER_ADDRESS,
+      refusalsPerSecond: c.KEEL_REFUSALS_PER_SECOND,
     },
     dataDir: path.resolve(c.KEEL_DATA_DIR),
     databaseUrl: c.DATABASE_URL,

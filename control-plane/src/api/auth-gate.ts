@@ -8,20 +8,20 @@
 // loop: an HTTP/2 stream whose headers already decide it (no token, a secret of a shape Keel
 // never issues, a service needing a client certificate) is refused as it arrives, before Node
 // builds request and response objects for it; answers are prepared once (refusal.ts); nothing
-// is logged per call. A connection that keeps sending unauthenticated calls is shed (GOAWAY).
+// is logged per call. Answers go out at a bounded rate (refusal-pacer.ts), so a flood waits for
+// them instead of taking the CPU. A connection that keeps sending unauthenticated calls is shed (GOAWAY).
 import type http from "node:http";
 import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
 import type { Logger } from "pino";
 import { SECRET_SHAPE, type TokenRole } from "../ledger/api-token.repository.js";
 import { rolesFor, type TokenVerifier } from "./auth.js";
-import { refuseHttp1, refuseStream, resetSoon, type RefusalReason } from "./refusal.js";
+import { quiet, refuseHttp1, refuseStream, resetSoon, type RefusalReason } from "./refusal.js";
+import { createRefusalPacer, type RefusalPacerOptions } from "./refusal-pacer.js";
 import { createTokenChecks, type TokenChecks } from "./token-checks.js";
 
 /** Unauthenticated calls one HTTP/2 connection may make before it is closed. */
 export const MAX_UNAUTHENTICATED_PER_CONNECTION = 64;
-/** How long a shed connection's open streams get to finish before it is cut. */
-const SHED_GRACE_MS = 1_000;
 /** At most one summary line of refusals per this period. */
 const SUMMARY_EVERY_MS = 10_000;
 
@@ -40,6 +40,8 @@ export interface AuthGateOptions {
   readonly maxUnauthenticatedPerConnection?: number;
   /** Called on an HTTP/2 connection's calls that passed the gate (the server widens its flow-control windows). */
   readonly onAuthorized?: (session: http2.Http2Session) => void;
+  /** How fast refused HTTP/2 calls are answered (refusal-pacer.ts); default DEFAULT_REFUSAL_PACE. */
+  readonly refusalPace?: RefusalPacerOptions;
   /** Where the periodic summary of refusals goes. */
   readonly log?: Logger;
 }
@@ -87,6 +89,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
   const maxStrikes = options.maxUnauthenticatedPerConnection ?? MAX_UNAUTHENTICATED_PER_CONNECTION;
   const strikes = new WeakMap<http2.Http2Session, number>();
   const counts = { refused: 0, shed: 0 };
+  const pacer = createRefusalPacer(options.refusalPace);
   let summaryDue = 0;
 
   /** Counts a refusal; past the summary period, logs how many there were (never one line per call). */
@@ -94,7 +97,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
     counts.refused++;
     const now = Date.now();
     if (now < summaryDue) return;
-    if (summaryDue !== 0) options.log?.warn({ refused: counts.refused, connectionsShed: counts.shed }, "refused calls without a valid token");
+    if (summaryDue !== 0) options.log?.warn({ refused: counts.refused, connectionsShed: counts.shed, waitingForAnswer: pacer.held }, "refused calls without a valid token");
     counts.refused = 0;
     counts.shed = 0;
     summaryDue = now + SUMMARY_EVERY_MS;
@@ -107,15 +110,17 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
     strikes.set(session, count);
     if (count < maxStrikes) return;
     counts.shed++;
-    // GOAWAY keeps the answers already queued; new streams on it are refused by the protocol.
+    // GOAWAY: new streams on it are refused by the protocol. The connection is cut on the next
+    // turn, once the answers already queued are written; refusals still waiting for their turn
+    // (refusal-pacer.ts) go with it, rather than hold it open for a client that is not waiting.
     session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-    session.close();
-    setTimeout(() => session.destroy(), SHED_GRACE_MS).unref();
+    setImmediate(() => session.destroy());
   };
 
   const refuseH2 = (stream: http2.ServerHttp2Stream, contentType: string | undefined, reason: RefusalReason) => {
     counted();
-    refuseStream(stream, contentType ?? "", reason);
+    quiet(stream);
+    pacer.answer(stream, () => refuseStream(stream, contentType ?? "", reason));
     strike(stream.session);
   };
 

@@ -83,11 +83,17 @@ function answerFor(contentType: string, reason: RefusalReason): { status: number
 
 const ignore = (): void => {};
 
-/** Refuses an HTTP/2 stream from its headers: the answer, then a reset so the client stops sending its body. */
-export function refuseStream(stream: http2.ServerHttp2Stream, contentType: string, reason: RefusalReason): void {
-  // Nothing else listens on a stream refused from its headers, and an unheard 'error' (a
-  // client's reset, its connection cut) would be thrown.
+/**
+ * Gives a stream about to be refused a listener for 'error': nothing else listens on a stream
+ * refused from its headers, and an unheard one (a client's reset, its connection cut, while the
+ * refusal waits or is sent) would be thrown.
+ */
+export function quiet(stream: http2.ServerHttp2Stream): void {
   stream.on("error", ignore);
+}
+
+/** Refuses a quieted HTTP/2 stream: the answer, then a reset so the client stops sending its body. */
+export function refuseStream(stream: http2.ServerHttp2Stream, contentType: string, reason: RefusalReason): void {
   if (stream.destroyed || stream.closed) return;
   const answer = answerFor(contentType, reason);
   try {
