@@ -126,7 +126,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     let runId = "";
     try {
       runId = await insertBenchRun(db);
-      const grant: WorkspaceGrant = { runId, agentId: "sandbox-bench", image: options.image, labels: [], networkAccess: false, secrets: {} };
+      const grant: WorkspaceGrant = { runId, agentId: "sandbox-bench", image: options.image, labels: [], networkAccess: false, secrets: {}, secretSources: {} };
       const acquireStarted = performance.now();
       const workspaceId = await dispatcher.workspaceFor(grant, AbortSignal.timeout(120_000));
       progress(`workspace ${workspaceId} acquired through the dispatcher in ${ms(performance.now() - acquireStarted)} ms`);

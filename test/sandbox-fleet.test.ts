@@ -2,7 +2,7 @@
 // and capacity live in PostgreSQL, a command for a host attached to another replica is relayed
 // to it, a run that moves between replicas keeps its workspace, and an agent given several
 // control planes re-attaches to the next when its own goes away.
-import { randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -26,12 +26,19 @@ const turn = (toolCalls: ScriptedTurn["toolCalls"], options: { reply?: string; d
 const sandboxAgent = (id: string, turns: ScriptedTurn[]): AgentSpec =>
   scriptedAgent(id, turns, { displayName: id, tools: toolGrants(SANDBOX_TOOLS), sandbox: { ...DEMO_AGENT.sandbox } });
 
-/** Writes on the replica that claimed it, then reads the file back with a shell command. */
-const RELAYED = sandboxAgent("fleet-relayed", [
-  turn([call("sandbox.write_file.v1", { path: "notes/plan.txt", content: "written through the relay\n" })]),
-  turn([call("sandbox.exec.v1", { command: "cat notes/plan.txt && echo ran && echo to-stderr >&2" })]),
-  turn([], { reply: "relayed" }),
-]);
+/** A secret every replica has in its environment; the workspace gets it from the one holding the host. */
+const FLEET_SECRET = `fleet-${randomBytes(12).toString("hex")}`;
+const SECRET_ENV = { KEEL_SECRET_FLEET_TOKEN: FLEET_SECRET };
+
+/** Writes on the replica that claimed it, then reads the file back (and a digest of its secret) with a shell command. */
+const RELAYED: AgentSpec = {
+  ...sandboxAgent("fleet-relayed", [
+    turn([call("sandbox.write_file.v1", { path: "notes/plan.txt", content: "written through the relay\n" })]),
+    turn([call("sandbox.exec.v1", { command: 'cat notes/plan.txt && echo ran && echo to-stderr >&2 && printf %s "$FLEET_TOKEN" | md5sum' })]),
+    turn([], { reply: "relayed" }),
+  ]),
+  sandbox: { ...DEMO_AGENT.sandbox, secrets: [{ envVar: "FLEET_TOKEN", sourceEnv: "KEEL_SECRET_FLEET_TOKEN" }] },
+};
 
 /** Writes, then thinks long enough for its replica to be stopped, then reads the file. */
 const MOVER = sandboxAgent("fleet-mover", [
@@ -128,9 +135,9 @@ describe.skipIf(skip)("one sandbox host shared by three replicas", () => {
 
   beforeAll(async () => {
     // Only A runs workers at first, so A claims every run; the host attaches to B (then C).
-    a = await startTestKeel({ workers: 1, agents: [RELAYED, MOVER] });
+    a = await startTestKeel({ workers: 1, agents: [RELAYED, MOVER], env: SECRET_ENV });
     // Configured with one worker each but not started (workers: 0): B starts its own when A stops.
-    const shared = { databaseUrl: a.databaseUrl, workers: 0, env: { KEEL_WORKERS: "1" }, agents: [] };
+    const shared = { databaseUrl: a.databaseUrl, workers: 0, env: { KEEL_WORKERS: "1", ...SECRET_ENV }, agents: [] };
     [b, c] = await Promise.all([startTestKeel(shared), startTestKeel(shared)]);
     dataDir = await mkdtemp(path.join(tmpdir(), "keel-fleet-"));
     agent = await startSandboxAgent({ url: `${b.url},${c.url}`, token: await a.hostToken(hostId), hostId, dataDir, capacity: 4 });
@@ -175,8 +182,10 @@ describe.skipIf(skip)("one sandbox host shared by three replicas", () => {
     const [write, exec] = await invocations(a, runId);
     expect(write).toMatchObject({ toolName: "sandbox.write_file.v1", status: ToolInvocationStatus.SUCCEEDED });
     expect(exec).toMatchObject({ toolName: "sandbox.exec.v1", status: ToolInvocationStatus.SUCCEEDED, exitCode: 0 });
-    // The output came back through the ledger to A, which recorded it as the command ran.
-    expect(stdout(exec)).toBe("written through the relay\nran\n");
+    // The output came back through the ledger to A, which recorded it as the command ran. The
+    // workspace had the secret: B read it from its own environment, by the name the relay carried.
+    const digest = createHash("md5").update(FLEET_SECRET).digest("hex");
+    expect(stdout(exec)).toBe(`written through the relay\nran\n${digest}  -\n`);
     expect((exec?.observations ?? []).filter((o) => o.stream === "stderr").map((o) => o.text).join("")).toBe("to-stderr\n");
     const rows = await query<{ host_id: string; status: string }>(a.databaseUrl, "SELECT host_id, status FROM workspaces WHERE run_id = $1", [runId]);
     expect(rows).toEqual([{ host_id: hostId, status: "active" }]);
@@ -217,7 +226,7 @@ describe.skipIf(skip)("one sandbox host shared by three replicas", () => {
     await b.stop();
     await waitFor("the host to attach to replica C", () => (c.app.sandbox.hub.isAttached(hostId) ? true : undefined), 60_000);
     await agent.waitForLog((entry) => entry["msg"] === "attached to the control plane" && entry["controlPlane"] === c.url);
-    const grant: WorkspaceGrant = { runId: moverRunId, agentId: MOVER.id, image: MOVER.sandbox.image, labels: [], networkAccess: false, secrets: {} };
+    const grant: WorkspaceGrant = { runId: moverRunId, agentId: MOVER.id, image: MOVER.sandbox.image, labels: [], networkAccess: false, secrets: {}, secretSources: {} };
     const signal = AbortSignal.timeout(60_000);
     const [before] = await query<{ id: string }>(c.databaseUrl, "SELECT id FROM workspaces WHERE run_id = $1", [moverRunId]);
     expect(await c.app.sandbox.dispatcher.workspaceFor(grant, signal)).toBe(before?.id);

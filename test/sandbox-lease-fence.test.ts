@@ -45,7 +45,7 @@ describe.skipIf(skip)("the sandbox host's lease fence", () => {
       connector: "test",
     });
     const { dispatcher } = keel.app.sandbox;
-    const grant: WorkspaceGrant = { runId, agentId: AGENT.id, image: AGENT.sandbox.image, labels: [], networkAccess: false, secrets: {} };
+    const grant: WorkspaceGrant = { runId, agentId: AGENT.id, image: AGENT.sandbox.image, labels: [], networkAccess: false, secrets: {}, secretSources: {} };
     const signal = AbortSignal.timeout(60_000);
     const workspaceId = await dispatcher.workspaceFor(grant, signal);
     const command = (text: string, leaseEpoch: number): SandboxExec => ({

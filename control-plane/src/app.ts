@@ -184,7 +184,7 @@ export async function buildApp(
   const fleet = createFleetRelay(
     sandboxHub,
     createSandboxRelayRepository(ledger.sql),
-    { replicaId, route: (hostId) => leases.hostReplica(hostId), subscribe: (listener) => hub.subscribe("keel_sandbox", listener), pollMs: 1_000 },
+    { replicaId, route: (hostId) => leases.hostReplica(hostId), subscribe: (listener) => hub.subscribe("keel_sandbox", listener), pollMs: 1_000, environment: env },
     sandboxLog,
   );
   const dispatcher = createRemoteSandboxDispatcher(

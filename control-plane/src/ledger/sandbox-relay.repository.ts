@@ -27,9 +27,6 @@ const withdrawStatement = statement<{ toReplica: string; commandId: string }, { 
   DELETE FROM sandbox_relays WHERE to_replica = ${(p) => p.toReplica} AND command_id = ${(p) => p.commandId} AND kind = 'command'
   RETURNING id::text AS id`;
 
-const notifyStatement = statement<{ payload: string }, { notified: string }>("sandbox_relay_notify")`
-  SELECT pg_notify('keel_sandbox', ${(p) => p.payload}) AS notified`;
-
 const pruneStatement = statement<{ maxAgeMs: number }, { id: string }>("sandbox_relay_prune")`
   DELETE FROM sandbox_relays WHERE created_at < now() - (${(p) => p.maxAgeMs}::float8 * interval '1 millisecond') RETURNING id::text AS id`;
 
@@ -54,10 +51,6 @@ export function createSandboxRelayRepository(sql: Sql): SandboxRelayStore {
 
     async withdraw(toReplica, commandId) {
       return (await sql.run(withdrawStatement, { toReplica, commandId })).length > 0;
-    },
-
-    async notify(payload) {
-      await sql.run(notifyStatement, { payload });
     },
 
     async prune(maxAgeMs) {

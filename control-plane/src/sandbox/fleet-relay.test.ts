@@ -30,7 +30,6 @@ function memoryRelays() {
   const listeners = new Set<(payload: string) => void>();
   const rows: (RelayRecord & { id: number })[] = [];
   const stored: RelayRecord[] = [];
-  const notified: string[] = [];
   let next = 1;
   const emit = (payload: string) => setTimeout(() => listeners.forEach((l) => l(payload)), 1);
   const store: SandboxRelayStore = {
@@ -50,17 +49,13 @@ function memoryRelays() {
       rows.splice(at, 1);
       return true;
     },
-    async notify(payload) {
-      notified.push(payload);
-      emit(payload);
-    },
     prune: async () => 0,
   };
   const subscribe = (listener: (payload: string) => void) => {
     listeners.add(listener);
     return () => listeners.delete(listener);
   };
-  return { store, subscribe, stored, notified, rows };
+  return { store, subscribe, stored, rows };
 }
 
 const registration: HostRegistration = {
@@ -117,14 +112,16 @@ describe("fleet relay between two replicas", () => {
   });
 
   /** Replica A has no host; replica B holds host-a (or, as far as `route` says, whoever it names). */
-  const fleet = (route: (hostId: string) => string | undefined = (hostId) => (hostId === "host-a" ? "B" : undefined)) => {
+  /** What each replica's process environment holds: B has the secret variable, C does not. */
+  const ENVIRONMENTS: Record<string, Record<string, string>> = { A: { KEEL_SECRET_TOKEN: SECRET }, B: { KEEL_SECRET_TOKEN: SECRET }, C: {} };
+  const fleet = (route: (hostId: string) => string | undefined = (hostId) => (hostId === "host-a" ? "B" : undefined), holder = "B") => {
     const ledger = memoryRelays();
     const hub = () => createSandboxHub(emptyStore(), { heartbeatIntervalMs: 10_000, reconnectGraceMs: 50, unclaimedTtlMs: 60_000, maxUnclaimedBytes: 1024 }, log);
     hubs = [hub(), hub()];
     const [hubA, hubB] = hubs as [SandboxHub, SandboxHub];
     const relay = (replicaId: string, onHub: SandboxHub) =>
-      createFleetRelay(onHub, ledger.store, { replicaId, route: async (hostId) => route(hostId), subscribe: ledger.subscribe, pollMs: 1_000 }, log);
-    relays = [relay("A", hubA), relay("B", hubB)];
+      createFleetRelay(onHub, ledger.store, { replicaId, route: async (hostId) => route(hostId), subscribe: ledger.subscribe, pollMs: 1_000, environment: ENVIRONMENTS[replicaId] ?? {} }, log);
+    relays = [relay("A", hubA), relay(holder, hubB)];
     const [a, b] = relays as [FleetRelay, FleetRelay];
     return { ledger, hubA, hubB, a, b };
   };
@@ -165,15 +162,33 @@ describe("fleet relay between two replicas", () => {
     expect(sent?.kind === "write_file" ? [...sent.content] : undefined).toEqual([...content]);
   });
 
-  it("hands an acquire's secrets over in the wake-up alone, never to the table", async () => {
+  it("relays an acquire's secrets by name: the holder reads their values from its own environment", async () => {
     const { a, hubB, ledger } = fleet();
     const host = await hubB.attach(registration);
     const seen = playHost(host, (command) => host.receive({ kind: "result", outcome: outcome(command.commandId) }));
-    const acquire: HostCommand = { commandId: "q1", action: { kind: "acquire", workspaceId: WS, runId: "r1", image: "img", networkAccess: false, env: { TOKEN: SECRET } } };
+    const acquire: HostCommand = {
+      commandId: "q1",
+      action: { kind: "acquire", workspaceId: WS, runId: "r1", image: "img", networkAccess: false, env: { TOKEN: SECRET }, envSources: { TOKEN: "KEEL_SECRET_TOKEN" } },
+    };
     await a.send("host-a", acquire, {}, AbortSignal.timeout(5_000), 1_000);
+    // The host got the value; the table (and every wake-up, which carries only a replica id) never did.
     expect(seen).toEqual([acquire]);
+    expect(JSON.stringify(ledger.stored)).toContain("KEEL_SECRET_TOKEN");
     expect(JSON.stringify(ledger.stored)).not.toContain(SECRET);
-    expect(ledger.notified.some((payload) => payload.includes(SECRET))).toBe(true);
+  });
+
+  it("refuses to relay an acquire as not sent when the holder lacks a secret's variable, or a secret has no source", async () => {
+    const { a, hubB, ledger } = fleet((hostId) => (hostId === "host-a" ? "C" : undefined), "C");
+    const host = await hubB.attach(registration);
+    const seen = playHost(host, (command) => host.receive({ kind: "result", outcome: outcome(command.commandId) }));
+    const action = { kind: "acquire", workspaceId: WS, runId: "r1", image: "img", networkAccess: false, env: { TOKEN: SECRET } } as const;
+    const missing = a.send("host-a", { commandId: "q2", action: { ...action, envSources: { TOKEN: "KEEL_SECRET_TOKEN" } } }, {}, AbortSignal.timeout(5_000), 1_000);
+    await expect(missing).rejects.toBeInstanceOf(HostUnavailableError);
+    await expect(missing).rejects.toThrow(/replica C, which holds the sandbox host, has no KEEL_SECRET_TOKEN in its environment/);
+    const sourceless = a.send("host-a", { commandId: "q3", action }, {}, AbortSignal.timeout(5_000), 1_000);
+    await expect(sourceless).rejects.toThrow(/secrets do not say where they came from/);
+    expect(seen).toEqual([]);
+    expect(JSON.stringify(ledger.stored)).not.toContain(SECRET);
   });
 
   it("fails as not sent when the holder no longer has the host, and leaves nothing in transit", async () => {

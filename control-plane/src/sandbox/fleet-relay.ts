@@ -5,8 +5,8 @@
 //
 // A command not taken within PICKUP_MS (its holder died, and its row still looks live for a few
 // heartbeats) is withdrawn, which only succeeds if it was never taken, and sent again wherever the
-// host is then. An acquire that carries secrets travels in the NOTIFY payload only, never in a
-// table, because secrets are never written to the ledger (it cannot be withdrawn: a lost one times out).
+// host is then. An acquire's secrets are never relayed: it carries the names of the control-plane
+// variables they came from, and the holding replica reads the values from its own environment.
 // Semantics follow the hub's: giving up on a command leaves it running on its host; a holding
 // replica that fails or vanishes mid-command makes its outcome unknown (HostLostError); a
 // command that never reached a host fails with HostUnavailableError.
@@ -27,6 +27,8 @@ export interface FleetRelayOptions {
   readonly subscribe: (listener: (payload: string) => void) => () => void;
   /** Safety poll for a wake-up lost in a reconnect, while commands wait or hosts are attached here. */
   readonly pollMs: number;
+  /** Where a relayed acquire's secrets are read, by the variable names it carries. */
+  readonly environment: Readonly<Record<string, string | undefined>>;
 }
 
 export interface FleetRelay {
@@ -38,8 +40,6 @@ export interface FleetRelay {
   close(): void;
 }
 
-/** NOTIFY payloads stop at 8,000 bytes. */
-const MAX_NOTIFY_BYTES = 7_900;
 /** Past the holding replica's own timeout, how long the sender waits before the outcome is unknown. */
 const ROUTE_SLACK_MS = 10_000;
 const TAKE_BATCH = 200;
@@ -89,9 +89,15 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
     const from = String(body["from"]);
     const hostId = String(body["hostId"]);
     const timeoutMs = Number(body["timeoutMs"]);
-    const command = decodeCommand(body["command"] as Record<string, unknown>);
-    const record = (kind: RelayKind, replyBody: Record<string, unknown>): RelayRecord => ({ toReplica: from, commandId: command.commandId, kind, body: replyBody });
+    const relayed = decodeCommand(body["command"] as Record<string, unknown>);
+    const record = (kind: RelayKind, replyBody: Record<string, unknown>): RelayRecord => ({ toReplica: from, commandId: relayed.commandId, kind, body: replyBody });
     const reply = (kind: RelayKind, replyBody: Record<string, unknown>) => post(record(kind, replyBody));
+    const secrets = secretsFor(relayed, options.environment, me);
+    if (typeof secrets === "string") {
+      reply("failed", { reason: "unavailable", message: secrets });
+      return;
+    }
+    const command = secrets === undefined ? relayed : { ...relayed, action: { ...relayed.action, env: secrets } };
     // Output that could not be stored for the sender makes the outcome say truncated, never complete.
     let outputLost = false;
     const watch: CommandWatch = {
@@ -181,13 +187,6 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
       wake();
       return;
     }
-    if (!payload.startsWith("{")) return;
-    try {
-      const direct = JSON.parse(payload) as { to: string; commandId: string; body: Record<string, unknown> };
-      if (direct.to === me) runForwarded(direct.body);
-    } catch (error) {
-      log.warn({ err: error }, "sandbox relay: an unreadable direct command was ignored");
-    }
   });
 
   /**
@@ -272,21 +271,13 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
       signal.addEventListener("abort", onAbort, { once: true });
       waiting.get(commandId)?.reject(new Error(`command ${commandId} was re-attached elsewhere`));
       waiting.set(commandId, entry);
-      const body = { from: me, hostId, timeoutMs, command: encodeCommand(command) };
-      if (command.action.kind === "acquire" && Object.keys(command.action.env).length > 0) {
-        const payload = JSON.stringify({ to: replica, commandId, body });
-        if (Buffer.byteLength(payload) > MAX_NOTIFY_BYTES) {
-          entry.reject(
-            new HostUnavailableError(
-              `the workspace's secrets are too large to hand to sandbox host ${hostId}, which is attached to another control-plane replica ` +
-                `(at most about ${MAX_NOTIFY_BYTES} bytes with the command); grant fewer or shorter secrets`,
-            ),
-          );
-          return;
-        }
-        store.notify(payload).catch((error: unknown) => entry.reject(new HostUnavailableError(`could not reach replica ${replica}: ${String(error)}`)));
+      const action = command.action;
+      if (action.kind === "acquire" && Object.keys(action.env).some((name) => action.envSources?.[name] === undefined)) {
+        // Fail closed: a value without the name of its source would have to travel itself.
+        entry.reject(new HostUnavailableError(`sandbox host ${hostId} is attached to replica ${replica}, and this workspace's secrets do not say where they came from`));
         return;
       }
+      const body = { from: me, hostId, timeoutMs, command: encodeCommand(command) };
       // A failed store may still have committed (a connection lost at COMMIT): the command may run, so its outcome is unknown.
       post({ toReplica: replica, commandId, kind: "command", body }, (error) => entry.reject(new HostLostError(`could not hand command ${commandId} to replica ${replica}: ${error.message}`)));
       pickup.timer = setTimeout(() => {
@@ -367,4 +358,21 @@ export function createFleetRelay(hub: SandboxHub, store: SandboxRelayStore, opti
       clearInterval(poller);
     },
   };
+}
+
+/**
+ * A relayed acquire's secrets, read from this replica's environment by the names it carries;
+ * undefined for any other command, or a message saying which variable this replica lacks.
+ */
+function secretsFor(command: HostCommand, environment: Readonly<Record<string, string | undefined>>, replicaId: string): Record<string, string> | string | undefined {
+  if (command.action.kind !== "acquire" || command.action.envSources === undefined) return undefined;
+  const secrets: Record<string, string> = {};
+  for (const [name, source] of Object.entries(command.action.envSources)) {
+    const value = environment[source];
+    if (value === undefined || value === "") {
+      return `control-plane replica ${replicaId}, which holds the sandbox host, has no ${source} in its environment for the workspace's secret ${name}: give every replica the same secret variables`;
+    }
+    secrets[name] = value;
+  }
+  return secrets;
 }

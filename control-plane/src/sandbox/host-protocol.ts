@@ -22,7 +22,17 @@ export interface HostRegistered {
 }
 
 export type HostAction =
-  | { readonly kind: "acquire"; readonly workspaceId: string; readonly runId: string; readonly image: string; readonly networkAccess: boolean; readonly env: Readonly<Record<string, string>> }
+  | {
+      readonly kind: "acquire";
+      readonly workspaceId: string;
+      readonly runId: string;
+      readonly image: string;
+      readonly networkAccess: boolean;
+      /** The workspace's secrets, by the name the workspace sees them under. */
+      readonly env: Readonly<Record<string, string>>;
+      /** For each of env's names, the control-plane variable its value came from (see fleet-relay.ts). */
+      readonly envSources?: Readonly<Record<string, string>>;
+    }
   | { readonly kind: "release"; readonly workspaceId: string }
   | {
       readonly kind: "exec";

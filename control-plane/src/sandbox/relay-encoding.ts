@@ -5,8 +5,14 @@ import type { CommandOutcome, HostAction, HostCommand } from "./host-protocol.js
 export const b64 = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
 export const unb64 = (text: unknown) => new Uint8Array(Buffer.from(typeof text === "string" ? text : "", "base64"));
 
+/** An acquire travels without its secrets' values, only their sources' names (fleet-relay.ts). */
 export function encodeCommand(command: HostCommand): Record<string, unknown> {
-  const action = command.action.kind === "write_file" ? { ...command.action, content: b64(command.action.content) } : command.action;
+  const action =
+    command.action.kind === "write_file"
+      ? { ...command.action, content: b64(command.action.content) }
+      : command.action.kind === "acquire"
+        ? { ...command.action, env: {} }
+        : command.action;
   return { commandId: command.commandId, action, ...(command.leaseEpoch === undefined ? {} : { leaseEpoch: command.leaseEpoch }) };
 }
 

@@ -156,7 +156,15 @@ export function createRemoteSandboxDispatcher(
             lease.hostId,
             {
               commandId: randomUUID(),
-              action: { kind: "acquire", workspaceId: lease.id, runId: grant.runId, image: grant.image, networkAccess: grant.networkAccess, env: grant.secrets },
+              action: {
+                kind: "acquire",
+                workspaceId: lease.id,
+                runId: grant.runId,
+                image: grant.image,
+                networkAccess: grant.networkAccess,
+                env: grant.secrets,
+                envSources: grant.secretSources,
+              },
             },
             {},
             signal,

@@ -26,8 +26,6 @@ export interface SandboxRelayStore {
    * stored). Exactly one of the two wins, so a withdrawn command never runs.
    */
   withdraw(toReplica: string, commandId: string): Promise<boolean>;
-  /** Sends `payload` on keel_sandbox without storing it anywhere (a workspace's secrets travel only so). */
-  notify(payload: string): Promise<void>;
   /** Drops records older than `maxAgeMs` (their recipient went away); returns how many. */
   prune(maxAgeMs: number): Promise<number>;
 }

@@ -12,6 +12,12 @@ export interface WorkspaceGrant {
   readonly networkAccess: boolean;
   /** Secret values for this run's workspace only; never written to the ledger or logs. */
   readonly secrets: Readonly<Record<string, string>>;
+  /**
+   * For each secret, the control-plane variable its value came from. A workspace placed through
+   * another replica is created with these names: that replica reads the values from its own
+   * environment, so no value ever leaves the process that read it.
+   */
+  readonly secretSources: Readonly<Record<string, string>>;
 }
 
 export interface SandboxExec {

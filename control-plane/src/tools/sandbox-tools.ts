@@ -44,12 +44,14 @@ const workspacePath = (what: string) =>
 /** The run's workspace grant: its agent's sandbox settings and the values of the secrets it names. */
 export function grantFor(context: Pick<ToolExecutionContext, "runId" | "agent">, env: Readonly<Record<string, string | undefined>>): WorkspaceGrant {
   const secrets: Record<string, string> = {};
+  const secretSources: Record<string, string> = {};
   for (const secret of context.agent.sandbox.secrets) {
     const value = env[secret.sourceEnv];
     if (value === undefined || value === "") {
       throw new Error(`agent ${context.agent.id} grants secret ${secret.envVar} from ${secret.sourceEnv}, which is not set in the control plane's environment`);
     }
     secrets[secret.envVar] = value;
+    secretSources[secret.envVar] = secret.sourceEnv;
   }
   return {
     runId: context.runId,
@@ -58,6 +60,7 @@ export function grantFor(context: Pick<ToolExecutionContext, "runId" | "agent">,
     labels: context.agent.sandbox.labels,
     networkAccess: context.agent.policy.networkAccess,
     secrets,
+    secretSources,
   };
 }
 
