@@ -17,7 +17,22 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
-import { integerOption, beginRaw, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
+import {
+  integerOption,
+  beginRaw,
+  benchDurability,
+  DURABILITY_OPTION,
+  durabilityLabel,
+  durabilitySettings,
+  ms,
+  nodeCpuMs,
+  postgresCpuMs,
+  startBenchKeel,
+  summarize,
+  table,
+  withBenchPostgres,
+  type Durability,
+} from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
@@ -69,7 +84,14 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
         settings = await durabilitySettings(db);
         progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
 
+        const [nodeBefore, postgresBefore] = [nodeCpuMs(), postgresCpuMs(postgres.dataDir)];
         keel = await keelPhase(url, token, options, progress);
+        // Where the ceiling is: with both CPUs busy, throughput is what a message costs them.
+        const sent = options.messages + options.warmup;
+        progress(
+          `CPU per message (warm-up included): this process (Keel and its client) ${((nodeCpuMs() - nodeBefore) / sent).toFixed(2)} ms, ` +
+            `PostgreSQL ${((postgresCpuMs(postgres.dataDir) - postgresBefore) / sent).toFixed(2)} ms`,
+        );
         raw = await rawPhase(db, options, progress);
         rawPerSecond = await rawConcurrentPhase(postgres.url, options, progress);
       } finally {

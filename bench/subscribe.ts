@@ -3,7 +3,9 @@
 // reserveEmissions as step commits do) are timed with 1 stream open and with N streams open over
 // real HTTP/2 (Connect clients in a process of their own, several sessions and tokens), spread over several connectors,
 // each emission going to one connector in turn (with 1 stream, all to its connector). Every stream must receive every emission of its
-// connector, once and in order. Target: p50 with N streams ≤ 1.5× p50 with 1.
+// connector, once and in order. Target: p50 with N streams ≤ 1.5× p50 with 1. A control round
+// with the N streams still open commits emissions to a connector none of them follows: what the
+// open streams cost commits when nothing is delivered, against what delivering to them costs.
 //
 // KEEL_BENCH_PROFILE_DIR writes a CPU profile of the server over the round with N streams open.
 //
@@ -144,6 +146,7 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       progress(`keel on ${keel.url}; ${durabilityLabel(options.durability)}; postgres ${settings}`);
       const connectors = Array.from({ length: options.connectors }, (_, i) => `bench-${i}`);
       const targets = await seedRuns(keel, connectors);
+      const [unfollowed] = await seedRuns(keel, ["bench-unfollowed"]);
       const sent = new Map<string, string[]>(connectors.map((c) => [c, []]));
       let n = 0;
       /** Commits `count` emissions, one per transaction, to `to` in turn; returns each commit's latency. */
@@ -206,9 +209,11 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       const manyCpu = await many.check(sentToMany, connectors, 60_000);
       const deliveries = crowded.n * Math.round(options.streams / options.connectors);
       progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector; ${crowdedCost(deliveries)}; clients ${(manyCpu / deliveries).toFixed(0)} us CPU per delivery; ${many.pinning}`);
+      const quiet = summarize(await emitRound(options.emissions, [unfollowed!]));
+      progress(`${options.streams} streams open: ${quiet.n} emission commits to a connector none of them follows (control)`);
       await many.close();
 
-      printResult(options, single, crowded, one.pinning === many.pinning ? one.pinning : `${one.pinning} / ${many.pinning}`);
+      printResult(options, single, crowded, quiet, one.pinning === many.pinning ? one.pinning : `${one.pinning} / ${many.pinning}`);
     } finally {
       await keel.app.stop();
     }
@@ -231,7 +236,7 @@ function startCost(): (deliveries: number) => string {
   };
 }
 
-function printResult(options: Options, single: Stats, crowded: Stats, pinning: string): void {
+function printResult(options: Options, single: Stats, crowded: Stats, quiet: Stats, pinning: string): void {
   const ratio = crowded.p50 / single.p50;
   const lines = [
     "",
@@ -244,6 +249,7 @@ function printResult(options: Options, single: Stats, crowded: Stats, pinning: s
       [
         ["emission commit, 1 stream open", ms(single.p50), ms(single.p99), String(single.n)],
         [`emission commit, ${options.streams} streams open`, ms(crowded.p50), ms(crowded.p99), String(crowded.n)],
+        [`control: ${options.streams} open, none receiving`, ms(quiet.p50), ms(quiet.p99), String(quiet.n)],
       ],
     ),
     "",
