@@ -22,6 +22,8 @@ import { createTokenChecks, type TokenChecks } from "./token-checks.js";
 
 /** Unauthenticated calls one HTTP/2 connection may make before it is closed. */
 export const MAX_UNAUTHENTICATED_PER_CONNECTION = 64;
+/** How long a shed connection's open streams get to finish before it is cut. */
+const SHED_GRACE_MS = 1_000;
 /** At most one summary line of refusals per this period. */
 const SUMMARY_EVERY_MS = 10_000;
 
@@ -110,17 +112,20 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
     strikes.set(session, count);
     if (count < maxStrikes) return;
     counts.shed++;
-    // GOAWAY: new streams on it are refused by the protocol. The connection is cut on the next
-    // turn, once the answers already queued are written; refusals still waiting for their turn
-    // (refusal-pacer.ts) go with it, rather than hold it open for a client that is not waiting.
+    // Its refusals still waiting for their turn (refusal-pacer.ts) are answered now, ahead of the
+    // GOAWAY: the connection sends no more, and held open until the pace reached them they would
+    // pile up. (Cutting it at once costs more: Node resets every open stream in one go, stalling
+    // the event loop.) GOAWAY keeps the answers already queued; new streams are refused by the protocol.
+    pacer.flush(session);
     session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-    setImmediate(() => session.destroy());
+    session.close();
+    setTimeout(() => session.destroy(), SHED_GRACE_MS).unref();
   };
 
   const refuseH2 = (stream: http2.ServerHttp2Stream, contentType: string | undefined, reason: RefusalReason) => {
     counted();
     quiet(stream);
-    pacer.answer(stream, () => refuseStream(stream, contentType ?? "", reason));
+    pacer.answer(stream, () => refuseStream(stream, contentType ?? "", reason), stream.session);
     strike(stream.session);
   };
 

@@ -85,6 +85,25 @@ describe("refusal pacer", () => {
     expect(pacer.held).toBe(2);
   });
 
+  it("answers a group's waiting refusals at once on flush, leaving the others their turn", () => {
+    const pacer = createRefusalPacer({ perSecond: 100, burst: 1, maxHeld: 50 }, clock);
+    const [shed, kept] = [{}, {}];
+    const answered: string[] = [];
+    pacer.answer(stream(), () => answered.push("burst"), kept);
+    pacer.answer(stream(), () => answered.push("kept-1"), kept);
+    pacer.answer(stream(), () => answered.push("shed-1"), shed);
+    const gone = stream();
+    pacer.answer(gone, () => answered.push("shed-gone"), shed);
+    pacer.answer(stream(), () => answered.push("kept-2"), kept);
+    gone.closed = true;
+    pacer.flush(shed);
+    expect(answered).toEqual(["burst", "shed-1"]);
+    expect(pacer.held).toBe(2);
+    advance(10);
+    advance(10);
+    expect(answered).toEqual(["burst", "shed-1", "kept-1", "kept-2"]);
+  });
+
   it("refills to the burst, not past it, after a quiet spell", () => {
     const pacer = createRefusalPacer({ perSecond: 1_000, burst: 5, maxHeld: 50 }, clock);
     now += 60_000;

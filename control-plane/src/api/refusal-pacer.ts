@@ -34,8 +34,13 @@ export const DEFAULT_REFUSAL_PACE = refusalPace(1_000);
 const TICK_MS = 10;
 
 export interface RefusalPacer {
-  /** Calls `answer` now if the rate allows, else once it does (unless the stream closed meanwhile). */
-  answer(stream: PacedStream, answer: () => void): void;
+  /**
+   * Calls `answer` now if the rate allows, else once it does (unless the stream closed meanwhile).
+   * `group` (the stream's connection) lets `flush` find it.
+   */
+  answer(stream: PacedStream, answer: () => void, group?: object): void;
+  /** Answers at once, whatever the rate, every refusal of `group` still waiting. */
+  flush(group: object): void;
   /** Refusals waiting now. */
   readonly held: number;
 }
@@ -44,7 +49,7 @@ export function createRefusalPacer(options: RefusalPacerOptions = DEFAULT_REFUSA
   let tokens = options.burst;
   let refilledAt = clock();
   // A FIFO as an array and a head index; entries whose stream closed are skipped without a token.
-  let waiting: { readonly stream: PacedStream; readonly answer: () => void }[] = [];
+  let waiting: { readonly stream: PacedStream; readonly answer: () => void; readonly group: object | undefined }[] = [];
   let head = 0;
   // Runs only while something waits, and never holds the process open.
   let timer: NodeJS.Timeout | undefined;
@@ -75,7 +80,7 @@ export function createRefusalPacer(options: RefusalPacerOptions = DEFAULT_REFUSA
   }
 
   return {
-    answer(stream, answer) {
+    answer(stream, answer, group) {
       refill();
       if (head === waiting.length && tokens >= 1) {
         tokens--;
@@ -91,8 +96,18 @@ export function createRefusalPacer(options: RefusalPacerOptions = DEFAULT_REFUSA
           return;
         }
       }
-      waiting.push({ stream, answer });
+      waiting.push({ stream, answer, group });
       schedule();
+    },
+    flush(group) {
+      const rest: typeof waiting = [];
+      for (let i = head; i < waiting.length; i++) {
+        const entry = waiting[i]!;
+        if (entry.group !== group) rest.push(entry);
+        else if (open(entry.stream)) entry.answer();
+      }
+      waiting = rest;
+      head = 0;
     },
     get held() {
       return waiting.length - head;
