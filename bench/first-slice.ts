@@ -17,22 +17,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
-import {
-  integerOption,
-  beginRaw,
-  benchDurability,
-  DURABILITY_OPTION,
-  durabilityLabel,
-  durabilitySettings,
-  ms,
-  nodeCpuMs,
-  postgresCpuMs,
-  startBenchKeel,
-  summarize,
-  table,
-  withBenchPostgres,
-  type Durability,
-} from "./support.js";
+import { integerOption, beginRaw, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
 
 const CONNECTOR = "bench";
 const RAW_CONNECTOR = "bench-raw";
