@@ -1,5 +1,5 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { DeliveryStatus, EmissionService, SubscribeResponseSchema, type AcknowledgeEmissionRequest, type Emission, type SubscribeResponse } from "../../../gen/keel/v1/emission_service_pb.js";
 import type { EmissionRecord } from "../domain/records.js";
 import { InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError } from "../domain/errors.js";
@@ -9,6 +9,7 @@ import type { EmissionFeed } from "../ledger/emission-feed.js";
 import type { AcknowledgeScope, Acknowledgement, EmissionQueries } from "../ledger/emission.repository.js";
 import { principalOf } from "./auth.js";
 import { emissionToProto, encodedSubscribeResponse } from "./convert.js";
+import { dataFrame, frameSinkOf } from "./direct-frames.js";
 import { cursorOf } from "./validate.js";
 
 export interface EmissionServiceDeps {
@@ -63,7 +64,7 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
   };
   // The feed hands the same record to every stream of its connector: convert (and, for the binary
   // codecs, encode) it once for all of them.
-  const converted = new WeakMap<EmissionRecord, { plain: SubscribeResponse; encoded?: SubscribeResponse }>();
+  const converted = new WeakMap<EmissionRecord, { plain: SubscribeResponse; encoded?: SubscribeResponse; frame?: Uint8Array }>();
   const responseOf = (emission: EmissionRecord, binary: boolean): SubscribeResponse => {
     let forms = converted.get(emission);
     if (forms === undefined) {
@@ -73,9 +74,15 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
     if (!binary) return forms.plain;
     return (forms.encoded ??= encodedSubscribeResponse(forms.plain.emission as Emission));
   };
+  const frameOf = (emission: EmissionRecord): Uint8Array => {
+    responseOf(emission, true);
+    const forms = converted.get(emission)!;
+    return (forms.frame ??= dataFrame(toBinary(SubscribeResponseSchema, forms.encoded!)));
+  };
   return {
     async *subscribe(request, context) {
       const connector = requireSlug("connector", request.connector);
+      const afterSeq = cursorOf("after_seq", request.afterSeq);
       const { scope } = principalOf(context);
       deny(connectorViolation(scope, { connector }));
       // A token limited to some agents sees only their emissions; the cursor still moves past the rest.
@@ -88,8 +95,14 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
         throw new ResourceExhaustedError(`token ${label || tokenId} already holds ${open} Subscribe streams, the most one token may hold`);
       }
       streamsOfToken.set(tokenId, open + 1);
+      const frames = frameSinkOf(context);
       try {
-        for await (const emission of deps.feed.follow(connector, cursorOf("after_seq", request.afterSeq), context.signal)) {
+        if (frames !== undefined) {
+          // Binary calls: each emission's frame, encoded once, goes to the stream as the feed reads it.
+          await deps.feed.pipe(connector, afterSeq, context.signal, (emission) => (visible(emission.agentId) ? frames.write(frameOf(emission)) : undefined));
+          return;
+        }
+        for await (const emission of deps.feed.follow(connector, afterSeq, context.signal)) {
           if (visible(emission.agentId)) yield responseOf(emission, binary);
         }
       } finally {

@@ -16,6 +16,7 @@ import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
 import { authGate, type AuthGate } from "./auth-gate.js";
 import { refusalPace } from "./refusal-pacer.js";
 import { dashboardAssets } from "./dashboard-assets.js";
+import { directFrames, withWire } from "./direct-frames.js";
 import { authInterceptor, defaultDeadlineInterceptor, type TokenVerifier } from "./auth.js";
 import { errorMappingInterceptor } from "./error-mapping.js";
 import { nulStringInterceptor } from "./request-strings.js";
@@ -107,6 +108,9 @@ export function createKeelServer(
     routes: (router: ConnectRouter) => {
       router.service(IngressService, services.ingress);
       router.service(EmissionService, services.emissions);
+      // Subscribe's deliveries are frames encoded once per emission, not messages through connect's pipeline.
+      const subscribe = router.handlers.findIndex((h) => h.method === EmissionService.method.subscribe);
+      router.handlers[subscribe] = directFrames(router.handlers[subscribe]!);
       router.service(RunService, services.runs);
       router.service(AgentService, services.agents);
       router.service(SandboxService, services.sandbox);
@@ -115,6 +119,8 @@ export function createKeelServer(
     },
     // Outermost first: every error, including auth's, goes through the one mapping.
     interceptors: [errorMappingInterceptor(log), authInterceptor(verifier), nulStringInterceptor(), defaultDeadlineInterceptor(limits.defaultDeadlineMs)],
+    // An HTTP/2 call's stream, which Subscribe's direct frames are written to.
+    contextValues: (request) => withWire("stream" in request ? request.stream : undefined),
     readMaxBytes: limits.maxMessageBytes,
     writeMaxBytes: limits.maxMessageBytes,
     maxTimeoutMs: limits.maxDeadlineMs,

@@ -2,8 +2,9 @@
 // stream took the emission-order lock exclusively on every wake and re-read its connector's
 // rows: a commit that wrote an emission queued behind hundreds of such instants. Now the
 // settled horizon is read once per wake for the whole process (one exclusive instant), a
-// connector's new rows once for all its streams at the tail, and a stream that is behind
-// catches up on its own with reads bounded by that horizon, which need no lock at all.
+// connector's new rows once for all its streams at the tail and handed to each stream's sink
+// there and then, and a stream that is behind catches up on its own with reads bounded by that
+// horizon, which need no lock at all.
 import type { EmissionRecord } from "../domain/records.js";
 import { createDeliveryPacer } from "./delivery-pacer.js";
 import type { NotificationHub } from "./notification-hub.js";
@@ -29,8 +30,17 @@ const emissionsUpTo = statement<{ connector: string; afterSeq: number; horizon: 
   WHERE e.connector = ${(p) => p.connector} AND e.seq > ${(p) => p.afterSeq} AND e.seq <= ${(p) => p.horizon}::bigint
   ORDER BY e.seq LIMIT ${(p) => p.limit}`;
 
+/** Takes one row; a promise when it can take no more until that settles. */
+export type EmissionSink = (row: EmissionRecord) => Promise<void> | undefined;
+
 export interface EmissionFeed {
-  /** A connector's emissions after `afterSeq`, oldest first, each once, until `signal` aborts. */
+  /**
+   * Hands a connector's emissions after `afterSeq` to `sink`, oldest first, each once, until
+   * `signal` aborts. At the tail a commit's rows are handed to every stream's sink at once, in the
+   * reader's turn: no wake-up, promise or generator step per stream.
+   */
+  pipe(connector: string, afterSeq: number, signal: AbortSignal, sink: EmissionSink): Promise<void>;
+  /** The same as an iterator, with deliveries paced across event-loop turns (see delivery-pacer.ts). */
   follow(connector: string, afterSeq: number, signal: AbortSignal): AsyncGenerator<EmissionRecord>;
   close(): void;
 }
@@ -40,16 +50,21 @@ export interface EmissionFeedOptions {
   readonly pollMs: number;
   /** Rows one query reads at most. */
   readonly batch?: number;
-  /** A stream at the tail that falls this far behind its deliveries reads for itself again. */
+  /** Rows a follow() holds for its reader before the feed waits for it (it then reads for itself). */
   readonly maxQueued?: number;
-  /** Deliveries (rows handed to streams) per event-loop turn, for the whole process; see delivery-pacer.ts. */
+  /** Deliveries (rows handed to follow()'s readers) per event-loop turn, for the whole process; see delivery-pacer.ts. */
   readonly deliveriesPerTurn?: number;
 }
 
-/** A stream at its connector's tail: rows are pushed to it as the horizon moves. */
+/** A stream at its connector's tail: rows are handed to its sink as the horizon moves. */
 interface TailMember {
-  readonly queue: EmissionRecord[];
-  dropped: boolean;
+  readonly sink: EmissionSink;
+  /** The last seq handed to the sink. */
+  cursor: number;
+  /** Set when the sink asked to wait: the member has left the tail, and reads for itself once it settles. */
+  behind: Promise<void> | undefined;
+  failure: Error | undefined;
+  left: boolean;
   wake: (() => void) | undefined;
 }
 
@@ -58,6 +73,19 @@ interface Tail {
   horizon: number;
   dirty: boolean;
   readonly members: Set<TailMember>;
+}
+
+/** Resolves when `promise` settles or `signal` aborts, whichever is first. */
+function untilSettledOrAborted(promise: Promise<void>, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    signal.addEventListener("abort", done, { once: true });
+    promise.then(done, done);
+  });
 }
 
 export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: EmissionFeedOptions): EmissionFeed {
@@ -79,19 +107,34 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
   const rowsUpTo = async (connector: string, afterSeq: number, upTo: number): Promise<EmissionRecord[]> =>
     (await sql.run(emissionsUpTo, { connector, afterSeq, horizon: upTo, limit: batch })).map(toEmissionRecord);
 
-  const deliver = (tail: Tail, rows: readonly EmissionRecord[]): void => {
-    for (const member of tail.members) {
-      member.queue.push(...rows);
-      if (member.queue.length > maxQueued) {
-        // Too slow to keep up: it leaves the tail and reads for itself, so memory stays bounded.
-        member.dropped = true;
-        member.queue.length = 0;
-        tail.members.delete(member);
-      }
-      member.wake?.();
-    }
+  const leave = (tail: Tail, member: TailMember): void => {
+    member.left = true;
+    tail.members.delete(member);
+    member.wake?.();
   };
 
+  const deliver = (tail: Tail, rows: readonly EmissionRecord[]): void => {
+    for (const member of tail.members) {
+      for (const row of rows) {
+        if (row.seq <= member.cursor) continue;
+        let wait: Promise<void> | undefined;
+        try {
+          wait = member.sink(row);
+        } catch (error) {
+          member.failure = error instanceof Error ? error : new Error(String(error));
+          leave(tail, member);
+          break;
+        }
+        member.cursor = row.seq;
+        if (wait !== undefined) {
+          // Too far behind to take more now: it leaves the tail and reads for itself once it can.
+          member.behind = wait;
+          leave(tail, member);
+          break;
+        }
+      }
+    }
+  };
   /** Reads the horizon, then each dirty connector's new rows once, until nothing is dirty. */
   const pump = async (): Promise<void> => {
     if (pumping) return;
@@ -136,8 +179,8 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
   }, options.pollMs);
   poll.unref();
 
-  // The stream's abort listener (one for its stay at the tail) calls wake too: no listener churn per delivery.
-  const nextDelivery = (member: TailMember): Promise<void> =>
+  /** Waits until the member leaves the tail or the signal aborts (whose listener calls wake too). */
+  const untilLeft = (member: TailMember): Promise<void> =>
     new Promise((resolve) => {
       member.wake = () => {
         member.wake = undefined;
@@ -145,49 +188,100 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
       };
     });
 
+  const pipe = async (connector: string, afterSeq: number, signal: AbortSignal, sink: EmissionSink): Promise<void> => {
+    let cursor = afterSeq;
+    while (!signal.aborted) {
+      // Catch up alone, below a settled horizon: no lock, nothing committed late is skipped.
+      const upTo = horizon > cursor ? horizon : await readHorizon();
+      const rows = await rowsUpTo(connector, cursor, upTo);
+      for (const row of rows) {
+        if (signal.aborted) return;
+        const wait = sink(row);
+        cursor = row.seq;
+        if (wait !== undefined) await untilSettledOrAborted(wait, signal);
+      }
+      if (rows.length === batch) continue;
+      let tail = tails.get(connector);
+      if (tail === undefined) {
+        tail = { horizon: upTo, dirty: true, members: new Set() };
+        tails.set(connector, tail);
+      }
+      // The tail was read past what this stream read: read up to there first.
+      if (tail.horizon > upTo) continue;
+      const member: TailMember = { sink, cursor, behind: undefined, failure: undefined, left: false, wake: undefined };
+      const onAbort = (): void => member.wake?.();
+      signal.addEventListener("abort", onAbort, { once: true });
+      tail.members.add(member);
+      pumpSoon();
+      try {
+        while (!signal.aborted && !member.left) await untilLeft(member);
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+        tail.members.delete(member);
+        if (tail.members.size === 0 && tails.get(connector) === tail) tails.delete(connector);
+      }
+      cursor = member.cursor;
+      if (member.failure !== undefined) throw member.failure;
+      if (member.behind !== undefined) await untilSettledOrAborted(member.behind, signal);
+    }
+  };
+
   return {
+    pipe,
     async *follow(connector, afterSeq, signal) {
-      let cursor = afterSeq;
-      while (!signal.aborted) {
-        // Catch up alone, below a settled horizon: no lock, nothing committed late is skipped.
-        const upTo = horizon > cursor ? horizon : await readHorizon();
-        const rows = await rowsUpTo(connector, cursor, upTo);
-        for (const row of rows) {
-          const turn = pacer.take();
-          if (turn !== undefined) await turn;
-          yield row;
-          cursor = row.seq;
+      // The pipe runs ahead of this reader by at most maxQueued rows, then waits for it.
+      const stop = new AbortController();
+      const onAbort = () => stop.abort();
+      signal.addEventListener("abort", onAbort, { once: true });
+      if (signal.aborted) stop.abort();
+      const queue: EmissionRecord[] = [];
+      let head = 0;
+      let wake: (() => void) | undefined;
+      let room: { promise: Promise<void>; resolve: () => void } | undefined;
+      let ended = false;
+      let failure: Error | undefined;
+      const rouse = () => {
+        const waiting = wake;
+        wake = undefined;
+        waiting?.();
+      };
+      const piping = pipe(connector, afterSeq, stop.signal, (row) => {
+        queue.push(row);
+        rouse();
+        if (queue.length - head < maxQueued) return undefined;
+        if (room === undefined) {
+          let resolve = () => {};
+          room = { promise: new Promise<void>((r) => (resolve = r)), resolve };
         }
-        if (rows.length === batch) continue;
-        let tail = tails.get(connector);
-        if (tail === undefined) {
-          tail = { horizon: upTo, dirty: true, members: new Set() };
-          tails.set(connector, tail);
-        }
-        // The tail was read past what this stream read: read up to there first.
-        if (tail.horizon > upTo) continue;
-        const member: TailMember = { queue: [], dropped: false, wake: undefined };
-        const onAbort = (): void => member.wake?.();
-        signal.addEventListener("abort", onAbort, { once: true });
-        tail.members.add(member);
-        pumpSoon();
-        try {
-          while (!signal.aborted && !member.dropped) {
-            if (member.queue.length === 0) await nextDelivery(member);
-            while (member.queue.length > 0 && !signal.aborted) {
-              const row = member.queue.shift() as EmissionRecord;
-              if (row.seq <= cursor) continue;
-              const turn = pacer.take();
-              if (turn !== undefined) await turn;
-              yield row;
-              cursor = row.seq;
+        return room.promise;
+      }).then(
+        () => (ended = true),
+        (error: unknown) => ((failure = error instanceof Error ? error : new Error(String(error))), (ended = true)),
+      ).finally(rouse);
+      try {
+        for (;;) {
+          if (head < queue.length) {
+            const row = queue[head++] as EmissionRecord;
+            if (head === queue.length) {
+              queue.length = 0;
+              head = 0;
+              room?.resolve();
+              room = undefined;
             }
-          }
-        } finally {
-          signal.removeEventListener("abort", onAbort);
-          tail.members.delete(member);
-          if (tail.members.size === 0 && tails.get(connector) === tail) tails.delete(connector);
+            const turn = pacer.take();
+            if (turn !== undefined) await turn;
+            yield row;
+          } else if (ended) {
+            if (failure !== undefined) throw failure;
+            return;
+          } else await new Promise<void>((resolve) => (wake = resolve));
         }
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+        stop.abort();
+        room?.resolve();
+        // Not awaited: the pipe ends with its current read, and settles `piping` without throwing.
+        void piping;
       }
     },
     close() {
