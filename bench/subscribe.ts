@@ -3,13 +3,16 @@
 // reserveEmissions as step commits do) are timed with 1 stream open and with N streams open over
 // real HTTP/2 (Connect clients in a process of their own, several sessions and tokens), spread over several connectors,
 // each emission going to one connector in turn (with 1 stream, all to its connector). Every stream must receive every emission of its
-// connector, once and in order. Target: p50 with N streams ≤ 1.5× p50 with 1. A control round
-// with the N streams still open commits emissions to a connector none of them follows: what the
-// open streams cost commits when nothing is delivered, against what delivering to them costs.
+// connector, once and in order. Target: p50 with N streams <= 1.5x p50 with 1, at the same offered
+// load: commits paced at --rate a second in both rounds, each timed from its start. A round with
+// the commits back to back shows capacity: there the deliveries asked for grow as commits get
+// faster, until one process's sending is the bound. A control round with the N streams still open
+// commits emissions to a connector none of them follows: what the open streams cost commits when
+// nothing is delivered, against what delivering to them costs.
 //
-// KEEL_BENCH_PROFILE_DIR writes a CPU profile of the server over the round with N streams open.
+// KEEL_BENCH_PROFILE_DIR writes a CPU profile of the server over the paced round with N streams open.
 //
-//   npm run bench -- subscribe [--streams 2000] [--connectors 20] [--emissions 400] [--durability strict|relaxed]
+//   npm run bench -- subscribe [--streams 2000] [--connectors 20] [--emissions 400] [--rate 200] [--durability strict|relaxed]
 import { randomUUID } from "node:crypto";
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
@@ -45,6 +48,8 @@ interface Options {
   readonly streams: number;
   readonly connectors: number;
   readonly emissions: number;
+  /** Emission commits a second in the paced rounds. */
+  readonly rate: number;
   readonly durability: ReturnType<typeof benchDurability>;
 }
 
@@ -55,6 +60,7 @@ function parseOptions(args: readonly string[]): Options {
       streams: { type: "string", default: "2000" },
       connectors: { type: "string", default: "20" },
       emissions: { type: "string", default: "400" },
+      rate: { type: "string", default: "200" },
       ...DURABILITY_OPTION,
     },
   });
@@ -62,6 +68,7 @@ function parseOptions(args: readonly string[]): Options {
     streams: integerOption("streams", values.streams, 1),
     connectors: integerOption("connectors", values.connectors, 1),
     emissions: integerOption("emissions", values.emissions, 1),
+    rate: integerOption("rate", values.rate, 1),
     durability: benchDurability(values.durability),
   };
 }
@@ -149,10 +156,19 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       const [unfollowed] = await seedRuns(keel, ["bench-unfollowed"]);
       const sent = new Map<string, string[]>(connectors.map((c) => [c, []]));
       let n = 0;
-      /** Commits `count` emissions, one per transaction, to `to` in turn; returns each commit's latency. */
-      const emitRound = async (count: number, to: readonly EmissionTarget[]): Promise<number[]> => {
+      /**
+       * Commits `count` emissions, one per transaction, to `to` in turn: each at its slot of `rate`
+       * a second (or when the last one ends, if later), or back to back without a rate. Returns
+       * each commit's latency from its start, and the commits per second achieved.
+       */
+      const emitRound = async (count: number, to: readonly EmissionTarget[], rate?: number): Promise<Round> => {
         const latencies: number[] = [];
+        const began = performance.now();
         for (let i = 0; i < count; i++) {
+          if (rate !== undefined) {
+            const wait = began + (i * 1000) / rate - performance.now();
+            if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+          }
           const target = to[n % to.length] as EmissionTarget;
           const text = `emission ${n++}`;
           const started = performance.now();
@@ -162,7 +178,7 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
           latencies.push(performance.now() - started);
           sent.get(target.connector)?.push(text);
         }
-        return latencies;
+        return { ...summarize(latencies), perSecond: (count * 1000) / (performance.now() - began) };
       };
 
       const tokens = await Promise.all(
@@ -192,8 +208,11 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       const sentToOne = sentSince();
       // Every emission goes to the one stream's connector, so each is read and delivered, as in the crowd.
       const singleCost = startCost();
-      const single = summarize(await emitRound(options.emissions, targets.slice(0, 1)));
+      const single = await emitRound(options.emissions, targets.slice(0, 1), options.rate);
       const oneCpu = await one.check(sentToOne, first, 30_000);
+      const sentFlatToOne = sentSince();
+      const singleFlatOut = await emitRound(options.emissions, targets.slice(0, 1));
+      await one.check(sentFlatToOne, first, 30_000);
       await one.close();
       progress(`1 stream: ${single.n} emission commits, all delivered; ${singleCost(single.n)}; clients ${(oneCpu / single.n).toFixed(0)} us CPU per delivery; ${one.pinning}`);
 
@@ -204,16 +223,21 @@ export default async function subscribeBench(args: readonly string[]): Promise<v
       const sentToMany = sentSince();
       const crowdedCost = startCost();
       const profile = await startProfile("subscribe-crowded");
-      const crowded = summarize(await emitRound(options.emissions, targets));
+      const crowded = await emitRound(options.emissions, targets, options.rate);
       await profile?.stop(progress);
       const manyCpu = await many.check(sentToMany, connectors, 60_000);
-      const deliveries = crowded.n * Math.round(options.streams / options.connectors);
+      const fanOut = Math.round(options.streams / options.connectors);
+      const deliveries = crowded.n * fanOut;
       progress(`${options.streams} streams: ${crowded.n} emission commits, all delivered to every stream of their connector; ${crowdedCost(deliveries)}; clients ${(manyCpu / deliveries).toFixed(0)} us CPU per delivery; ${many.pinning}`);
-      const quiet = summarize(await emitRound(options.emissions, [unfollowed!]));
+      const sentFlat = sentSince();
+      const flatOut = await emitRound(options.emissions, targets);
+      await many.check(sentFlat, connectors, 60_000);
+      progress(`${options.streams} streams: ${flatOut.n} emission commits back to back, all delivered`);
+      const quiet = await emitRound(options.emissions, [unfollowed!], options.rate);
       progress(`${options.streams} streams open: ${quiet.n} emission commits to a connector none of them follows (control)`);
       await many.close();
 
-      printResult(options, single, crowded, quiet, one.pinning === many.pinning ? one.pinning : `${one.pinning} / ${many.pinning}`);
+      printResult(options, { single, crowded, singleFlatOut, flatOut, quiet }, fanOut, one.pinning === many.pinning ? one.pinning : `${one.pinning} / ${many.pinning}`);
     } finally {
       await keel.app.stop();
     }
@@ -236,25 +260,42 @@ function startCost(): (deliveries: number) => string {
   };
 }
 
-function printResult(options: Options, single: Stats, crowded: Stats, quiet: Stats, pinning: string): void {
+interface Round extends Stats {
+  readonly perSecond: number;
+}
+
+function printResult(options: Options, rounds: Record<"single" | "crowded" | "singleFlatOut" | "flatOut" | "quiet", Round>, fanOut: number, pinning: string): void {
+  const { single, crowded, singleFlatOut, flatOut, quiet } = rounds;
   const ratio = crowded.p50 / single.p50;
+  const flatOutRatio = flatOut.p50 / singleFlatOut.p50;
+  const row = (metric: string, round: Round, streamsPerEmission: number) => [
+    metric,
+    ms(round.p50),
+    ms(round.p99),
+    String(round.n),
+    round.perSecond.toFixed(0),
+    (round.perSecond * streamsPerEmission).toFixed(0),
+  ];
   const lines = [
     "",
     `subscribe: emission commit latency (one emission per transaction, reserveEmissions as step commits write them) with 1 open Subscribe stream ` +
-      `and with ${options.streams} over ${options.connectors} connectors; ${durabilityLabel(options.durability)}`,
-    `both phases: ${pinning}`,
+      `and with ${options.streams} over ${options.connectors} connectors (${fanOut} streams each); ${durabilityLabel(options.durability)}`,
+    `paced rounds: one commit every ${(1000 / options.rate).toFixed(1)} ms (${options.rate}/s, or when the last ends if later), timed from its start; both phases: ${pinning}`,
     "",
     ...table(
-      ["metric", "p50_ms", "p99_ms", "n"],
+      ["metric", "p50_ms", "p99_ms", "n", "commits/s", "deliveries/s"],
       [
-        ["emission commit, 1 stream open", ms(single.p50), ms(single.p99), String(single.n)],
-        [`emission commit, ${options.streams} streams open`, ms(crowded.p50), ms(crowded.p99), String(crowded.n)],
-        [`control: ${options.streams} open, none receiving`, ms(quiet.p50), ms(quiet.p99), String(quiet.n)],
+        row(`emission commit, 1 stream open, paced`, single, 1),
+        row(`emission commit, ${options.streams} streams open, paced`, crowded, fanOut),
+        row(`emission commit, 1 stream open, back to back`, singleFlatOut, 1),
+        row(`emission commit, ${options.streams} streams open, back to back`, flatOut, fanOut),
+        row(`control: ${options.streams} open, none receiving`, quiet, 0),
       ],
     ),
     "",
-    `target: p50 with ${options.streams} streams <= 1.5x p50 with 1 (is ${ratio.toFixed(2)}x) ${ratio <= 1.5 ? "met" : "NOT met"}`,
-    `RESULT streams=${options.streams} p50_1_ms=${ms(single.p50)} p50_many_ms=${ms(crowded.p50)} p99_1_ms=${ms(single.p99)} p99_many_ms=${ms(crowded.p99)} ratio=${ratio.toFixed(2)}`,
+    `target: p50 with ${options.streams} streams <= 1.5x p50 with 1: paced ${ratio.toFixed(2)}x ${ratio <= 1.5 ? "met" : "NOT met"}; back to back ${flatOutRatio.toFixed(2)}x ${flatOutRatio <= 1.5 ? "met" : "NOT met"}`,
+    `RESULT streams=${options.streams} rate=${options.rate} p50_1_ms=${ms(single.p50)} p50_many_ms=${ms(crowded.p50)} p99_1_ms=${ms(single.p99)} p99_many_ms=${ms(crowded.p99)} ratio=${ratio.toFixed(2)} ` +
+      `back_to_back_p50_1_ms=${ms(singleFlatOut.p50)} back_to_back_p50_many_ms=${ms(flatOut.p50)} back_to_back_ratio=${flatOutRatio.toFixed(2)} back_to_back_deliveries_per_s=${(flatOut.perSecond * fanOut).toFixed(0)}`,
   ];
   process.stdout.write(`${lines.join("\n")}\n`);
 }
