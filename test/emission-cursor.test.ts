@@ -5,18 +5,18 @@
 // marked as settled: the AMBIGUOUS ones carry AMBIGUOUS (so a connector delivering only PENDING
 // ones sends nothing twice), and no later acknowledgement can reopen them.
 import { randomUUID } from "node:crypto";
-import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { EmissionDraft } from "../control-plane/src/domain/records.js";
 import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
 import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
+import { grpcJsBearer, grpcJsClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { seedEmissionTarget } from "./support/run-seed.js";
 
 let keel: TestKeel;
 const connector = `cursor-${randomUUID().slice(0, 8)}`;
-const target: EmissionTarget = { runId: randomUUID(), agentId: "demo", conversationId: randomUUID(), externalConversationId: "cursor-conv", connector };
+let target: EmissionTarget;
 
 interface WireEmission {
   id: string;
@@ -37,31 +37,12 @@ interface EmissionStub extends grpc.Client {
 }
 
 let stub: EmissionStub;
-const metadata = () => {
-  const m = new grpc.Metadata();
-  m.set("authorization", `Bearer ${keel.tokens.connector}`);
-  return m;
-};
+const metadata = () => grpcJsBearer(keel.tokens.connector);
 
 beforeAll(async () => {
   keel = await startTestKeel({ workers: 0 });
-  await keel.app.ledger.sql.query(sqlText`
-    WITH actor AS (INSERT INTO actors (id) VALUES ('cursor-actor') ON CONFLICT DO NOTHING),
-    conversation AS (
-      INSERT INTO conversations (id, agent_id, external_id, connector)
-      VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
-    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
-    VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, 'running', 'cursor-actor', '{}', '{}')`);
-  const definition = await protoLoader.load(["keel/v1/emission_service.proto"], {
-    includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
-    keepCase: true,
-    longs: String,
-    enums: String,
-    defaults: true,
-  });
-  const v1 = (grpc.loadPackageDefinition(definition)["keel"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-  const Service = v1["EmissionService"] as grpc.ServiceClientConstructor;
-  stub = new Service(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure()) as unknown as EmissionStub;
+  target = await seedEmissionTarget(keel.app.ledger.sql, connector, { actor: "cursor-actor", status: "running" });
+  stub = (await grpcJsClient(keel.url, "emission_service.proto", "EmissionService")) as unknown as EmissionStub;
 }, 60_000);
 
 afterAll(async () => {

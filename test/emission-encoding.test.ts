@@ -3,35 +3,27 @@
 // or JSON, Connect, gRPC or grpc-js loading only the .proto files, must read the same emission the
 // ledger holds, field for field.
 import { randomUUID } from "node:crypto";
-import { fileURLToPath } from "node:url";
 import { equals, toJson } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EmissionSchema, EmissionService, type Emission } from "../gen/keel/v1/emission_service_pb.js";
 import { emissionToProto } from "../control-plane/src/api/convert.js";
 import { createEmissionRepository } from "../control-plane/src/ledger/emission.repository.js";
 import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
-import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
-import { connectClient, grpcClient } from "./support/clients.js";
+import { connectClient, grpcClient, grpcJsBearer, grpcJsClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { seedEmissionTarget } from "./support/run-seed.js";
 
 let keel: TestKeel;
 const connector = `enc-${randomUUID().slice(0, 8)}`;
-const target: EmissionTarget = { runId: randomUUID(), agentId: "demo", conversationId: randomUUID(), externalConversationId: "enc-conv", connector };
+let target: EmissionTarget;
 const COUNT = 3;
 
 beforeAll(async () => {
   keel = await startTestKeel({ workers: 0 });
-  await keel.app.ledger.sql.query(sqlText`
-    WITH actor AS (INSERT INTO actors (id) VALUES ('enc-actor') ON CONFLICT DO NOTHING),
-    conversation AS (
-      INSERT INTO conversations (id, agent_id, external_id, connector)
-      VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
-    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
-    VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, 'succeeded', 'enc-actor', '{}', '{}')`);
+  target = await seedEmissionTarget(keel.app.ledger.sql, connector, { actor: "enc-actor" });
 }, 60_000);
 
 afterAll(async () => {
@@ -61,21 +53,10 @@ interface GrpcJsEmission {
 
 /** Reads COUNT emissions with grpc-js, the service loaded from the .proto files as another language would. */
 async function takeGrpcJs(): Promise<GrpcJsEmission[]> {
-  const definition = await protoLoader.load(["keel/v1/emission_service.proto"], {
-    includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
-    keepCase: true,
-    longs: String,
-    enums: String,
-    defaults: true,
-  });
-  const v1 = (grpc.loadPackageDefinition(definition)["keel"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-  const Service = v1["EmissionService"] as grpc.ServiceClientConstructor;
-  const client = new Service(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
-  const metadata = new grpc.Metadata();
-  metadata.set("authorization", `Bearer ${keel.tokens.connector}`);
+  const client = await grpcJsClient(keel.url, "emission_service.proto", "EmissionService");
   const call = (client as unknown as { Subscribe(r: unknown, m: grpc.Metadata): grpc.ClientReadableStream<{ emission: GrpcJsEmission }> }).Subscribe(
     { connector },
-    metadata,
+    grpcJsBearer(keel.tokens.connector),
   );
   const got: GrpcJsEmission[] = [];
   try {

@@ -9,24 +9,18 @@ import type { EmissionDraft } from "../control-plane/src/domain/records.js";
 import { createEmissionFeed, type EmissionFeed } from "../control-plane/src/ledger/emission-feed.js";
 import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
 import { startNotificationHub, type NotificationHub } from "../control-plane/src/ledger/notification-hub.js";
-import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { seedEmissionTarget } from "./support/run-seed.js";
 
 let keel: TestKeel;
 let hub: NotificationHub;
 const connector = `feed-${randomUUID().slice(0, 8)}`;
-const target: EmissionTarget = { runId: randomUUID(), agentId: "demo", conversationId: randomUUID(), externalConversationId: "feed", connector };
+let target: EmissionTarget;
 
 beforeAll(async () => {
   keel = await startTestKeel({ workers: 0, env: { KEEL_MAX_STREAMS_PER_TOKEN: "3" } });
-  await keel.app.ledger.sql.query(sqlText`
-    WITH actor AS (INSERT INTO actors (id) VALUES ('feed') ON CONFLICT DO NOTHING),
-    conversation AS (
-      INSERT INTO conversations (id, agent_id, external_id, connector)
-      VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
-    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
-    VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, 'succeeded', 'feed', '{}', '{}')`);
+  target = await seedEmissionTarget(keel.app.ledger.sql, connector, { actor: "feed" });
   hub = await startNotificationHub(keel.databaseUrl, () => {});
 }, 60_000);
 

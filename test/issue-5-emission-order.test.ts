@@ -7,21 +7,14 @@ import type { EmissionDraft } from "../control-plane/src/domain/records.js";
 import { createEmissionFeed } from "../control-plane/src/ledger/emission-feed.js";
 import { startNotificationHub } from "../control-plane/src/ledger/notification-hub.js";
 import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
-import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { seedEmissionTarget } from "./support/run-seed.js";
 
 let keel: TestKeel;
 
 beforeAll(async () => {
   keel = await startTestKeel({ workers: 0 });
-  // The emissions belong to a real run and conversation: the ledger's foreign keys reject orphans.
-  await keel.app.ledger.sql.query(sqlText`
-    WITH actor AS (INSERT INTO actors (id) VALUES ('issue-5') ON CONFLICT DO NOTHING),
-    conversation AS (
-      INSERT INTO conversations (id, agent_id, external_id, connector)
-      VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
-    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
-    VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, 'succeeded', 'issue-5', '{}', '{}')`);
+  target = await seedEmissionTarget(keel.app.ledger.sql, connector, { actor: "issue-5" });
 });
 
 afterAll(async () => {
@@ -29,13 +22,7 @@ afterAll(async () => {
 });
 
 const connector = `order-${randomUUID().slice(0, 8)}`;
-const target: EmissionTarget = {
-  runId: randomUUID(),
-  agentId: "demo",
-  conversationId: randomUUID(),
-  externalConversationId: "issue-5",
-  connector,
-};
+let target: EmissionTarget;
 const draft = (key: string): EmissionDraft => ({ kind: "progress", idempotencyKey: `${connector}:${key}`, text: key, addressedActorIds: [] });
 
 describe("issue #5: emission order without a writers' convoy", () => {

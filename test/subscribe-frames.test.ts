@@ -3,31 +3,25 @@
 // Whatever the path, every client must read every emission once, in order, through bursts, a
 // client that stops reading for a while, and the end of the stream with its status.
 import { randomUUID } from "node:crypto";
-import { fileURLToPath } from "node:url";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import type { EmissionDraft } from "../control-plane/src/domain/records.js";
 import { reserveEmissions, type EmissionTarget } from "../control-plane/src/ledger/ledger-writes.js";
 import { sql as sqlText } from "../control-plane/src/ledger/sql.js";
+import { grpcJsBearer, grpcJsClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { seedEmissionTarget } from "./support/run-seed.js";
 
 let keel: TestKeel;
 const connector = `frames-${randomUUID().slice(0, 8)}`;
-const target: EmissionTarget = { runId: randomUUID(), agentId: "demo", conversationId: randomUUID(), externalConversationId: "frames-conv", connector };
+let target: EmissionTarget;
 
 beforeAll(async () => {
   keel = await startTestKeel({ workers: 0 });
-  await keel.app.ledger.sql.query(sqlText`
-    WITH actor AS (INSERT INTO actors (id) VALUES ('frames-actor') ON CONFLICT DO NOTHING),
-    conversation AS (
-      INSERT INTO conversations (id, agent_id, external_id, connector)
-      VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
-    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
-    VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, 'succeeded', 'frames-actor', '{}', '{}')`);
+  target = await seedEmissionTarget(keel.app.ledger.sql, connector, { actor: "frames-actor" });
 }, 60_000);
 
 afterAll(async () => {
@@ -96,19 +90,10 @@ async function read(
 
 /** The same with grpc-js, the service loaded from the .proto files as another language would. */
 async function readGrpcJs(token: string, afterSeq: bigint, count: number, texts: string[] = []): Promise<{ texts: string[]; code?: number }> {
-  const definition = await protoLoader.load(["keel/v1/emission_service.proto"], {
-    includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
-    keepCase: true,
-    longs: String,
-  });
-  const v1 = (grpc.loadPackageDefinition(definition)["keel"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-  const Service = v1["EmissionService"] as grpc.ServiceClientConstructor;
-  const client = new Service(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
-  const metadata = new grpc.Metadata();
-  metadata.set("authorization", `Bearer ${token}`);
+  const client = await grpcJsClient(keel.url, "emission_service.proto", "EmissionService");
   const call = (client as unknown as { Subscribe(r: unknown, m: grpc.Metadata): grpc.ClientReadableStream<{ emission: { text: string } }> }).Subscribe(
     { connector, after_seq: String(afterSeq) },
-    metadata,
+    grpcJsBearer(token),
   );
   try {
     return await new Promise((resolve) => {

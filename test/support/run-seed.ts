@@ -1,7 +1,9 @@
 // Rows a real run would have written, inserted straight into the ledger where a test needs a shape
-// the scripted model does not produce (an exec's observations, an artifact).
+// the scripted model does not produce (an exec's observations, an artifact, a run to own emissions).
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
+import type { EmissionTarget } from "../../control-plane/src/ledger/ledger-writes.js";
+import { sql as sqlText, type Sql } from "../../control-plane/src/ledger/sql.js";
 
 export interface SeededCall {
   readonly invocationId: string;
@@ -39,4 +41,30 @@ export async function seedToolCall(
     );
   }
   return { invocationId, observationIds };
+}
+
+/**
+ * A run, its conversation and its requesting actor, for emissions to belong to (the ledger's
+ * foreign keys reject orphans): the target reserveEmissions writes for.
+ */
+export async function seedEmissionTarget(
+  sql: Sql,
+  connector: string,
+  options: { readonly actor: string; readonly externalConversationId?: string; readonly status?: "succeeded" | "running" },
+): Promise<EmissionTarget> {
+  const target: EmissionTarget = {
+    runId: randomUUID(),
+    agentId: "demo",
+    conversationId: randomUUID(),
+    externalConversationId: options.externalConversationId ?? `${connector}-conversation`,
+    connector,
+  };
+  await sql.query(sqlText`
+    WITH actor AS (INSERT INTO actors (id) VALUES (${options.actor}) ON CONFLICT DO NOTHING),
+    conversation AS (
+      INSERT INTO conversations (id, agent_id, external_id, connector)
+      VALUES (${target.conversationId}, ${target.agentId}, ${target.externalConversationId}, ${connector}))
+    INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
+    VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, ${options.status ?? "succeeded"}, ${options.actor}, '{}', '{}')`);
+  return target;
 }
