@@ -3,6 +3,7 @@
 // model), measured by a connector-shaped client: SubmitMessage over gRPC, the reply read off
 // one EmissionService.Subscribe stream. The baseline is the floor under it: one raw SQL
 // transaction writing the same rows Keel writes for one message, on the same database.
+// KEEL_BENCH_PROFILE_DIR writes a CPU profile of this process (Keel and its client) over the timed messages.
 //
 //   npm run bench -- first-slice [--messages 1000] [--concurrency 16] [--warmup 20] [--raw 1000]
 import { randomUUID } from "node:crypto";
@@ -17,6 +18,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
+import { startProfile } from "./sandbox/cpu-meter.js";
 import { integerOption, beginRaw, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
 
 const CONNECTOR = "bench";
@@ -70,7 +72,9 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
         progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
 
         const [nodeBefore, postgresBefore] = [nodeCpuMs(), postgresCpuMs(postgres.dataDir)];
+        const profile = await startProfile("first-slice");
         keel = await keelPhase(url, token, options, progress);
+        await profile?.stop(progress);
         // Where the ceiling is: with both CPUs busy, throughput is what a message costs them.
         const sent = options.messages + options.warmup;
         progress(
