@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseAgentsPageToken } from "../control-plane/src/ledger/agent.repository.js";
 import { createApiTokenRepository, hashToken } from "../control-plane/src/ledger/api-token.repository.js";
 import { sql } from "../control-plane/src/ledger/sql.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
@@ -31,6 +32,9 @@ describe("agents in the ledger", () => {
     expect(first.items).toHaveLength(2);
     expect(ids.filter((id) => id.startsWith("page-"))).toEqual(["page-a", "page-b", "page-c"]);
     expect(rest.nextPageToken).toBe("");
+    // Only a token that encodes back to itself is one the ledger issued.
+    expect(parseAgentsPageToken(first.nextPageToken)).toBe(first.items[1]?.id);
+    for (const garbage of ["A>C.pD", "AA", "not a token", "cGFnZS1i="]) expect(parseAgentsPageToken(garbage), garbage).toBeUndefined();
   });
 });
 

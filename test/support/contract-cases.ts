@@ -185,9 +185,13 @@ export function contractCases(seed: Seed): Readonly<Record<string, ContractCase>
       valid: { page_size: 10 },
       expect: "ok",
       check: expectArray("agents"),
-      // A page token is opaque and page_size is clamped, so nothing here can be malformed;
-      // the empty list records that on purpose rather than by omission.
-      invalid: [],
+      // page_size is clamped; a page token the ledger did not issue is refused, never read as
+      // "from the start" (base64url skips the characters it does not know, and this one would
+      // decode to a NUL, which PostgreSQL refused as Internal).
+      invalid: [
+        { request: { page_size: 10, page_token: "A>C.pD" }, field: "page_token" },
+        { request: { page_size: 10, page_token: "AA" }, field: "page_token" },
+      ],
     },
     "keel.v1.AgentService/GetInstallSettings": {
       role: "admin",

@@ -1,8 +1,8 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AgentService } from "../../../gen/keel/v1/agent_service_pb.js";
-import { NotFoundError } from "../domain/errors.js";
+import { InvalidArgumentError, NotFoundError } from "../domain/errors.js";
 import { requireSlug } from "../domain/ids.js";
-import type { AgentRepository } from "../ledger/agent.repository.js";
+import { parseAgentsPageToken, type AgentRepository } from "../ledger/agent.repository.js";
 import { agentSpecFromProto, agentSpecToProto, type AgentSpecBounds } from "./agent-spec-convert.js";
 import { createInstallSettingsRpcs, type InstallSettingsRpcDeps } from "./install-settings-rpcs.js";
 import { pageSizeOf } from "./validate.js";
@@ -35,6 +35,10 @@ export function createAgentService(deps: AgentServiceDeps): ServiceImpl<typeof A
       return { agent: agentSpecToProto(agent) };
     },
     async listAgents(request) {
+      // A token the ledger did not issue is the caller's mistake, never read as "from the start".
+      if (request.pageToken !== "" && parseAgentsPageToken(request.pageToken) === undefined) {
+        throw new InvalidArgumentError("page_token", "is not a page token from ListAgents");
+      }
       const page = await deps.agents.list(pageSizeOf(request.pageSize), request.pageToken);
       return { agents: page.items.map(agentSpecToProto), nextPageToken: page.nextPageToken };
     },

@@ -24,6 +24,16 @@ const selectAgent = statement<{ id: string }, { spec: AgentSpec }>("select_agent
 const listAgents = statement<{ after: string; limit: number }, { id: string; spec: AgentSpec }>("list_agents")`
   SELECT id, spec FROM agents WHERE id > ${(p) => p.after} ORDER BY id LIMIT ${(p) => p.limit}`;
 
+/**
+ * The agent id a ListAgents page token carries, or undefined for a token the ledger did not issue.
+ * Base64url decoding skips characters it does not know, so only a token that encodes back to
+ * itself is one of ours; an id with NUL could not be stored (PostgreSQL text refuses it).
+ */
+export function parseAgentsPageToken(token: string): string | undefined {
+  const id = decodePageToken(token);
+  return id !== undefined && id !== "" && !id.includes("\0") && encodePageToken(id) === token ? id : undefined;
+}
+
 export function createAgentRepository(sql: Sql): AgentRepository {
   return {
     async put(spec) {
