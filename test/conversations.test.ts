@@ -4,13 +4,11 @@
 // consent, and acks that are never doubled. Tools that must hold a run mid-flight wait on a
 // gate the test opens, so "while the run is working" is a fact, not a race.
 import { sql } from "../control-plane/src/ledger/sql.js";
-import { fileURLToPath } from "node:url";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AckState, EmissionKind, EmissionService, type Emission } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
@@ -18,7 +16,7 @@ import { CommitBoundary, RunStatus, WaitReason, type Run, type RunStep } from ".
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { withBudgetDefaults, type AgentSpec, type InterruptSettings, type RunBudget, type ScriptedTurn } from "../control-plane/src/domain/agent.js";
 import type { ConsentAnswer, FollowUpRelation } from "../control-plane/src/domain/interrupt.js";
-import { connectClient } from "./support/clients.js";
+import { connectClient, grpcJsClient } from "./support/clients.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { createGate } from "./support/gate-tool.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
@@ -179,16 +177,7 @@ interface GrpcJsIngress {
 }
 
 async function loadGrpcJsIngress(url: string, token: string): Promise<GrpcJsIngress> {
-  const definition = await protoLoader.load(["keel/v1/ingress_service.proto"], {
-    includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
-    keepCase: true,
-    longs: String,
-    enums: String,
-    defaults: true,
-  });
-  const v1 = (grpc.loadPackageDefinition(definition)["keel"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-  const Service = v1["IngressService"] as grpc.ServiceClientConstructor;
-  const client = new Service(url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+  const client = await grpcJsClient(url, "ingress_service.proto", "IngressService");
   return {
     call: (method, request) =>
       new Promise((resolve, reject) => {

@@ -6,10 +6,8 @@
 import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { Writable } from "node:stream";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import pg from "pg";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,7 +16,7 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { createRunClaimRepository } from "../control-plane/src/ledger/run-claim.repository.js";
 import { KEEL_BIN } from "./support/child-processes.js";
-import { connectClient } from "./support/clients.js";
+import { connectClient, grpcJsClient } from "./support/clients.js";
 import { createTestDatabase, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 const AGENT = { ...DEMO_AGENT, id: "settings-agent", maxConcurrentRootRuns: 100 };
@@ -42,16 +40,7 @@ type Unary = (request: Record<string, unknown>, metadata: grpc.Metadata, done: (
 
 /** AgentService's settings RPCs through @grpc/grpc-js, with the service loaded from the .proto files. */
 async function grpcJsSettings(url: string) {
-  const definition = await protoLoader.load(["keel/v1/agent_service.proto"], {
-    includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
-    keepCase: true,
-    longs: String,
-    enums: String,
-    defaults: true,
-  });
-  const v1 = (grpc.loadPackageDefinition(definition)["keel"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-  const Service = v1["AgentService"] as grpc.ServiceClientConstructor;
-  const client = new Service(url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+  const client = await grpcJsClient(url, "agent_service.proto", "AgentService");
   const call = (method: "GetInstallSettings" | "PutInstallSettings", request: Record<string, unknown>, token: string | undefined) =>
     new Promise<SettingsView>((resolve, reject) => {
       const metadata = new grpc.Metadata();

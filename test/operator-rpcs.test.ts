@@ -3,10 +3,8 @@
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
@@ -14,7 +12,7 @@ import { RunStatus, type Run, type RunStep } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { toolCall as call, scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
 import { FORK_CONNECTOR } from "../control-plane/src/ledger/run-fork.repository.js";
-import { connectClient } from "./support/clients.js";
+import { connectClient, grpcJsClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools } from "./support/test-tools.js";
 
@@ -84,16 +82,7 @@ interface GrpcRun {
 }
 
 async function grpcJsOperator(keel: TestKeel): Promise<OperatorClient> {
-  const definition = await protoLoader.load(["keel/v1/run_service.proto"], {
-    includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
-    keepCase: true,
-    longs: String,
-    enums: String,
-    defaults: true,
-  });
-  const v1 = (grpc.loadPackageDefinition(definition)["keel"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-  const Service = v1["RunService"] as grpc.ServiceClientConstructor;
-  const client = new Service(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+  const client = await grpcJsClient(keel.url, "run_service.proto", "RunService");
   const unary = (method: string, request: Record<string, unknown>) =>
     new Promise<RunView>((resolve, reject) => {
       const metadata = new grpc.Metadata();

@@ -1,9 +1,7 @@
 // Issue #12 items 2, 5 and 6: connector tokens act only as their connectors and agents, CancelRun
 // honours the agent's interrupt scope, revocation and expiry end calls and open streams, and the
 // token cache stays bounded. Real server, real PostgreSQL, Connect and @grpc/grpc-js clients.
-import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeliveryStatus, EmissionService } from "../gen/keel/v1/emission_service_pb.js";
@@ -11,7 +9,7 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { createApiTokenRepository } from "../control-plane/src/ledger/api-token.repository.js";
 import type { Sql } from "../control-plane/src/ledger/sql.js";
-import { connectClient } from "./support/clients.js";
+import { connectClient, grpcJsBearer, grpcJsClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
 // Its runs wait out a long coalesce window, so they are still there to be cancelled.
@@ -123,17 +121,9 @@ describe("a connector token", () => {
   });
 
   it("is held to its scope over @grpc/grpc-js too", async () => {
-    const definition = await protoLoader.load(["keel/v1/ingress_service.proto"], {
-      includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
-      keepCase: true,
-      defaults: true,
-    });
-    const v1 = (grpc.loadPackageDefinition(definition)["keel"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-    const Service = v1["IngressService"] as grpc.ServiceClientConstructor;
-    const client = new Service(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+    const client = await grpcJsClient(keel.url, "ingress_service.proto", "IngressService");
     try {
-      const metadata = new grpc.Metadata();
-      metadata.set("authorization", `Bearer ${slackToken}`);
+      const metadata = grpcJsBearer(slackToken);
       const request = { agent_id: "demo", conversation_id: "c-grpc", connector: "discord", actor: actor("alice"), message_id: "g1", text: "hi" };
       const error = await new Promise<grpc.ServiceError | null>((resolve) => {
         const stub = (client as unknown as Record<string, (r: unknown, m: grpc.Metadata, cb: (e: grpc.ServiceError | null) => void) => void>)["SubmitMessage"]!;

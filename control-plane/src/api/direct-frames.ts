@@ -118,23 +118,25 @@ function createChannel(maxQueuedBytes: number, wire: Writable | undefined): Chan
       return written;
     },
     async *frames() {
+      /** The queued frames as one chunk: those that queued while a write was in flight go out together. */
+      const takeQueued = (): Uint8Array => {
+        const chunk = queue.length === 1 ? (queue[0] as Uint8Array) : Buffer.concat(queue, queuedBytes);
+        queue = [];
+        queuedBytes = 0;
+        release();
+        return chunk;
+      };
       for (;;) {
         if (queue.length > 0 && !live) {
-          // Frames that queued while the last write was in flight go out as one write.
-          const chunk = queue.length === 1 ? (queue[0] as Uint8Array) : Buffer.concat(queue, queuedBytes);
-          queue = [];
-          queuedBytes = 0;
-          release();
-          yield chunk;
+          yield takeQueued();
           // Connect has written the headers and that chunk, and waits for the next: from here on
-          // frames go straight to the stream, behind what connect wrote.
+          // frames go straight to the stream, behind what connect wrote (and what queued meanwhile).
           if (wire !== undefined && !ended) {
             live = true;
-            // What queued while connect wrote goes first.
-            if (queue.length > 0 && !wire.destroyed) wire.write(Buffer.concat(queue, queuedBytes));
-            queue = [];
-            queuedBytes = 0;
-            release();
+            if (queue.length > 0) {
+              const chunk = takeQueued();
+              if (!wire.destroyed) wire.write(chunk);
+            }
           }
         } else if (ended) return;
         else await new Promise<void>((resolve) => (wake = resolve));

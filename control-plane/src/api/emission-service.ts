@@ -65,19 +65,23 @@ export function createEmissionService(deps: EmissionServiceDeps): ServiceImpl<ty
   // The feed hands the same record to every stream of its connector: convert (and, for the binary
   // codecs, encode) it once for all of them.
   const converted = new WeakMap<EmissionRecord, { plain: SubscribeResponse; encoded?: SubscribeResponse; frame?: Uint8Array }>();
-  const responseOf = (emission: EmissionRecord, binary: boolean): SubscribeResponse => {
+  const formsOf = (emission: EmissionRecord) => {
     let forms = converted.get(emission);
     if (forms === undefined) {
       forms = { plain: create(SubscribeResponseSchema, { emission: emissionToProto(emission) }) };
       converted.set(emission, forms);
     }
-    if (!binary) return forms.plain;
-    return (forms.encoded ??= encodedSubscribeResponse(forms.plain.emission as Emission));
+    return forms;
   };
+  const encodedOf = (forms: ReturnType<typeof formsOf>): SubscribeResponse => (forms.encoded ??= encodedSubscribeResponse(forms.plain.emission as Emission));
+  const responseOf = (emission: EmissionRecord, binary: boolean): SubscribeResponse => {
+    const forms = formsOf(emission);
+    return binary ? encodedOf(forms) : forms.plain;
+  };
+  /** The response as a data frame, for direct frames (direct-frames.ts). */
   const frameOf = (emission: EmissionRecord): Uint8Array => {
-    responseOf(emission, true);
-    const forms = converted.get(emission)!;
-    return (forms.frame ??= dataFrame(toBinary(SubscribeResponseSchema, forms.encoded!)));
+    const forms = formsOf(emission);
+    return (forms.frame ??= dataFrame(toBinary(SubscribeResponseSchema, encodedOf(forms))));
   };
   return {
     async *subscribe(request, context) {

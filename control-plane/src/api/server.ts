@@ -6,6 +6,7 @@ import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { isLoopbackHost } from "../../../common/loopback.js";
 import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
 import { AgentService } from "../../../gen/keel/v1/agent_service_pb.js";
@@ -110,7 +111,8 @@ export function createKeelServer(
       router.service(EmissionService, services.emissions);
       // Subscribe's deliveries are frames encoded once per emission, not messages through connect's pipeline.
       const subscribe = router.handlers.findIndex((h) => h.method === EmissionService.method.subscribe);
-      router.handlers[subscribe] = directFrames(router.handlers[subscribe]!);
+      if (subscribe < 0) throw new Error("EmissionService.Subscribe is not routed");
+      router.handlers[subscribe] = directFrames(router.handlers[subscribe] as UniversalHandler);
       router.service(RunService, services.runs);
       router.service(AgentService, services.agents);
       router.service(SandboxService, services.sandbox);

@@ -75,6 +75,8 @@ interface Tail {
   readonly members: Set<TailMember>;
 }
 
+const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
+
 /** Resolves when `promise` settles or `signal` aborts, whichever is first. */
 function untilSettledOrAborted(promise: Promise<void>, signal: AbortSignal): Promise<void> {
   if (signal.aborted) return Promise.resolve();
@@ -121,7 +123,7 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
         try {
           wait = member.sink(row);
         } catch (error) {
-          member.failure = error instanceof Error ? error : new Error(String(error));
+          member.failure = asError(error);
           leave(tail, member);
           break;
         }
@@ -135,6 +137,7 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
       }
     }
   };
+
   /** Reads the horizon, then each dirty connector's new rows once, until nothing is dirty. */
   const pump = async (): Promise<void> => {
     if (pumping) return;
@@ -245,7 +248,7 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
         wake = undefined;
         waiting?.();
       };
-      const piping = pipe(connector, afterSeq, stop.signal, (row) => {
+      void pipe(connector, afterSeq, stop.signal, (row) => {
         queue.push(row);
         rouse();
         if (queue.length - head < maxQueued) return undefined;
@@ -256,7 +259,7 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
         return room.promise;
       }).then(
         () => (ended = true),
-        (error: unknown) => ((failure = error instanceof Error ? error : new Error(String(error))), (ended = true)),
+        (error: unknown) => ((failure = asError(error)), (ended = true)),
       ).finally(rouse);
       try {
         for (;;) {
@@ -279,9 +282,8 @@ export function createEmissionFeed(sql: Sql, hub: NotificationHub, options: Emis
       } finally {
         signal.removeEventListener("abort", onAbort);
         stop.abort();
+        // The pipe ends with its current read; `piping` is not awaited (it settles without throwing).
         room?.resolve();
-        // Not awaited: the pipe ends with its current read, and settles `piping` without throwing.
-        void piping;
       }
     },
     close() {
