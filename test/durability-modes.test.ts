@@ -71,6 +71,9 @@ async function readLedger(url: string, runId: string): Promise<Ledger> {
   const db = new pg.Client({ connectionString: url });
   await db.connect();
   try {
+    // One snapshot for both reads: otherwise a step committed between them could show the run
+    // settled beside the calls of the moment before.
+    await db.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     const calls = await db.query<Ledger["calls"][number]>(
       "SELECT input_tokens, output_tokens, cost_micro_usd::text AS cost_micro_usd FROM model_calls WHERE run_id = $1::uuid AND role = 'primary' ORDER BY created_at",
       [runId],
@@ -80,6 +83,7 @@ async function readLedger(url: string, runId: string): Promise<Ledger> {
       [runId],
     );
     const row = runRow.rows[0];
+    await db.query("COMMIT");
     if (row === undefined) throw new Error(`run ${runId} is not in the ledger`);
     return { steps: row.steps, calls: calls.rows, usage: row.usage, status: row.status };
   } finally {
