@@ -4,6 +4,7 @@ import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import pg from "pg";
 import { pino } from "pino";
 import { buildApp, type BuildOptions, type KeelApp } from "../control-plane/src/app.js";
 import { loadConfig, type KeelConfig } from "../control-plane/src/config.js";
@@ -134,12 +135,42 @@ export async function withBenchPostgres<T>(name: string, progress: (line: string
     if (process.getuid?.() === 0) await chmod(dir, 0o755);
     const dataDir = path.join(dir, "data");
     progress(`starting embedded PostgreSQL in ${dir} (server defaults: fsync and synchronous_commit on)`);
-    postgres = await startEmbeddedPostgres({ dataDir, port: await freePort() });
-    return await work({ url: postgres.url, dataDir });
+    const statements = process.env["KEEL_BENCH_STATEMENTS"] !== undefined;
+    postgres = await startEmbeddedPostgres({ dataDir, port: await freePort(), postgresFlags: statements ? STATEMENT_STATS_FLAGS : [] });
+    if (statements) await queryOnce(postgres.url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+    const result = await work({ url: postgres.url, dataDir });
+    if (statements) progress(await statementReport(postgres.url, Number(process.env["KEEL_BENCH_STATEMENTS"]) || 25));
+    return result;
   } finally {
     await postgres?.stop();
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+// KEEL_BENCH_STATEMENTS=N (diagnosis): PostgreSQL's N most expensive statements over the whole
+// bench, planning included, printed to stderr at the end.
+const STATEMENT_STATS_FLAGS = ["-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all", "-c", "pg_stat_statements.track_planning=on"];
+
+async function queryOnce(url: string, text: string): Promise<pg.QueryResult> {
+  const db = new pg.Client({ connectionString: url });
+  await db.connect();
+  try {
+    return await db.query(text);
+  } finally {
+    await db.end();
+  }
+}
+
+async function statementReport(url: string, top: number): Promise<string> {
+  const { rows } = await queryOnce(
+    url,
+    `SELECT calls, round((total_exec_time + total_plan_time)::numeric, 1) AS total_ms,
+            round(((total_exec_time + total_plan_time) / greatest(calls, 1))::numeric, 3) AS mean_ms,
+            round((total_plan_time / greatest(calls, 1))::numeric, 3) AS plan_ms, regexp_replace(query, '\\s+', ' ', 'g') AS query
+       FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT ${top}`,
+  );
+  const lines = rows.map((r: Record<string, unknown>) => `${String(r["total_ms"]).padStart(10)} ${String(r["calls"]).padStart(7)} ${String(r["mean_ms"]).padStart(8)} ${String(r["plan_ms"]).padStart(8)}  ${String(r["query"]).slice(0, 160)}`);
+  return ["statements by PostgreSQL time:", "  total_ms   calls  mean_ms  plan_ms  query", ...lines].join("\n");
 }
 
 /** The server's durability settings as the benchmarks print them, e.g. "fsync=on synchronous_commit=on". */

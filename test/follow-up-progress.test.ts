@@ -1,6 +1,8 @@
 // A follow-up run's context carries the conversation's three most recent progress records, as
 // the issue asks: checked on the model request the ledger stored for the follow-up's call, with
-// a real server, real PostgreSQL and a scripted model slow enough for several notices.
+// a real server, real PostgreSQL and a scripted model slow enough for several notices. The
+// follow-up starts at once on the idle worker, so its notices come with admission's read of the
+// conversation (the worker reads them itself only for a run it claims from the queue).
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";

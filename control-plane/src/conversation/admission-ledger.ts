@@ -1,6 +1,7 @@
 // What admission needs from the ledger, in its own terms: reads under the conversation's row
 // lock and writes of a decided plan. The ledger implements it with SQL and decides nothing.
 import type { AgentSpec } from "../domain/agent.js";
+import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import type { RunEventKind, CommitBoundary, RunStatus } from "../domain/run.js";
 import type { SubmittedMessage } from "./ingress.js";
 
@@ -109,6 +110,11 @@ export interface ConversationLedger {
   storeMessage(message: SubmittedMessage): Promise<StoredMessage>;
   /** Live root runs and the newest root run of the conversation, oldest first, locked. */
   conversationRuns(agentId: string, conversationId: string): Promise<ConversationRun[]>;
+  /**
+   * The same, with the conversation's latest progress notices (oldest first) read in the same
+   * round trip: a run started at once is handed them, and its first model call waits on no read.
+   */
+  conversationRunsAndProgress(agentId: string, conversationId: string): Promise<{ runs: ConversationRun[]; earlierProgress: TranscriptProgress[] }>;
   /** Inserts a root run with its triggers, first event and ack; true when it was claimed for `draft.claim`. */
   insertRun(address: ConversationAddress, draft: NewRunDraft, now: Date): Promise<boolean>;
   addTrigger(runId: string, incoming: IncomingMessage, how: TriggerDraft, now: Date): Promise<void>;

@@ -1,4 +1,5 @@
 // How each decided plan is written: which runs, triggers, stops and acks it takes.
+import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import { randomUUID } from "node:crypto";
 import { coalesceUntil, type AdmissionPlan } from "../domain/interrupt.js";
 import { PARKED_STATUSES, ZERO_USAGE, type RunStatus } from "../domain/run.js";
@@ -11,6 +12,8 @@ import type { Admission } from "./ingress.js";
 export interface Mailroom extends ConversationAddress {
   readonly ledger: ConversationLedger;
   readonly now: Date;
+  /** The conversation's latest progress notices, when admission read them with its runs. */
+  readonly earlierProgress?: readonly TranscriptProgress[];
 }
 
 export const withNote = (why: string, note: string | undefined): string => (note === undefined ? why : `${why} (${note})`);
@@ -76,6 +79,7 @@ export function freshClaim(room: Mailroom, incoming: IncomingMessage, runId: str
     commitBoundary: "buffering",
     inheritsFromRunId: undefined,
     conversationId: room.conversationId,
+    ...(room.earlierProgress === undefined ? {} : { earlierProgress: room.earlierProgress }),
   };
 }
 

@@ -70,7 +70,8 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     const stored = await ledger.storeMessage(message);
     if (stored.kind === "duplicate") return done<Admission>({ runId: stored.runId, status: stored.status, duplicate: true });
     if (stored.kind === "concurrent") throw new ConcurrentMessageError(message.messageId);
-    const room: Mailroom = { ledger, agent: stored.agent, conversationId: stored.conversationId, externalConversationId: message.conversationId, now };
+    const { runs, earlierProgress } = await ledger.conversationRunsAndProgress(stored.agent.id, stored.conversationId);
+    const room: Mailroom = { ledger, agent: stored.agent, conversationId: stored.conversationId, externalConversationId: message.conversationId, now, earlierProgress };
     const incoming: IncomingMessage = {
       rowId: stored.messageRowId,
       externalId: message.messageId,
@@ -79,7 +80,6 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
       text: message.text,
       relationLabel: "refines",
     };
-    const runs = await ledger.conversationRuns(room.agent.id, room.conversationId);
     const { state, target } = conversationState(runs);
     const plan = planAdmission({
       state,

@@ -6,7 +6,7 @@ import type { ToolCallRequest } from "../domain/transcript.js";
 import type { ConversationHistory, InvocationState, RunHistory, RunStore, StepState } from "../runner/run-store.js";
 import { toArtifactRecord } from "./row-mapping.js";
 import { ARTIFACT_COLUMNS, type ArtifactRow } from "./rows/ledger-rows.js";
-import { optional, raw, statement, type Sql } from "./sql.js";
+import { fragment, optional, raw, statement, type Sql, type StatementFragment } from "./sql.js";
 
 const runId = (p: { readonly runId: string }) => p.runId;
 
@@ -33,11 +33,18 @@ const inheritanceChain = statement<{ runId: string }, { id: string; depth: numbe
  * The latest progress notices of the conversation's runs created before this one (a follow-up,
  * a continuation or a supersession), newest first; this run's own notices are not history.
  */
-const recentProgressOfConversation = statement<{ runId: string; conversationId: string }, { text: string; created_at: Date }>("history_recent_progress_of_conversation")`
-  SELECT pe.text, pe.created_at FROM runs earlier
+/** The conversation's latest progress notices, newest first (text, created_at, seq). */
+export function latestProgressSql<P>(conversationId: (params: P) => string, exceptRunId?: (params: P) => string): StatementFragment<P> {
+  const except = exceptRunId === undefined ? fragment<P>`` : fragment<P>` AND earlier.id <> ${exceptRunId}::uuid`;
+  return fragment<P>`SELECT pe.text, pe.created_at, pe.seq FROM runs earlier
   JOIN progress_events pe ON pe.run_id = earlier.id
-  WHERE earlier.conversation_id = ${(p) => p.conversationId}::uuid AND earlier.id <> ${runId}::uuid
+  WHERE earlier.conversation_id = ${conversationId}::uuid${except}
   ORDER BY pe.created_at DESC, pe.seq DESC LIMIT ${raw(String(FOLLOW_UP_PROGRESS_RECORDS))}`;
+}
+
+const recentProgressOfConversation = statement<{ runId: string; conversationId: string }, { text: string; created_at: Date }>(
+  "history_recent_progress_of_conversation",
+)`${latestProgressSql<{ runId: string; conversationId: string }>((p) => p.conversationId, runId)}`;
 
 const recentProgress = statement<{ runId: string }, { text: string; created_at: Date }>("history_recent_progress")`
   SELECT pe.text, pe.created_at FROM runs r
@@ -79,7 +86,8 @@ const invocationsOfRun = statement<{ runId: string }, InvocationRow>("history_in
     i.resolved_outcome, i.resolved_by_actor_id, i.resolution_reason
   FROM tool_invocations i WHERE i.run_id = ${runId}::uuid ORDER BY i.created_at, i.ordinal`;
 
-const asProgress = (rows: readonly { text: string; created_at: Date }[]): TranscriptProgress[] =>
+/** Rows newest first (as latestProgressSql reads them) to notices oldest first. */
+export const asProgress = (rows: readonly { text: string; created_at: Date | string }[]): TranscriptProgress[] =>
   rows.map((row): TranscriptProgress => ({ text: row.text, at: new Date(row.created_at) })).reverse();
 
 export function createConversationHistory(sql: Sql): ConversationHistory {

@@ -46,6 +46,8 @@ export interface ClaimedRun {
   readonly inheritsFromRunId: string | undefined;
   /** The conversation the run answers in (ConversationHistory reads its other runs). */
   readonly conversationId: string;
+  /** The conversation's latest progress notices, oldest first, when admission read them; else the worker reads them. */
+  readonly earlierProgress?: readonly TranscriptProgress[];
   /** A WorkGraph child run's root: it sends no acks or replies; its end is its node's result. */
   readonly parentRunId?: string;
 }

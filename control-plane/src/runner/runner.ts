@@ -65,6 +65,8 @@ async function drive(session: RunSession): Promise<Next> {
   if (claimed.stepCount > 0 || claimed.inheritsFromRunId !== undefined) {
     const recovered = await recover(session);
     if (recovered.kind !== "continue") return recovered;
+  } else if (claimed.earlierProgress !== undefined) {
+    session.history = { ...session.history, progress: claimed.earlierProgress };
   } else if (session.deps.conversationHistory !== undefined && claimed.parentRunId === undefined) {
     // A follow-up sees the conversation's latest progress records: one indexed read.
     session.history = { ...session.history, progress: await session.deps.conversationHistory.recentProgress(claimed.conversationId, claimed.runId) };
