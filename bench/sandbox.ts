@@ -63,6 +63,12 @@ import { freePort, ms, pick, summarize, table } from "./support.js";
 const WARM_TARGET_MS = 20;
 const EXEC_RATIO_TARGET = 1.3;
 const STREAM_TARGET_MB_S = 100;
+/**
+ * The same target as a share of the raw dockerode read timed in the same run: 100 MB/s was met
+ * beside a raw read of 310 MB/s (f114f99). That commit, run again on a machine whose raw read is
+ * 129 MB/s, streams 59 MB/s: the absolute figure follows the machine, the share does not.
+ */
+const STREAM_RATIO_TARGET = 0.32;
 
 export default async function sandboxBench(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
@@ -162,6 +168,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     const rawExec = summarize(exec.raw);
     const ratio = keelExec.p50 / rawExec.p50;
     const verdict = (ok: boolean) => (ok ? "met" : "MISSED");
+    const streamRatio = stream.keelMbS / stream.rawMbS;
     const perMb = (lap: CpuLap) =>
       [lap.controlPlane, lap.agent, lap.postgres, lap.docker].map((msSpent) => (msSpent / options.streamMib).toFixed(1)).join(" / ");
     const lines = [
@@ -180,6 +187,7 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
           ["exec round trip p99 ms (baseline: raw dockerode exec, same container)", ms(keelExec.p99), ms(rawExec.p99), ""],
           ["exec ratio, keel p50 / raw p50", ratio.toFixed(2), "1.00", `<= ${EXEC_RATIO_TARGET}`],
           [`stream into ledger MB/s, median of ${TIMED_STREAMS} (baseline: raw dockerode read)`, stream.keelMbS.toFixed(1), stream.rawMbS.toFixed(1), `>= ${STREAM_TARGET_MB_S}`],
+          ["stream ratio, keel / raw read", streamRatio.toFixed(2), "1.00", `>= ${STREAM_RATIO_TARGET}`],
           ["first stream into ledger MB/s, not counted (baseline: raw dockerode read)", stream.firstMbS.toFixed(1), stream.rawMbS.toFixed(1), ""],
           ["stream, output discarded (no ledger) MB/s (baseline: raw dockerode read)", stream.discardMbS.toFixed(1), stream.rawMbS.toFixed(1), ""],
           ["control plane peak RSS MB (baseline: peak before the streams)", stream.peakRssMb.toFixed(1), stream.rssBeforeMb.toFixed(1), ""],
@@ -193,9 +201,10 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
         `discarding ${perMb(stream.discardCpu)}; raw read ${perMb(stream.rawCpu)} (the raw read runs in the control-plane process)`,
       `targets: warm p50 <= ${WARM_TARGET_MS} ms ${verdict(warmStats.p50 <= WARM_TARGET_MS)}; ` +
         `exec ratio <= ${EXEC_RATIO_TARGET} ${verdict(ratio <= EXEC_RATIO_TARGET)}; ` +
-        `stream >= ${STREAM_TARGET_MB_S} MB/s ${verdict(stream.keelMbS >= STREAM_TARGET_MB_S)}`,
+        `stream >= ${STREAM_TARGET_MB_S} MB/s ${verdict(stream.keelMbS >= STREAM_TARGET_MB_S)}, ` +
+        `or its ratio to the raw read >= ${STREAM_RATIO_TARGET} ${verdict(streamRatio >= STREAM_RATIO_TARGET)}`,
       `RESULT mode=${config.durability} warm_p50_ms=${ms(warmStats.p50)} cold_p50_ms=${ms(coldStats.p50)} exec_ratio=${ratio.toFixed(2)} ` +
-        `stream_mb_s=${stream.keelMbS.toFixed(1)} peak_rss_mb=${stream.peakRssMb.toFixed(1)}`,
+        `stream_mb_s=${stream.keelMbS.toFixed(1)} stream_ratio=${streamRatio.toFixed(2)} peak_rss_mb=${stream.peakRssMb.toFixed(1)}`,
     ];
     process.stdout.write(`${lines.join("\n")}\n`);
   } finally {
