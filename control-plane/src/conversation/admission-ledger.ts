@@ -1,8 +1,8 @@
 // What admission needs from the ledger, in its own terms: reads under the conversation's row
 // lock and writes of a decided plan. The ledger implements it with SQL and decides nothing.
 import type { AgentSpec } from "../domain/agent.js";
-import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import type { RunEventKind, CommitBoundary, RunStatus } from "../domain/run.js";
+import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import type { SubmittedMessage } from "./ingress.js";
 
 /** A root run of the conversation as the planner needs it, read under its row lock. */
@@ -108,13 +108,12 @@ export interface EventDraft {
 export interface ConversationLedger {
   /** The agent, the actor, the conversation (locking its row) and the message, idempotent on the message id. */
   storeMessage(message: SubmittedMessage): Promise<StoredMessage>;
-  /** Live root runs and the newest root run of the conversation, oldest first, locked. */
-  conversationRuns(agentId: string, conversationId: string): Promise<ConversationRun[]>;
   /**
-   * The same, with the conversation's latest progress notices (oldest first) read in the same
-   * round trip: a run started at once is handed them, and its first model call waits on no read.
+   * Live root runs and the newest root run of the conversation, oldest first, locked; with the
+   * conversation's latest progress notices (oldest first) read in the same round trip, so a run
+   * started at once is handed them and its first model call waits on no read.
    */
-  conversationRunsAndProgress(agentId: string, conversationId: string): Promise<{ runs: ConversationRun[]; earlierProgress: TranscriptProgress[] }>;
+  conversationRuns(agentId: string, conversationId: string): Promise<{ runs: ConversationRun[]; earlierProgress: TranscriptProgress[] }>;
   /** Inserts a root run with its triggers, first event and ack; true when it was claimed for `draft.claim`. */
   insertRun(address: ConversationAddress, draft: NewRunDraft, now: Date): Promise<boolean>;
   addTrigger(runId: string, incoming: IncomingMessage, how: TriggerDraft, now: Date): Promise<void>;

@@ -1,9 +1,9 @@
 // How each decided plan is written: which runs, triggers, stops and acks it takes.
-import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import { randomUUID } from "node:crypto";
 import { coalesceUntil, type AdmissionPlan } from "../domain/interrupt.js";
 import { PARKED_STATUSES, ZERO_USAGE, type RunStatus } from "../domain/run.js";
 import { ackKey, WORKING_ACK } from "../domain/settlement.js";
+import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import type { ClaimedRun } from "../runner/run-store.js";
 import type { ConversationAddress, ConversationLedger, ConversationRun, IncomingMessage, NewRunDraft, RunStopDraft, StartClaim, TriggerDraft } from "./admission-ledger.js";
 import type { Admission } from "./ingress.js";

@@ -13,7 +13,7 @@ import { appendRunEvents } from "./ledger-writes.js";
 import { runAdmissionWrites } from "./run-admission.repository.js";
 import { LIVE_SQL } from "./run-start.sql.js";
 import { asProgress, latestProgressSql } from "./run-history.repository.js";
-import { fragment, raw, statement, type Sql, type SqlTransaction, type StatementFragment } from "./sql.js";
+import { raw, statement, type Sql, type SqlTransaction } from "./sql.js";
 
 interface StoreMessageParams {
   readonly message: SubmittedMessage;
@@ -54,9 +54,17 @@ interface ConversationRunsParams {
   readonly conversationId: string;
 }
 
-/** The conversation's live root runs and its latest one (whatever its status), locked. */
-const conversationRunsSql = (columns: StatementFragment<ConversationRunsParams>) => fragment<ConversationRunsParams>`
-  SELECT ${columns}
+/**
+ * The conversation's live root runs and its latest one (whatever its status), locked, each row
+ * with the conversation's latest progress notices (an InitPlan, evaluated once). A conversation
+ * without runs has no rows and no notices, so none are lost.
+ */
+const conversationRunsStatement = statement<ConversationRunsParams, ConversationRunRow & { earlier_progress: { text: string; created_at: string }[] }>(
+  "admission_conversation_runs",
+)`
+  SELECT ${CONVERSATION_RUN_COLUMNS},
+    (SELECT coalesce(json_agg(json_build_object('text', p.text, 'created_at', p.created_at) ORDER BY p.created_at DESC, p.seq DESC), '[]'::json)
+     FROM (${latestProgressSql<ConversationRunsParams>((p) => p.conversationId)}) p) AS earlier_progress
   FROM runs r
   WHERE r.conversation_id = ${(p) => p.conversationId}::uuid AND r.parent_run_id IS NULL
     AND (r.status IN (${raw(LIVE_SQL)})
@@ -65,16 +73,6 @@ const conversationRunsSql = (columns: StatementFragment<ConversationRunsParams>)
   ORDER BY r.created_at, r.id
   FOR NO KEY UPDATE OF r`;
 
-const conversationRunsStatement = statement<ConversationRunsParams, ConversationRunRow>("admission_conversation_runs")`${conversationRunsSql(CONVERSATION_RUN_COLUMNS)}`;
-
-/**
- * The same rows, each with the conversation's latest progress notices (one InitPlan, evaluated
- * once). A conversation without runs has no rows and no notices, so none are lost.
- */
-const conversationRunsAndProgressStatement = statement<ConversationRunsParams, ConversationRunRow & { earlier_progress: { text: string; created_at: string }[] }>(
-  "admission_conversation_runs_and_progress",
-)`${conversationRunsSql(fragment`${CONVERSATION_RUN_COLUMNS}, (SELECT coalesce(json_agg(json_build_object('text', p.text, 'created_at', p.created_at) ORDER BY p.created_at DESC, p.seq DESC), '[]'::json)
-    FROM (${latestProgressSql<ConversationRunsParams>((p) => p.conversationId)}) p) AS earlier_progress`)}`;
 
 const attachMessageStatement = statement<{ runId: string | null; messageRowId: string }>("admission_attach_message")`
   UPDATE messages SET run_id = ${(p) => p.runId}::uuid WHERE id = ${(p) => p.messageRowId}::uuid`;
@@ -92,10 +90,7 @@ function conversationLedger(trx: SqlTransaction): ConversationLedger {
       return { kind: "duplicate", runId: stored.existing_run_id, status: stored.existing_status };
     },
     async conversationRuns(agentId, conversationId) {
-      return (await trx.run(conversationRunsStatement, { agentId, conversationId })).map(toConversationRun);
-    },
-    async conversationRunsAndProgress(agentId, conversationId) {
-      const rows = await trx.run(conversationRunsAndProgressStatement, { agentId, conversationId });
+      const rows = await trx.run(conversationRunsStatement, { agentId, conversationId });
       return { runs: rows.map(toConversationRun), earlierProgress: asProgress(rows[0]?.earlier_progress ?? []) };
     },
     ...runAdmissionWrites(trx),

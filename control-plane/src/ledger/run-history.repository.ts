@@ -29,10 +29,6 @@ const inheritanceChain = statement<{ runId: string }, { id: string; depth: numbe
     CASE WHEN h.forked_from_run_id = c.id THEN h.forked_at_step END AS forked_at_step
   FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`;
 
-/**
- * The latest progress notices of the conversation's runs created before this one (a follow-up,
- * a continuation or a supersession), newest first; this run's own notices are not history.
- */
 /** The conversation's latest progress notices, newest first (text, created_at, seq). */
 export function latestProgressSql<P>(conversationId: (params: P) => string, exceptRunId?: (params: P) => string): StatementFragment<P> {
   const except = exceptRunId === undefined ? fragment<P>`` : fragment<P>` AND earlier.id <> ${exceptRunId}::uuid`;
@@ -42,6 +38,10 @@ export function latestProgressSql<P>(conversationId: (params: P) => string, exce
   ORDER BY pe.created_at DESC, pe.seq DESC LIMIT ${raw(String(FOLLOW_UP_PROGRESS_RECORDS))}`;
 }
 
+/**
+ * The latest progress notices of the conversation's runs created before this one (a follow-up,
+ * a continuation or a supersession), newest first; this run's own notices are not history.
+ */
 const recentProgressOfConversation = statement<{ runId: string; conversationId: string }, { text: string; created_at: Date }>(
   "history_recent_progress_of_conversation",
 )`${latestProgressSql<{ runId: string; conversationId: string }>((p) => p.conversationId, runId)}`;
