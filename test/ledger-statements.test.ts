@@ -7,6 +7,7 @@ import { pathToFileURL } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateLedger } from "../control-plane/src/ledger/orm.js";
+import { EXECUTING_SQL } from "../control-plane/src/ledger/run-start.sql.js";
 import { registeredStatements } from "../control-plane/src/ledger/sql.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
@@ -41,5 +42,78 @@ describe("the ledger's statements against the migrated schema", () => {
       }
     }
     expect(failures, `statements that do not prepare:\n${failures.join("\n")}`).toEqual([]);
+  });
+});
+
+// Admission runs with plan_cache_mode force_generic_plan (ledger/conversation.repository.ts): each
+// statement is planned once per connection without its parameters' values. A generic plan that
+// scans a table which grows with traffic would make every message slower as the ledger fills, so
+// this fills the tables, gathers statistics and reads each generic plan.
+const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$)/;
+const GROWING_TABLES = ["actors", "conversations", "messages", "runs", "run_triggers", "run_events", "emissions", "progress_events", "tool_invocations", "work_graphs"];
+/** keel_locked_root_run_counts (admission's insert calls it) plans with its parameters' values: this count needs them. */
+const CEILING_COUNT = "select count(*) filter (where agent_id = $1), count(*) from runs where status = any($2::text[]) and parent_run_id is null";
+
+describe("admission's statements with generic plans", () => {
+  beforeAll(async () => {
+    const rows = 20_000;
+    await db.query(`INSERT INTO agents (id, spec, revision) SELECT 'agent-' || a, '{}'::jsonb, 1 FROM generate_series(1, 20) a`);
+    await db.query(`INSERT INTO actors (id) SELECT 'actor-' || i FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO conversations (id, agent_id, external_id, connector)
+      SELECT md5('c' || i)::uuid, 'agent-' || (i % 20 + 1), 'conversation-' || i, 'bench' FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO messages (id, conversation_id, external_id, actor_id, text)
+      SELECT md5('m' || i)::uuid, md5('c' || (i % ${rows / 4} + 1))::uuid, 'message-' || i, 'actor-' || i, 'text' FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage)
+      SELECT md5('r' || i)::uuid, 'agent-' || ((i % ${rows / 4}) % 20 + 1), md5('c' || (i % ${rows / 4} + 1))::uuid, 'bench',
+        CASE WHEN i % 100 = 0 THEN 'running' ELSE 'succeeded' END, 'actor-' || i, '{}'::jsonb, '{}'::jsonb FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id)
+      SELECT md5('r' || i)::uuid, md5('m' || i)::uuid, 'actor-' || i, 'message-' || i FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO run_events (run_id, seq, kind) SELECT md5('r' || i)::uuid, s, 'created' FROM generate_series(1, ${rows}) i, generate_series(1, 3) s`);
+    await db.query(`INSERT INTO progress_events (id, run_id, subject, seq, text)
+      SELECT md5('p' || i)::uuid, md5('r' || i)::uuid, 'subject-' || i, 1, 'progress' FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO emissions (id, idempotency_key, connector, kind, agent_id, conversation_id, external_conversation_id, addressed_actor_ids)
+      SELECT md5('e' || i)::uuid, 'key-' || i, 'bench', 'reply', 'agent-1', md5('c' || (i % ${rows / 4} + 1))::uuid, 'conversation-' || i, '[]'::jsonb
+      FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
+      SELECT md5('t' || i)::uuid, md5('r' || i)::uuid, 'call-' || i, 0, 'keel.ask_user.v1', '1', 'read', '{}'::jsonb, 'succeeded' FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO work_graphs (id, root_run_id, aggregate_usage) SELECT md5('g' || i)::uuid, md5('r' || i)::uuid, '{}'::jsonb FROM generate_series(1, ${rows}, 10) i`);
+    await db.query("ANALYZE");
+  });
+
+  /** Each growing table the generic plan reads whole. */
+  const scans = async (text: string): Promise<string[]> => {
+    const { rows } = await db.query<{ "QUERY PLAN": unknown }>(`EXPLAIN (GENERIC_PLAN, FORMAT JSON) ${text}`);
+    const found: string[] = [];
+    const walk = (node: Record<string, unknown>) => {
+      if (node["Node Type"] === "Seq Scan" && GROWING_TABLES.includes(String(node["Relation Name"]))) found.push(String(node["Relation Name"]));
+      for (const child of (node["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(child);
+    };
+    for (const plan of rows[0]!["QUERY PLAN"] as { Plan: Record<string, unknown> }[]) walk(plan.Plan);
+    return found;
+  };
+
+  it("scan no table that grows with traffic", async () => {
+    const admission = registeredStatements().filter((s) => ADMISSION_STATEMENT.test(s.name));
+    expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run"]));
+    const failures: string[] = [];
+    for (const { name, text } of admission) {
+      const tables = await scans(text);
+      if (tables.length > 0) failures.push(`${name}: seq scan of ${tables.join(", ")}`);
+    }
+    expect(failures, `generic plans that scan a growing table:\n${failures.join("\n")}`).toEqual([]);
+  });
+
+  it("keel_locked_root_run_counts plans its count with the statuses it is given, which a generic plan would scan", async () => {
+    const { rows } = await db.query<{ proconfig: string[] | null }>("SELECT proconfig FROM pg_proc WHERE proname = 'keel_locked_root_run_counts'");
+    expect(rows[0]?.proconfig).toContain("plan_cache_mode=force_custom_plan");
+    expect(await scans(CEILING_COUNT)).toContain("runs");
+    const custom = await db.query<{ "QUERY PLAN": string }>(
+      `EXPLAIN ${CEILING_COUNT.replace("$1", "'agent-1'").replace("$2::text[]", `ARRAY[${EXECUTING_SQL}]::text[]`)}`,
+    );
+    expect(custom.rows.map((row) => row["QUERY PLAN"]).join("\n")).not.toMatch(/Seq Scan on runs/);
+  });
+
+  it("would catch a scan", async () => {
+    expect(await scans("SELECT id FROM messages WHERE id = $1::uuid OR ($2::boolean AND text = $3)")).toContain("messages");
   });
 });

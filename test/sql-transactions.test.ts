@@ -18,6 +18,8 @@ const insertSeen = statement<Note, Seen>("sql_transactions_test_insert_seen")`
   INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body}) RETURNING txid_current()::text AS xid, now()::text AS at`;
 const insertForRollback = statement<Note>("sql_transactions_test_insert_rollback")`
   INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body})`;
+const planMode = statement<Record<string, never>, { mode: string; xid: string }>("sql_transactions_test_plan_mode")`
+  SELECT current_setting('plan_cache_mode') AS mode, txid_current()::text AS xid`;
 const insertForConflict = statement<Note>("sql_transactions_test_insert_conflict")`
   INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body})`;
 
@@ -109,6 +111,26 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
     expect(await sql.query<{ one: number }>(sqlText`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
     await sql.transaction((trx) => trx.run(insertForConflict, { id: 301, body: "two" }));
     expect(await count(301)).toBe(1);
+  });
+
+  it("plans generically only inside a transaction that asks to, its first statement included", async () => {
+    const generic = { plans: "generic" } as const;
+    // First use of the named statement (BEGIN and the setting go on their own), then prepared
+    // (both go with it), then unnamed.
+    for (const label of ["named, first use", "named, prepared"]) {
+      const [first, second] = await sql.transaction(async (trx) => [...(await trx.run(planMode, {})), ...(await trx.run(planMode, {}))], undefined, generic);
+      expect(first?.mode, label).toBe("force_generic_plan");
+      expect(second?.xid, label).toBe(first?.xid);
+    }
+    const [unnamed] = await sql.transaction((trx) => trx.query<{ mode: string }>(sqlText`SELECT current_setting('plan_cache_mode') AS mode`), undefined, generic);
+    expect(unnamed?.mode).toBe("force_generic_plan");
+    // SET LOCAL ends with its transaction: the connection's next transaction, and a statement outside one, plan as before.
+    const [after] = await sql.transaction((trx) => trx.run(planMode, {}));
+    expect(after?.mode).toBe("auto");
+    expect((await sql.run(planMode, {}))[0]?.mode).toBe("auto");
+    // A failed generic transaction leaves nothing behind either.
+    await expect(sql.transaction((trx) => trx.query(sqlText`SELECT 1/0`), undefined, generic)).rejects.toMatchObject({ code: "22012" });
+    expect((await sql.run(planMode, {}))[0]?.mode).toBe("auto");
   });
 
   it("sends nothing for a transaction that runs no statement", async () => {

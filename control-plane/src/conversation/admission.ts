@@ -49,9 +49,12 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
   async function startNewRequest(room: Mailroom, incoming: IncomingMessage, why: string, start: EarlyStart): Promise<Admission> {
     const runId = randomUUID();
     // The worker starts before the run is written: its first model call (replayable inference)
-    // overlaps the insert and the commit.
+    // overlaps the insert and the commit. It goes first, as the call is what a reply waits on.
     const early = !atCeiling.has(room.agent.id);
-    if (early) start.handOver(freshClaim(room, incoming, runId));
+    if (early) {
+      start.handOver(freshClaim(room, incoming, runId));
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
     const claim: StartClaim = { workerId: start.workerId, leaseMs: start.leaseMs };
     const started = await insertNewRequest(room, incoming, why, runId, claim);
     if (!started) {

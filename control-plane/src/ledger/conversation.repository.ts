@@ -109,6 +109,8 @@ function conversationLedger(trx: SqlTransaction): ConversationLedger {
 
 export function createAdmissionLedger(sql: Sql): AdmissionLedger {
   return {
-    attempt: (work, keep) => sql.transaction((trx) => work({ ...conversationLedger(trx), ...followUpLedger(trx) }), keep),
+    // Admission's statements are planned once per connection: PostgreSQL would otherwise plan
+    // most of them on every message, which cost more than running them.
+    attempt: (work, keep) => sql.transaction((trx) => work({ ...conversationLedger(trx), ...followUpLedger(trx) }), keep, { plans: "generic" }),
   };
 }

@@ -2,7 +2,7 @@ import { createRequire } from "node:module";
 import pg from "pg";
 
 /**
- * BEGIN sent in the same round trip as a transaction's first statement. This drives pg's
+ * BEGIN (with any SET LOCAL that opens the transaction) sent in the same round trip as its first statement. This drives pg's
  * extended-protocol Query from the inside (its prepare and handleCommandComplete, and the
  * connection's parsedStatements), which pg does not promise to keep: it is checked against the
  * pinned version below, and test/sql-transactions.test.ts fails loudly when that check does.
@@ -43,20 +43,24 @@ export function pipelinedBeginUnsupportedReason(): string | undefined {
 const supported = pipelinedBeginUnsupportedReason() === undefined;
 
 class BeginThenQuery extends PgQuery {
-  private beginCompleted = false;
+  /** The statements that open the transaction, BEGIN first; none of them returns rows. */
+  opening: readonly string[] = ["BEGIN"];
+  private openingCompleted = 0;
 
   override prepare(connection: WireConnection): void {
-    // The unnamed statement and portal: BEGIN is done with both before the statement binds.
-    connection.parse({ text: "BEGIN", name: "", types: [] });
-    connection.bind({ portal: "", statement: "", values: [] });
-    connection.execute({ portal: "", rows: 0 });
+    // The unnamed statement and portal: each opening statement is done with both before the next binds.
+    for (const text of this.opening) {
+      connection.parse({ text, name: "", types: [] });
+      connection.bind({ portal: "", statement: "", values: [] });
+      connection.execute({ portal: "", rows: 0 });
+    }
     super.prepare(connection);
   }
 
-  // BEGIN's CommandComplete is the only extra reply; an error in either aborts the transaction.
+  // The opening statements' CommandCompletes are the only extra replies; an error in any aborts the transaction.
   override handleCommandComplete(message: unknown, connection: WireConnection): void {
-    if (!this.beginCompleted) {
-      this.beginCompleted = true;
+    if (this.openingCompleted < this.opening.length) {
+      this.openingCompleted++;
       return;
     }
     super.handleCommandComplete(message, connection);
@@ -74,19 +78,23 @@ function mayPipeline(client: pg.PoolClient, text: string, name: string | undefin
   return connection?.parsedStatements[name] === text;
 }
 
-/** Runs BEGIN and then the statement, in one round trip where pg allows it. */
-export async function beginWith(client: pg.PoolClient, config: pg.QueryConfig): Promise<pg.QueryResult> {
+/**
+ * Runs the opening statements (BEGIN, then any SET LOCAL) and then the statement, in one round
+ * trip where pg allows it, else in two.
+ */
+export async function beginWith(client: pg.PoolClient, config: pg.QueryConfig, opening: readonly string[] = ["BEGIN"]): Promise<pg.QueryResult> {
   if (!mayPipeline(client, config.text, config.name)) {
-    await client.query("BEGIN");
+    // The simple protocol runs several statements in one message.
+    await client.query(opening.join("; "));
     return client.query(config);
   }
   return new Promise<pg.QueryResult>((resolve, reject) => {
-    client.query(
-      new BeginThenQuery({
-        ...config,
-        queryMode: "extended",
-        callback: (error, done) => (error || done === undefined ? reject(error ?? new Error("no result")) : resolve(done)),
-      }),
-    );
+    const query = new BeginThenQuery({
+      ...config,
+      queryMode: "extended",
+      callback: (error, done) => (error || done === undefined ? reject(error ?? new Error("no result")) : resolve(done)),
+    });
+    query.opening = opening;
+    client.query(query);
   });
 }

@@ -55,7 +55,8 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean; acked:
       ${(p) => p.now}::timestamptz, ${(p) => p.run.trigger.relation}, 0, false, counted.n + 1 FROM counted),
   moved AS (
     UPDATE messages SET run_id = ${runId}::uuid
-    WHERE id = ${(p) => incoming(p).rowId}::uuid OR (${(p) => p.run.moveCarriedMessages === true}::boolean AND id IN (SELECT message_id FROM carried))),
+    WHERE id IN (SELECT ${(p) => incoming(p).rowId}::uuid
+                 UNION ALL SELECT message_id FROM carried WHERE ${(p) => p.run.moveCarriedMessages === true}::boolean)),
   event AS (
     INSERT INTO run_events (run_id, seq, kind, status, summary)
     SELECT ${runId}::uuid, 1, 'created', 'queued', ${(p) => p.run.summary}

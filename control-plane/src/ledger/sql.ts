@@ -19,9 +19,10 @@ export interface Sql {
   query<T = Record<string, unknown>>(query: SqlQuery): Promise<T[]>;
   /**
    * BEGIN … COMMIT on one connection; ROLLBACK when `work` throws, or when `keep` says its result
-   * is not to be kept (an attempt that must be tried again). Inside a transaction, runs `work` in it.
+   * is not to be kept (an attempt that must be tried again). Inside a transaction, runs `work` in
+   * it (with the outer transaction's options).
    */
-  transaction<T>(work: (trx: SqlTransaction) => Promise<T>, keep?: (result: T) => boolean): Promise<T>;
+  transaction<T>(work: (trx: SqlTransaction) => Promise<T>, keep?: (result: T) => boolean, options?: TransactionOptions): Promise<T>;
   /**
    * Wakes LISTENers on `channel` once what was written is committed: at once outside a
    * transaction, after its COMMIT inside one, never after a rollback. Not from inside the
@@ -32,6 +33,19 @@ export interface Sql {
    */
   notify(channel: Channel, payload: string): void;
 }
+
+export interface TransactionOptions {
+  /**
+   * "generic": every statement uses its connection's one cached generic plan (plan_cache_mode
+   * force_generic_plan), never a custom plan per execution. For a hot transaction of complex
+   * statements that PostgreSQL would otherwise plan on every call (planning then costs more than
+   * running them); only for statements whose generic plan is known to be good
+   * (test/ledger-statements.test.ts checks admission's).
+   */
+  readonly plans?: "generic";
+}
+
+const GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan";
 
 /** The same interface, bound to one connection inside BEGIN … COMMIT. */
 export type SqlTransaction = Sql;
@@ -76,7 +90,8 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
   return {
     ...over((config) => pool.query(config)),
     notify: (channel, payload) => notifyAll([[channel, payload]]),
-    async transaction(work, keep) {
+    async transaction(work, keep, options) {
+      const opening = options?.plans === "generic" ? ["BEGIN", GENERIC_PLANS] : ["BEGIN"];
       const client = await pool.connect();
       // A checked-out client has no pool listener: a connection the server ends between two
       // statements (a restart) would emit an unhandled 'error' and end the process. The next
@@ -93,7 +108,7 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
         ...over((config) => {
           if (begun) return client.query(config);
           begun = true;
-          return beginWith(client, config);
+          return beginWith(client, config, opening);
         }),
         transaction: (inner) => inner(trx),
         notify: (channel, payload) => void notices.push([channel, payload]),
