@@ -20,6 +20,11 @@ const insertForRollback = statement<Note>("sql_transactions_test_insert_rollback
   INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body})`;
 const planMode = statement<Record<string, never>, { mode: string; xid: string }>("sql_transactions_test_plan_mode")`
   SELECT current_setting('plan_cache_mode') AS mode, txid_current()::text AS xid`;
+// A row lock, then a read of what other transactions committed: runBoth's pair.
+const lockNote = statement<{ id: number }, { body: string; xid: string }>("sql_transactions_test_lock_note")`
+  UPDATE notes SET body = body || '+' WHERE id = ${(p) => p.id} RETURNING body, txid_current()::text AS xid`;
+const readNotes = statement<{ from: number; to: number }, { id: number; xid: string }>("sql_transactions_test_read_notes")`
+  SELECT id, txid_current()::text AS xid FROM notes WHERE id BETWEEN ${(p) => p.from} AND ${(p) => p.to} ORDER BY id`;
 const insertForConflict = statement<Note>("sql_transactions_test_insert_conflict")`
   INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body})`;
 
@@ -131,6 +136,41 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
     // A failed generic transaction leaves nothing behind either.
     await expect(sql.transaction((trx) => trx.query(sqlText`SELECT 1/0`), undefined, generic)).rejects.toMatchObject({ code: "22012" });
     expect((await sql.run(planMode, {}))[0]?.mode).toBe("auto");
+  });
+
+  it("runs two statements in one round trip, the second on a snapshot taken after the first's lock wait", async () => {
+    await connections.query(sqlText`INSERT INTO notes (id, body) VALUES (${500}, ${"v"})`);
+    // Every path: first use (each statement on its own), prepared (pipelined, opening the
+    // transaction), and after another statement (pipelined, nothing to open).
+    for (const [round, label] of ["first use", "prepared", "after a statement"].entries()) {
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let locked!: () => void;
+      const didLock = new Promise<void>((resolve) => (locked = resolve));
+      // Another transaction holds the row and, before it commits, adds a note the second statement must see.
+      const other = connections.transaction(async (trx) => {
+        await trx.query(sqlText`UPDATE notes SET body = body WHERE id = ${500}`);
+        await trx.query(sqlText`INSERT INTO notes (id, body) VALUES (${501 + round}, ${"added"})`);
+        locked();
+        await held;
+      });
+      await didLock;
+      const pair = sql.transaction(async (trx) => {
+        if (label === "after a statement") await trx.query(sqlText`SELECT 1`);
+        return trx.runBoth(lockNote, { id: 500 }, readNotes, { from: 501, to: 510 });
+      });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      release();
+      await other;
+      const [[lockedRow], notes] = await pair;
+      expect(lockedRow?.body, label).toBe(`v${"+".repeat(round + 1)}`);
+      expect(notes.map((n) => n.id), label).toEqual(Array.from({ length: round + 1 }, (_, i) => 501 + i));
+      expect(notes[0]?.xid, label).toBe(lockedRow?.xid);
+    }
+    // An error in the first statement fails the pair, and the connection stays good.
+    await expect(sql.transaction((trx) => trx.runBoth(insertForConflict, { id: 500, body: "dup" }, readNotes, { from: 0, to: 1 }))).rejects.toMatchObject({ code: "23505" });
+    await expect(sql.transaction((trx) => trx.runBoth(insertForConflict, { id: 500, body: "dup" }, readNotes, { from: 0, to: 1 }))).rejects.toMatchObject({ code: "23505" });
+    expect(await sql.query<{ one: number }>(sqlText`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
   });
 
   it("sends nothing for a transaction that runs no statement", async () => {

@@ -48,8 +48,16 @@ export interface ConversationAddress {
   readonly externalConversationId: string;
 }
 
+/** The conversation's runs as the planner reads them, under the conversation's row lock. */
+export interface ConversationRuns {
+  /** Live root runs and the newest root run, oldest first, locked. */
+  readonly runs: ConversationRun[];
+  /** The conversation's latest progress notices, oldest first, for a run started at once (its first model call then waits on no read). */
+  readonly earlierProgress: TranscriptProgress[];
+}
+
 export type StoredMessage =
-  | { readonly kind: "stored"; readonly agent: AgentSpec; readonly conversationId: string; readonly messageRowId: string }
+  | ({ readonly kind: "stored"; readonly agent: AgentSpec; readonly conversationId: string; readonly messageRowId: string } & ConversationRuns)
   | { readonly kind: "duplicate"; readonly runId: string; readonly status: RunStatus }
   /** Another transaction is storing the same message id right now. */
   | { readonly kind: "concurrent" };
@@ -106,14 +114,13 @@ export interface EventDraft {
 
 /** Reads and writes of one admission attempt, inside its transaction. */
 export interface ConversationLedger {
-  /** The agent, the actor, the conversation (locking its row) and the message, idempotent on the message id. */
-  storeMessage(message: SubmittedMessage): Promise<StoredMessage>;
   /**
-   * Live root runs and the newest root run of the conversation, oldest first, locked; with the
-   * conversation's latest progress notices (oldest first) read in the same round trip, so a run
-   * started at once is handed them and its first model call waits on no read.
+   * The agent, the actor, the conversation (locking its row) and the message, idempotent on the
+   * message id; a stored message comes with the conversation's runs, read once the lock is held.
    */
-  conversationRuns(agentId: string, conversationId: string): Promise<{ runs: ConversationRun[]; earlierProgress: TranscriptProgress[] }>;
+  storeMessage(message: SubmittedMessage): Promise<StoredMessage>;
+  /** The conversation's runs, by the connector's id of the conversation (whose row lock the caller holds). */
+  conversationRuns(agentId: string, externalConversationId: string): Promise<ConversationRuns>;
   /** Inserts a root run with its triggers, first event and ack; true when it was claimed for `draft.claim`. */
   insertRun(address: ConversationAddress, draft: NewRunDraft, now: Date): Promise<boolean>;
   addTrigger(runId: string, incoming: IncomingMessage, how: TriggerDraft, now: Date): Promise<void>;

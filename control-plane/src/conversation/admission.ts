@@ -73,7 +73,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     const stored = await ledger.storeMessage(message);
     if (stored.kind === "duplicate") return done<Admission>({ runId: stored.runId, status: stored.status, duplicate: true });
     if (stored.kind === "concurrent") throw new ConcurrentMessageError(message.messageId);
-    const { runs, earlierProgress } = await ledger.conversationRuns(stored.agent.id, stored.conversationId);
+    const { runs, earlierProgress } = stored;
     const room: Mailroom = { ledger, agent: stored.agent, conversationId: stored.conversationId, externalConversationId: message.conversationId, now, earlierProgress };
     const incoming: IncomingMessage = {
       rowId: stored.messageRowId,

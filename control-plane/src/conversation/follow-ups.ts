@@ -30,7 +30,7 @@ export async function admitEdit(ledger: Ledger, edit: MessageEdit, now: Date): P
 
   const externalId = `${edit.messageId}#edit-${original.edits + 1}`;
   const rowId = await ledger.storeEdit(address.conversationId, original, { externalId, actorId: edit.actorId, text: edit.text }, now);
-  const { runs, earlierProgress } = await ledger.conversationRuns(address.agent.id, address.conversationId);
+  const { runs, earlierProgress } = await ledger.conversationRuns(address.agent.id, address.externalConversationId);
   const room: Mailroom = { ...address, ledger, now, earlierProgress };
   const incoming: IncomingMessage = { rowId, externalId, actorId: edit.actorId, connector: original.connector, text: edit.text, relationLabel: "edit" };
   const carrying = await ledger.runsCarrying(original);

@@ -13,7 +13,7 @@ import { appendRunEvents } from "./ledger-writes.js";
 import { runAdmissionWrites } from "./run-admission.repository.js";
 import { LIVE_SQL } from "./run-start.sql.js";
 import { asProgress, latestProgressSql } from "./run-history.repository.js";
-import { raw, statement, type Sql, type SqlTransaction } from "./sql.js";
+import { fragment, raw, statement, type Sql, type SqlTransaction } from "./sql.js";
 
 interface StoreMessageParams {
   readonly message: SubmittedMessage;
@@ -51,28 +51,37 @@ const storeMessageStatement = statement<
 
 interface ConversationRunsParams {
   readonly agentId: string;
-  readonly conversationId: string;
+  /** The connector's id of the conversation. */
+  readonly externalId: string;
 }
+
+const theConversation = fragment<ConversationRunsParams>`(SELECT id FROM conversation)`;
 
 /**
  * The conversation's live root runs and its latest one (whatever its status), locked, each row
  * with the conversation's latest progress notices (an InitPlan, evaluated once). A conversation
- * without runs has no rows and no notices, so none are lost.
+ * without runs has no rows and no notices, so none are lost. Found by the connector's id, so it
+ * needs nothing from the statement storing a message and goes in the same round trip.
  */
 const conversationRunsStatement = statement<ConversationRunsParams, ConversationRunRow & { earlier_progress: { text: string; created_at: string }[] }>(
   "admission_conversation_runs",
 )`
+  WITH conversation AS (SELECT id FROM conversations WHERE agent_id = ${(p) => p.agentId} AND external_id = ${(p) => p.externalId})
   SELECT ${CONVERSATION_RUN_COLUMNS},
     (SELECT coalesce(json_agg(json_build_object('text', p.text, 'created_at', p.created_at) ORDER BY p.created_at DESC, p.seq DESC), '[]'::json)
-     FROM (${latestProgressSql<ConversationRunsParams>((p) => p.conversationId)}) p) AS earlier_progress
+     FROM (${latestProgressSql<ConversationRunsParams>(theConversation)}) p) AS earlier_progress
   FROM runs r
-  WHERE r.conversation_id = ${(p) => p.conversationId}::uuid AND r.parent_run_id IS NULL
+  WHERE r.conversation_id = ${theConversation} AND r.parent_run_id IS NULL
     AND (r.status IN (${raw(LIVE_SQL)})
-      OR r.id = (SELECT n.id FROM runs n WHERE n.agent_id = ${(p) => p.agentId} AND n.conversation_id = ${(p) => p.conversationId}::uuid
+      OR r.id = (SELECT n.id FROM runs n WHERE n.agent_id = ${(p) => p.agentId} AND n.conversation_id = ${theConversation}
                  AND n.parent_run_id IS NULL ORDER BY n.created_at DESC, n.id DESC LIMIT 1))
   ORDER BY r.created_at, r.id
   FOR NO KEY UPDATE OF r`;
 
+const conversationRuns = (rows: (ConversationRunRow & { earlier_progress: { text: string; created_at: string }[] })[]) => ({
+  runs: rows.map(toConversationRun),
+  earlierProgress: asProgress(rows[0]?.earlier_progress ?? []),
+});
 
 const attachMessageStatement = statement<{ runId: string | null; messageRowId: string }>("admission_attach_message")`
   UPDATE messages SET run_id = ${(p) => p.runId}::uuid WHERE id = ${(p) => p.messageRowId}::uuid`;
@@ -82,16 +91,23 @@ const runStatusStatement = statement<{ runId: string }, { status: RunStatus }>("
 function conversationLedger(trx: SqlTransaction): ConversationLedger {
   return {
     async storeMessage(message) {
-      const [stored] = await trx.run(storeMessageStatement, { message, conversationRowId: randomUUID(), messageRowId: randomUUID() });
+      // The runs are read after the message is stored, with the conversation's row locked, in the same round trip.
+      const [[stored], runs] = await trx.runBoth(
+        storeMessageStatement,
+        { message, conversationRowId: randomUUID(), messageRowId: randomUUID() },
+        conversationRunsStatement,
+        { agentId: message.agentId, externalId: message.conversationId },
+      );
       if (stored?.spec === null || stored?.spec === undefined || stored.conversation_id === null) throw new NotFoundError("agent", message.agentId);
-      if (stored.message_row_id !== null) return { kind: "stored", agent: stored.spec, conversationId: stored.conversation_id, messageRowId: stored.message_row_id };
+      if (stored.message_row_id !== null) {
+        return { kind: "stored", agent: stored.spec, conversationId: stored.conversation_id, messageRowId: stored.message_row_id, ...conversationRuns(runs) };
+      }
       // Another transaction stored this message id a moment ago; its outcome is not visible to this statement.
       if (stored.existing_run_id === null || stored.existing_status === null) return { kind: "concurrent" };
       return { kind: "duplicate", runId: stored.existing_run_id, status: stored.existing_status };
     },
-    async conversationRuns(agentId, conversationId) {
-      const rows = await trx.run(conversationRunsStatement, { agentId, conversationId });
-      return { runs: rows.map(toConversationRun), earlierProgress: asProgress(rows[0]?.earlier_progress ?? []) };
+    async conversationRuns(agentId, externalConversationId) {
+      return conversationRuns(await trx.run(conversationRunsStatement, { agentId, externalId: externalConversationId }));
     },
     ...runAdmissionWrites(trx),
     async attachMessage(runId, messageRowId) {

@@ -2,33 +2,46 @@ import { createRequire } from "node:module";
 import pg from "pg";
 
 /**
- * BEGIN (with any SET LOCAL that opens the transaction) sent in the same round trip as its first statement. This drives pg's
- * extended-protocol Query from the inside (its prepare and handleCommandComplete, and the
- * connection's parsedStatements), which pg does not promise to keep: it is checked against the
- * pinned version below, and test/sql-transactions.test.ts fails loudly when that check does.
- * When the internals are not what this expects, transactions fall back to a separate BEGIN.
+ * A transaction's opening (BEGIN, with any SET LOCAL) sent in the same round trip as its first
+ * statement, and statements that need nothing from each other sent together. This drives pg's
+ * extended-protocol Query from the inside (its prepare and handleCommandComplete, the
+ * connection's parsedStatements, and the value mapping pg's own bind uses), which pg does not
+ * promise to keep: it is checked against the pinned version below, and
+ * test/sql-transactions.test.ts fails loudly when that check does. When the internals are not
+ * what this expects, every statement goes on its own.
  */
 export const PIPELINED_BEGIN_PG_VERSION = "8.20.0";
 
-/** The parts of pg's Connection and Query that BeginThenQuery drives (pg 8's extended-protocol messages). */
+/** The parts of pg's Connection and Query that PipelinedQuery drives (pg 8's extended-protocol messages). */
 interface WireConnection {
   readonly parsedStatements: Record<string, string>;
   parse(message: { text: string; name: string; types: unknown[] }): void;
-  bind(message: { portal: string; statement: string; values: unknown[] }): void;
+  bind(message: { portal: string; statement: string; values: unknown[]; valueMapper?: (value: unknown) => unknown }): void;
+  describe(message: { type: "P"; name: string }): void;
   execute(message: { portal: string; rows: number }): void;
 }
 interface PgQueryInternals {
   prepare(connection: WireConnection): void;
   handleCommandComplete(message: unknown, connection: WireConnection): void;
 }
-type QueryCallback = (error: Error | null, result?: pg.QueryResult) => void;
+type QueryCallback = (error: Error | null, result?: pg.QueryResult | pg.QueryResult[]) => void;
 type PgQueryConstructor = new (config: pg.QueryConfig & { queryMode: "extended"; callback: QueryCallback }) => pg.Submittable & PgQueryInternals;
 const PgQuery = pg.Query as unknown as PgQueryConstructor;
 
+const require = createRequire(import.meta.url);
+
 function installedPgVersion(): string {
-  const require = createRequire(import.meta.url);
   return (require("pg/package.json") as { version: string }).version;
 }
+
+/** How pg turns a JavaScript value into a parameter (pg/lib/utils), for the statements sent ahead. */
+const prepareValue = (() => {
+  try {
+    return (require("pg/lib/utils") as { prepareValue?: (value: unknown) => unknown }).prepareValue;
+  } catch {
+    return undefined;
+  }
+})();
 
 /** Why pipelining is off, or undefined when pg is the version and shape it was written against. */
 export function pipelinedBeginUnsupportedReason(): string | undefined {
@@ -37,27 +50,42 @@ export function pipelinedBeginUnsupportedReason(): string | undefined {
   const prototype = (pg.Query as unknown as { prototype: Partial<PgQueryInternals> }).prototype;
   if (typeof prototype.prepare !== "function") return "pg.Query has no prepare()";
   if (typeof prototype.handleCommandComplete !== "function") return "pg.Query has no handleCommandComplete()";
+  if (typeof prepareValue !== "function") return "pg/lib/utils has no prepareValue()";
   return undefined;
 }
 
 const supported = pipelinedBeginUnsupportedReason() === undefined;
 
-class BeginThenQuery extends PgQuery {
-  /** The statements that open the transaction, BEGIN first; none of them returns rows. */
-  opening: readonly string[] = ["BEGIN"];
+/** A named statement sent ahead of the query's own, with its values. */
+interface Ahead {
+  readonly name: string;
+  readonly values: readonly unknown[];
+}
+
+class PipelinedQuery extends PgQuery {
+  /** Statements that open the transaction, BEGIN first; none of them returns rows. */
+  opening: readonly string[] = [];
+  /** Named statements, already prepared on the connection, run before the query's own. */
+  ahead: readonly Ahead[] = [];
   private openingCompleted = 0;
 
   override prepare(connection: WireConnection): void {
-    // The unnamed statement and portal: each opening statement is done with both before the next binds.
+    // The unnamed statement and portal: each statement is done with the portal before the next binds.
     for (const text of this.opening) {
       connection.parse({ text, name: "", types: [] });
       connection.bind({ portal: "", statement: "", values: [] });
       connection.execute({ portal: "", rows: 0 });
     }
+    for (const { name, values } of this.ahead) {
+      connection.bind({ portal: "", statement: name, values: [...values], valueMapper: prepareValue! });
+      connection.describe({ type: "P", name: "" });
+      connection.execute({ portal: "", rows: 0 });
+    }
     super.prepare(connection);
   }
 
-  // The opening statements' CommandCompletes are the only extra replies; an error in any aborts the transaction.
+  // The opening statements' CommandCompletes carry nothing; each statement after them is one
+  // result of the query's (pg keeps several in order). An error in any aborts the transaction.
   override handleCommandComplete(message: unknown, connection: WireConnection): void {
     if (this.openingCompleted < this.opening.length) {
       this.openingCompleted++;
@@ -69,32 +97,47 @@ class BeginThenQuery extends PgQuery {
 
 /**
  * pg records a named statement as parsed on the first ParseComplete its query sees, which here
- * would be BEGIN's: a named statement not yet prepared on this connection gets BEGIN on its own.
+ * would be the opening's: every named statement must be prepared on this connection already (its
+ * first use goes on its own).
  */
-function mayPipeline(client: pg.PoolClient, text: string, name: string | undefined): boolean {
+function mayPipeline(client: pg.PoolClient, configs: readonly pg.QueryConfig[]): boolean {
   if (!supported) return false;
-  if (name === undefined) return true;
   const connection = (client as unknown as { connection?: WireConnection }).connection;
-  return connection?.parsedStatements[name] === text;
+  return configs.every(({ name, text }, i) => (name === undefined ? i === configs.length - 1 : connection?.parsedStatements[name] === text));
 }
 
 /**
- * Runs the opening statements (BEGIN, then any SET LOCAL) and then the statement, in one round
- * trip where pg allows it, else in two.
+ * Runs the opening statements (BEGIN, then any SET LOCAL), then each statement in order, in one
+ * round trip where pg allows it. Each statement still runs after the one before it has finished
+ * (and in READ COMMITTED, on a snapshot taken then). Only the last may be unnamed.
  */
-export async function beginWith(client: pg.PoolClient, config: pg.QueryConfig, opening: readonly string[] = ["BEGIN"]): Promise<pg.QueryResult> {
-  if (!mayPipeline(client, config.text, config.name)) {
+export async function pipeline(client: pg.PoolClient, configs: readonly pg.QueryConfig[], opening: readonly string[] = []): Promise<pg.QueryResult[]> {
+  if (configs.length === 0) throw new Error("pipeline: no statement");
+  if (!mayPipeline(client, configs)) {
     // The simple protocol runs several statements in one message.
-    await client.query(opening.join("; "));
-    return client.query(config);
+    if (opening.length > 0) await client.query(opening.join("; "));
+    const results: pg.QueryResult[] = [];
+    for (const config of configs) results.push(await client.query(config));
+    return results;
   }
-  return new Promise<pg.QueryResult>((resolve, reject) => {
-    const query = new BeginThenQuery({
-      ...config,
+  const last = configs[configs.length - 1]!;
+  return new Promise<pg.QueryResult[]>((resolve, reject) => {
+    const query = new PipelinedQuery({
+      ...last,
       queryMode: "extended",
-      callback: (error, done) => (error || done === undefined ? reject(error ?? new Error("no result")) : resolve(done)),
+      callback: (error, done) => {
+        if (error || done === undefined) reject(error ?? new Error("no result"));
+        else resolve(Array.isArray(done) ? done : [done]);
+      },
     });
     query.opening = opening;
+    query.ahead = configs.slice(0, -1).map(({ name, values }) => ({ name: name!, values: values ?? [] }));
     client.query(query);
   });
+}
+
+/** Runs the opening statements and then the statement, in one round trip where pg allows it. */
+export async function beginWith(client: pg.PoolClient, config: pg.QueryConfig, opening: readonly string[] = ["BEGIN"]): Promise<pg.QueryResult> {
+  const [result] = await pipeline(client, [config], opening);
+  return result!;
 }

@@ -7,6 +7,7 @@ import type { ConversationHistory, InvocationState, RunHistory, RunStore, StepSt
 import { toArtifactRecord } from "./row-mapping.js";
 import { ARTIFACT_COLUMNS, type ArtifactRow } from "./rows/ledger-rows.js";
 import { fragment, optional, raw, statement, type Sql, type StatementFragment } from "./sql.js";
+import type { StatementPart } from "./sql-text.js";
 
 const runId = (p: { readonly runId: string }) => p.runId;
 
@@ -30,7 +31,7 @@ const inheritanceChain = statement<{ runId: string }, { id: string; depth: numbe
   FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`;
 
 /** The conversation's latest progress notices, newest first (text, created_at, seq). */
-export function latestProgressSql<P>(conversationId: (params: P) => string, exceptRunId?: (params: P) => string): StatementFragment<P> {
+export function latestProgressSql<P>(conversationId: StatementPart<P>, exceptRunId?: (params: P) => string): StatementFragment<P> {
   const except = exceptRunId === undefined ? fragment<P>`` : fragment<P>` AND earlier.id <> ${exceptRunId}::uuid`;
   return fragment<P>`SELECT pe.text, pe.created_at, pe.seq FROM runs earlier
   JOIN progress_events pe ON pe.run_id = earlier.id

@@ -1,7 +1,7 @@
 import pg from "pg";
 import { performance } from "node:perf_hooks";
 import { NOTIFY_SPACING_MS, type Channel } from "./notification-hub.js";
-import { beginWith } from "./pg-pipelined-begin.js";
+import { beginWith, pipeline } from "./pg-pipelined-begin.js";
 import { SqlQuery, statement, type Statement } from "./sql-text.js";
 
 export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Statement, type StatementFragment } from "./sql-text.js";
@@ -15,6 +15,12 @@ export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Sta
 export interface Sql {
   /** A fixed statement, as a named prepared statement (parsed and planned once per connection). */
   run<P, R>(statement: Statement<P, R>, params: P): Promise<R[]>;
+  /**
+   * Two fixed statements in one round trip inside a transaction (where pg allows; one after the
+   * other outside one). The second still runs after the first has finished, on a snapshot of its
+   * own, so it sees what committed while the first waited on a lock.
+   */
+  runBoth<P1, R1, P2, R2>(first: Statement<P1, R1>, firstParams: P1, second: Statement<P2, R2>, secondParams: P2): Promise<[R1[], R2[]]>;
   /** An ad-hoc statement built with sql``. */
   query<T = Record<string, unknown>>(query: SqlQuery): Promise<T[]>;
   /**
@@ -104,12 +110,17 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       // BEGIN goes out with the first statement (pg-pipelined-begin.ts); no statement, nothing sent.
       let begun = false;
       const notices: Notice[] = [];
+      const opened = (): readonly string[] => {
+        if (begun) return [];
+        begun = true;
+        return opening;
+      };
       const trx: Sql = {
-        ...over((config) => {
-          if (begun) return client.query(config);
-          begun = true;
-          return beginWith(client, config, opening);
-        }),
+        ...over((config) => (begun ? client.query(config) : beginWith(client, config, opened()))),
+        async runBoth(first, firstParams, second, secondParams) {
+          const [one, two] = await pipeline(client, [prepared(first, firstParams), prepared(second, secondParams)], opened());
+          return [one!.rows, two!.rows];
+        },
         transaction: (inner) => inner(trx),
         notify: (channel, payload) => void notices.push([channel, payload]),
       };
@@ -198,12 +209,17 @@ function notifier(send: Send, spacingMs: Readonly<Partial<Record<Channel, number
   };
 }
 
-/** run and query over one way of sending a statement (the pool, or a transaction's connection). */
-function over(send: Send): Pick<Sql, "run" | "query"> {
+function prepared<P>(statement: Statement<P, unknown>, params: P): pg.QueryConfig {
+  return { name: statement.name, text: statement.text, values: statement.bind(params) };
+}
+
+/** run, runBoth and query over one way of sending a statement (the pool, or a transaction's connection). */
+function over(send: Send): Pick<Sql, "run" | "runBoth" | "query"> {
+  const run = async <P, R>(statement: Statement<P, R>, params: P): Promise<R[]> => (await send(prepared(statement, params))).rows as R[];
   return {
-    async run<P, R>(statement: Statement<P, R>, params: P) {
-      const result = await send({ name: statement.name, text: statement.text, values: statement.bind(params) });
-      return result.rows as R[];
+    run,
+    async runBoth(first, firstParams, second, secondParams) {
+      return [await run(first, firstParams), await run(second, secondParams)];
     },
     async query<T>(query: SqlQuery) {
       const result = await send({ text: query.text, values: checkedValues(query.values) });
