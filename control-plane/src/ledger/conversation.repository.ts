@@ -2,7 +2,7 @@
 // conversation's row lock from the first statement to the commit, so a conversation's messages
 // are decided one at a time against what is committed. SQL only; conversation/admission.ts decides.
 import { randomUUID } from "node:crypto";
-import type { AdmissionLedger, ConversationLedger } from "../conversation/admission-ledger.js";
+import type { AdmissionLedger, ConversationLedger, ConversationRuns } from "../conversation/admission-ledger.js";
 import type { SubmittedMessage } from "../conversation/ingress.js";
 import type { AgentSpec } from "../domain/agent.js";
 import { NotFoundError } from "../domain/errors.js";
@@ -55,6 +55,9 @@ interface ConversationRunsParams {
   readonly externalId: string;
 }
 
+/** A run of the conversation, each row with the conversation's latest progress notices. */
+type ConversationRunsRow = ConversationRunRow & { earlier_progress: { text: string; created_at: string }[] };
+
 const theConversation = fragment<ConversationRunsParams>`(SELECT id FROM conversation)`;
 
 /**
@@ -63,9 +66,7 @@ const theConversation = fragment<ConversationRunsParams>`(SELECT id FROM convers
  * without runs has no rows and no notices, so none are lost. Found by the connector's id, so it
  * needs nothing from the statement storing a message and goes in the same round trip.
  */
-const conversationRunsStatement = statement<ConversationRunsParams, ConversationRunRow & { earlier_progress: { text: string; created_at: string }[] }>(
-  "admission_conversation_runs",
-)`
+const conversationRunsStatement = statement<ConversationRunsParams, ConversationRunsRow>("admission_conversation_runs")`
   WITH conversation AS (SELECT id FROM conversations WHERE agent_id = ${(p) => p.agentId} AND external_id = ${(p) => p.externalId})
   SELECT ${CONVERSATION_RUN_COLUMNS},
     (SELECT coalesce(json_agg(json_build_object('text', p.text, 'created_at', p.created_at) ORDER BY p.created_at DESC, p.seq DESC), '[]'::json)
@@ -78,7 +79,7 @@ const conversationRunsStatement = statement<ConversationRunsParams, Conversation
   ORDER BY r.created_at, r.id
   FOR NO KEY UPDATE OF r`;
 
-const conversationRuns = (rows: (ConversationRunRow & { earlier_progress: { text: string; created_at: string }[] })[]) => ({
+const asConversationRuns = (rows: ConversationRunsRow[]): ConversationRuns => ({
   runs: rows.map(toConversationRun),
   earlierProgress: asProgress(rows[0]?.earlier_progress ?? []),
 });
@@ -100,14 +101,14 @@ function conversationLedger(trx: SqlTransaction): ConversationLedger {
       );
       if (stored?.spec === null || stored?.spec === undefined || stored.conversation_id === null) throw new NotFoundError("agent", message.agentId);
       if (stored.message_row_id !== null) {
-        return { kind: "stored", agent: stored.spec, conversationId: stored.conversation_id, messageRowId: stored.message_row_id, ...conversationRuns(runs) };
+        return { kind: "stored", agent: stored.spec, conversationId: stored.conversation_id, messageRowId: stored.message_row_id, ...asConversationRuns(runs) };
       }
       // Another transaction stored this message id a moment ago; its outcome is not visible to this statement.
       if (stored.existing_run_id === null || stored.existing_status === null) return { kind: "concurrent" };
       return { kind: "duplicate", runId: stored.existing_run_id, status: stored.existing_status };
     },
     async conversationRuns(agentId, externalConversationId) {
-      return conversationRuns(await trx.run(conversationRunsStatement, { agentId, externalId: externalConversationId }));
+      return asConversationRuns(await trx.run(conversationRunsStatement, { agentId, externalId: externalConversationId }));
     },
     ...runAdmissionWrites(trx),
     async attachMessage(runId, messageRowId) {

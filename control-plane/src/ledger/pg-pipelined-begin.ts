@@ -136,8 +136,3 @@ export async function pipeline(client: pg.PoolClient, configs: readonly pg.Query
   });
 }
 
-/** Runs the opening statements and then the statement, in one round trip where pg allows it. */
-export async function beginWith(client: pg.PoolClient, config: pg.QueryConfig, opening: readonly string[] = ["BEGIN"]): Promise<pg.QueryResult> {
-  const [result] = await pipeline(client, [config], opening);
-  return result!;
-}

@@ -6,8 +6,7 @@ import type { ToolCallRequest } from "../domain/transcript.js";
 import type { ConversationHistory, InvocationState, RunHistory, RunStore, StepState } from "../runner/run-store.js";
 import { toArtifactRecord } from "./row-mapping.js";
 import { ARTIFACT_COLUMNS, type ArtifactRow } from "./rows/ledger-rows.js";
-import { fragment, optional, raw, statement, type Sql, type StatementFragment } from "./sql.js";
-import type { StatementPart } from "./sql-text.js";
+import { fragment, optional, raw, statement, type Sql, type StatementFragment, type StatementPart } from "./sql.js";
 
 const runId = (p: { readonly runId: string }) => p.runId;
 

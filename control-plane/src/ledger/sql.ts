@@ -1,10 +1,10 @@
 import pg from "pg";
 import { performance } from "node:perf_hooks";
 import { NOTIFY_SPACING_MS, type Channel } from "./notification-hub.js";
-import { beginWith, pipeline } from "./pg-pipelined-begin.js";
+import { pipeline } from "./pg-pipelined-begin.js";
 import { SqlQuery, statement, type Statement } from "./sql-text.js";
 
-export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Statement, type StatementFragment } from "./sql-text.js";
+export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Statement, type StatementFragment, type StatementPart } from "./sql-text.js";
 
 /**
  * Keel's own SQL access: a plain `pg` pool, no query builder. The hot paths (claiming,
@@ -116,7 +116,7 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
         return opening;
       };
       const trx: Sql = {
-        ...over((config) => (begun ? client.query(config) : beginWith(client, config, opened()))),
+        ...over(async (config) => (begun ? client.query(config) : (await pipeline(client, [config], opened()))[0]!)),
         async runBoth(first, firstParams, second, secondParams) {
           const [one, two] = await pipeline(client, [prepared(first, firstParams), prepared(second, secondParams)], opened());
           return [one!.rows, two!.rows];
