@@ -205,6 +205,23 @@ describe.skipIf(skip)("docker workspace backend: hostile workloads are contained
     await stillWorks();
   });
 
+  it("a command that ends kills what it left running in its session, nothing else", async () => {
+    // Busybox timeout's watcher of an earlier exec lingers for up to a second in a session of
+    // its own; the sweep must leave such strangers alone and still find this command's children.
+    await runCommand(made.backend, id, ["true"]);
+    const left = await runCommand(made.backend, id, ["sh", "-c", "sleep 61 & sleep 62 >/dev/null 2>&1 & echo started"]);
+    expect(left.result.exitCode).toBe(0);
+    expect(left.stdout).toBe("started\n");
+    expect(left.elapsedMs).toBeLessThan(3000);
+    const ps = await runCommand(made.backend, id, ["ps", "-o", "pid,args"]);
+    expect(ps.stdout).not.toMatch(/^\s*\d+ sleep 6[12]/m);
+    // Another exec running meanwhile is another session: the sweep leaves it alone.
+    const neighbour = runCommand(made.backend, id, ["sh", "-c", "sleep 2; echo done"], { timeoutMs: 10_000 });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await runCommand(made.backend, id, ["sh", "-c", "sleep 64 &"]);
+    expect((await neighbour).stdout).toBe("done\n");
+  });
+
   it("a memory hog is OOM-killed", async () => {
     const hog = await runCommand(made.backend, id, ["sh", "-c", 'x=$(head -c 900000000 /dev/zero | tr "\\000" a); echo survived'], { timeoutMs: 20_000 });
     expect(hog.result.exitCode).toBe(137);

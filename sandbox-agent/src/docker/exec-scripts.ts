@@ -4,7 +4,12 @@
 // Kills every process of session $p except $me, with shell builtins only (no fork), so it
 // works when a fork bomb holds every pid. A /proc/<pid>/stat line is "pid (comm) state ppid
 // pgrp session ..."; comm may hold spaces and parentheses, hence the strip to the last ") ".
-// A command that left nothing behind costs one sweep. One that did may be a fork bomb, which
+// Pids rise until they wrap, so a process of the session has a pid above the session's
+// leader: the first sweep reads only those (each read of a stat file costs a system call per
+// byte in ash and dash, and busybox's timeout leaves a watcher behind for up to a second per
+// exec), unless the namespace's last pid (/proc/loadavg's last field) shows the pids wrapped since. A process that dodges it
+// is no worse than one that left the session with setsid: both die when the workspace is
+// released. A command that left nothing behind costs one sweep. One that did may be a fork bomb, which
 // refills every pid a kill frees with processes that live only long enough to fork, so a sweep
 // sees few of them: then everything this user runs in the workspace is stopped at once (kill
 // -1, one system call; a stopped process cannot fork), sweeps stop what they find until three in
@@ -12,18 +17,21 @@
 // rest continued.
 const SESSION_PIDS = [
   "  for d in /proc/[0-9]*; do",
+  '    [ "${d#/proc/}" -gt "$lo" ] && [ "${d#/proc/}" != "$me" ] || continue',
   '    read -r l 2>/dev/null <"$d/stat" || { u=$((u+1)); continue; }',
   "    set -- ${l##*) }",
-  '    [ "$4" = "$p" ] && [ "${d#/proc/}" != "$me" ] || continue',
+  '    [ "$4" = "$p" ] || continue',
 ];
 const KILL_SESSION = [
-  "s=0; u=0",
+  "s=0; u=0; x=",
+  "read -r _ _ _ _ x 2>/dev/null </proc/loadavg",
+  'if [ "${x:-0}" -ge "$p" ] 2>/dev/null; then lo=$((p-1)); else lo=0; fi',
   ...SESSION_PIDS,
   '    s=$((s+1)); kill -KILL "${d#/proc/}" 2>/dev/null',
   "  done",
   'if [ $((s+u)) -gt 0 ]; then',
   "  kill -STOP -1 2>/dev/null",
-  "  c=0; i=0",
+  "  c=0; i=0; lo=0",
   '  while [ "$c" -lt 3 ] && [ "$i" -lt 2000 ]; do',
   "    n=0; u=0; i=$((i+1))",
   ...SESSION_PIDS.map((line) => `  ${line}`),
