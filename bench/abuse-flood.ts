@@ -4,7 +4,9 @@
 // MODE "spin" sends nothing and only keeps its CPU busy: the bench's control for what an attacker
 // costs the machine (the other CPU's share of everyone else's work) rather than the server.
 // MODE is "uploads" (unauthenticated 4 MiB bodies, 8 at a time on each of UPLOADERS connections),
-// "tokens" (unary calls with random bearer tokens at RATE per second) or "both". Prints one
+// "tokens" (unary calls with random bearer tokens at RATE per second, in turn: of no Keel shape,
+// of the issued shape with a made-up tag, and of the untagged shape of older secrets, the last
+// two costing the server more than a glance) or "both". Prints one
 // JSON line with what it sent and how the server answered. The attacker knows the server's
 // limit of unauthenticated calls per connection: it moves to a fresh connection after
 // PER_CONNECTION calls (and at once when the server says GOAWAY), so the server refuses every
@@ -146,6 +148,14 @@ async function uploads(url: string, lanes: number, counts: Counts, ready: (first
   );
 }
 
+/** The nth made-up secret: the shapes an attacker who read Keel's source would try, in turn. */
+function madeUpSecret(n: number): string {
+  const random = randomBytes(33).toString("base64url");
+  if (n % 3 === 0) return `keel_${random.slice(0, 32)}`;
+  if (n % 3 === 1) return `keel_connector_${random.slice(0, 32)}${randomBytes(9).toString("base64url").slice(0, 11)}`;
+  return `keel_connector_${random.slice(0, 32)}`;
+}
+
 function tokenCall(connection: Connection, counts: Counts): void {
   let stream: http2.ClientHttp2Stream;
   try {
@@ -154,7 +164,7 @@ function tokenCall(connection: Connection, counts: Counts): void {
       ":path": PATH,
       "content-type": "application/grpc",
       te: "trailers",
-      authorization: `Bearer keel_${randomBytes(24).toString("base64url")}`,
+      authorization: `Bearer ${madeUpSecret(counts.tokenCallsSent)}`,
     });
   } catch {
     counts.errors++;

@@ -2,7 +2,8 @@
 // one. A real Keel (embedded PostgreSQL, the HTTP/2 server on loopback, in-process workers);
 // an authorized connector sends SubmitMessage at a steady pace and its latency is measured
 // idle, then while a separate attacker process (bench/abuse-flood.ts) floods unauthenticated
-// 4 MiB uploads, calls with random tokens at --rate per second, and both. The phases take turns
+// 4 MiB uploads, calls with random tokens at --rate per second (a third each of no Keel shape, the
+// issued shape with a made-up tag, and the untagged shape of older secrets), and both. The phases take turns
 // in --rounds slices, each measured only once its attacker is up. Printed side by side with the
 // ratio to idle (target: p99 under 2x), the attack rates the server met, and its RSS.
 // With two CPUs or more the server side and the attacker are pinned to different CPUs (--pin),
@@ -214,7 +215,7 @@ export default async function abuse(args: readonly string[]): Promise<void> {
       const lines = [
         `SubmitMessage latency of an authorized connector (ms), one call every ${options.paceMs} ms, ${options.seconds} s per phase in ${options.rounds} interleaved rounds`,
         `CPUs: ${pinning.describe}`,
-        `attacker: ${options.rate} random-token calls/s on ${MAX_UNAUTHENTICATED_PER_CONNECTION} calls per connection (the server's limit), ${options.uploaders} connections of 8 concurrent 4 MiB uploads`,
+        `attacker: ${options.rate} random-token calls/s (a third each: no Keel shape, issued shape with a made-up tag, untagged older shape) on ${MAX_UNAUTHENTICATED_PER_CONNECTION} calls per connection (the server's limit), ${options.uploaders} connections of 8 concurrent 4 MiB uploads`,
         "loop p99: worst slice's event-loop delay p99 (ms); µs/call: Keel CPU beyond its idle cost per authorized call, per unauthenticated call sent",
         "attacker columns, per second: calls sent; answered Unauthenticated; reset before an answer; unanswered as the server shed their connection; other outcomes; connections opened",
         "",

@@ -7,8 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeliveryStatus, EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
-import { createApiTokenRepository } from "../control-plane/src/ledger/api-token.repository.js";
-import type { Sql } from "../control-plane/src/ledger/sql.js";
+import { createApiTokenRepository, hashToken } from "../control-plane/src/ledger/api-token.repository.js";
+import { sql, type Sql } from "../control-plane/src/ledger/sql.js";
 import { connectClient, grpcJsBearer, grpcJsClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 
@@ -187,31 +187,60 @@ describe("revocation and expiry", () => {
   });
 });
 
+function countingSql(): { readonly sql: Sql; readonly lookups: () => number } {
+  let lookups = 0;
+  const real = keel.app.ledger.sql;
+  const counting: Sql = { ...real, run: (statement, params) => (lookups++, real.run(statement, params)), query: (q) => real.query(q), transaction: (w, k) => real.transaction(w, k), notify: (c, p) => real.notify(c, p) };
+  return { sql: counting, lookups: () => lookups };
+}
+
 describe("the token cache", () => {
+  it("refuses a made-up secret of the issued shape by its tag, with no lookup, and still honours an untagged one issued before", async () => {
+    const counted = countingSql();
+    const tokens = createApiTokenRepository(counted.sql);
+    const { secret } = await tokens.create("connector", "tagged");
+    expect(secret).toMatch(/^keel_connector_[A-Za-z0-9_-]{43}$/);
+    const before = counted.lookups();
+    // One character of the random part changed, the tag kept; then wholly random ones.
+    const flipped = `${secret.slice(0, 20)}${secret[20] === "A" ? "B" : "A"}${secret.slice(21)}`;
+    expect(await tokens.principalOf(flipped)).toBeUndefined();
+    for (let i = 0; i < 100; i++) expect(await tokens.principalOf(`keel_connector_${Math.random().toString(36).slice(2).padEnd(43, "q")}`)).toBeUndefined();
+    expect(counted.lookups()).toBe(before);
+    expect((await tokens.principalOf(secret))?.role).toBe("connector");
+    expect(counted.lookups()).toBe(before + 1);
+
+    // A secret from before the tag: stored as its hash like any other, looked up as before.
+    const untagged = `keel_connector_${"u".repeat(31)}1`;
+    await keel.app.ledger.sql.query(
+      sql`INSERT INTO api_tokens (id, token_hash, role, label, scope) SELECT gen_random_uuid(), ${hashToken(untagged)}, 'connector', 'untagged', scope FROM api_tokens WHERE label = 'slack bot'`,
+    );
+    expect((await tokens.principalOf(untagged))?.role).toBe("connector");
+    expect(await codeOf(submit(untagged, "slack", "c-untagged"))).toBe("ok");
+    expect(await codeOf(submit(flipped, "slack", "c-flipped"))).toBe(Code.Unauthenticated);
+  });
+
   it("looks an unknown secret up once per TTL and keeps a busy token across 12,000 strangers", async () => {
-    let lookups = 0;
-    const real = keel.app.ledger.sql;
-    const counting: Sql = { ...real, run: (statement, params) => (lookups++, real.run(statement, params)), query: (q) => real.query(q), transaction: (w, k) => real.transaction(w, k), notify: (c, p) => real.notify(c, p) };
+    const counted = countingSql();
     // The clock stands still: under a loaded CI the loop below may outlast the 5 s TTLs, and
     // what is checked here is the cache's size rule, not its timing.
     const frozen = Date.now();
-    const tokens = createApiTokenRepository(counting, () => frozen);
+    const tokens = createApiTokenRepository(counted.sql, () => frozen);
     const { secret } = await tokens.create("operator", "busy");
-    lookups = 0;
+    let base = counted.lookups();
     expect((await tokens.principalOf(secret))?.role).toBe("operator");
     const stranger = `keel_connector_${"x".repeat(32)}`;
     for (let i = 0; i < 1_000; i++) expect(await tokens.principalOf(stranger)).toBeUndefined();
-    expect(lookups).toBe(2);
+    expect(counted.lookups() - base).toBe(2);
     // Garbage that no issued secret could be costs nothing.
     expect(await tokens.principalOf("not-a-keel-token")).toBeUndefined();
-    expect(lookups).toBe(2);
+    expect(counted.lookups() - base).toBe(2);
     for (let i = 0; i < 12_000; i++) {
       await tokens.principalOf(`keel_connector_${i.toString().padStart(32, "0")}`);
       if (i % 1_000 === 0) await tokens.principalOf(secret);
     }
-    lookups = 0;
+    base = counted.lookups();
     expect((await tokens.principalOf(secret))?.role).toBe("operator");
     // Still cached: a cache that overflowed by clearing everything would have looked it up again.
-    expect(lookups).toBe(0);
+    expect(counted.lookups()).toBe(base);
   }, 120_000);
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { TokenRole } from "../ledger/api-token.repository.js";
-import { createTokenChecks, MAX_UNPROVEN_CHECKS } from "./token-checks.js";
+import { createTokenChecks, MAX_UNPROVEN_CHECKS, UNTAGGED_LOOKUPS_PER_SECOND } from "./token-checks.js";
 
 /** A verifier whose lookups of unknown secrets hang until released, as a slow database would. */
 function slowVerifier(valid: Map<string, TokenRole>) {
@@ -74,5 +74,35 @@ describe("token checks", () => {
     await new Promise((resolve) => setTimeout(resolve, 10));
     fake.release();
     expect(await revoked).toEqual({ kind: "unknown" });
+  });
+
+  it("rations lookups of made-up secrets in the untagged shape per second, not those of tagged ones", async () => {
+    let clock = 0;
+    let lookups = 0;
+    const checks = createTokenChecks(
+      {
+        roleOf() {
+          lookups++;
+          return Promise.resolve(undefined);
+        },
+        principalOf: () => Promise.resolve(undefined),
+      },
+      MAX_UNPROVEN_CHECKS,
+      () => clock,
+    );
+    const untagged = (i: number) => `keel_connector_${String(i).padStart(32, "A")}`;
+    const tagged = (i: number) => `keel_connector_${String(i).padStart(43, "A")}`;
+    const first = [];
+    for (let i = 0; i < 3 * UNTAGGED_LOOKUPS_PER_SECOND; i++) first.push(await checks.check(untagged(i)));
+    expect(first.filter((r) => r.kind === "unknown")).toHaveLength(UNTAGGED_LOOKUPS_PER_SECOND);
+    expect(first.filter((r) => r.kind === "busy")).toHaveLength(2 * UNTAGGED_LOOKUPS_PER_SECOND);
+    expect(lookups).toBe(UNTAGGED_LOOKUPS_PER_SECOND);
+    // Tagged secrets are the verifier's to refuse by their tag, at no query's cost: not rationed here.
+    for (let i = 0; i < 3 * UNTAGGED_LOOKUPS_PER_SECOND; i++) expect(await checks.check(tagged(i))).toEqual({ kind: "unknown" });
+    // Half a second refills half the allowance.
+    clock += 500;
+    const later = [];
+    for (let i = 0; i < UNTAGGED_LOOKUPS_PER_SECOND; i++) later.push(await checks.check(untagged(1000 + i)));
+    expect(later.filter((r) => r.kind === "unknown")).toHaveLength(UNTAGGED_LOOKUPS_PER_SECOND / 2);
   });
 });

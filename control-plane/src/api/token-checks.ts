@@ -2,13 +2,17 @@
 // query (its cache cannot help a random one), and those queries share the pool with the
 // workers. So only a few such checks run at once; past that a caller with an unproven secret
 // is told to retry (ResourceExhausted). Secrets that have passed before skip the bound: their
-// check is a cache hit, and a flood of random tokens must not lock out known clients.
+// check is a cache hit, and a flood of random tokens must not lock out known clients. A secret
+// made up in today's shape is refused by its tag without a query; one in the untagged shape of
+// older secrets cannot be, so those lookups are also rationed per second.
 import { createHash } from "node:crypto";
-import type { TokenRole } from "../ledger/api-token.repository.js";
+import { isUntaggedSecret, type TokenRole } from "../ledger/api-token.repository.js";
 import type { TokenVerifier } from "./auth.js";
 
 /** Checks of never-seen-valid secrets in flight at once, process-wide. */
 export const MAX_UNPROVEN_CHECKS = 8;
+/** Lookups per second (and at once, after a quiet spell) of untagged secrets never seen valid. */
+export const UNTAGGED_LOOKUPS_PER_SECOND = 20;
 /** Hashes of secrets that passed, least recently used dropped first. */
 const MAX_PROVEN = 10_000;
 
@@ -19,9 +23,21 @@ export interface TokenChecks {
   check(secret: string): Promise<TokenCheck>;
 }
 
-export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNPROVEN_CHECKS): TokenChecks {
+/** `now` is for tests: milliseconds, as performance.now. */
+export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNPROVEN_CHECKS, now: () => number = () => performance.now()): TokenChecks {
   const proven = new Map<string, true>();
   let unprovenInFlight = 0;
+  // A token bucket: it refills at UNTAGGED_LOOKUPS_PER_SECOND and holds as many.
+  let untaggedAllowance = UNTAGGED_LOOKUPS_PER_SECOND;
+  let refilledAt = now();
+  const untaggedLookupAllowed = (): boolean => {
+    const at = now();
+    untaggedAllowance = Math.min(UNTAGGED_LOOKUPS_PER_SECOND, untaggedAllowance + ((at - refilledAt) / 1000) * UNTAGGED_LOOKUPS_PER_SECOND);
+    refilledAt = at;
+    if (untaggedAllowance < 1) return false;
+    untaggedAllowance--;
+    return true;
+  };
   const lookup = async (hash: string, secret: string): Promise<TokenCheck> => {
     const role = await verifier.roleOf(secret);
     if (role === undefined) {
@@ -43,6 +59,7 @@ export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNP
       const running = checking.get(hash);
       if (running !== undefined) return running;
       if (unprovenInFlight >= maxUnproven) return { kind: "busy" };
+      if (isUntaggedSecret(secret) && !untaggedLookupAllowed()) return { kind: "busy" };
       unprovenInFlight++;
       const check = lookup(hash, secret).finally(() => {
         unprovenInFlight--;

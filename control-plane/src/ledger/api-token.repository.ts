@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { createHash, createHmac, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import {
   TOKEN_ROLES,
   expired,
@@ -61,8 +61,26 @@ const STALE_MS = 5_000;
 const UNKNOWN_MS = 5_000;
 /** Entries kept: the least recently used goes first, one at a time, never the whole cache. */
 const MAX_CACHED = 10_000;
-/** Every secret this repository issues has this shape; anything else is refused without a lookup. */
-export const SECRET_SHAPE = /^keel_[a-z_]{5,16}_[A-Za-z0-9_-]{32}$/;
+/**
+ * Every secret this repository issues has this shape; anything else is refused without a lookup.
+ * A secret is `keel_<role>_` and 32 random characters, then an 11-character tag: the install's
+ * key (api_token_keys) over the rest, so a made-up secret of this shape is refused without a
+ * lookup too. Secrets issued before the tag (no tag, 32 characters) still work; lookups of such
+ * secrets never seen valid are rationed (api/token-checks.ts), since anyone can make them up.
+ */
+export const SECRET_SHAPE = /^keel_[a-z_]{5,16}_(?:[A-Za-z0-9_-]{43}|[A-Za-z0-9_-]{32})$/;
+const UNTAGGED_SHAPE = /^keel_[a-z_]{5,16}_[A-Za-z0-9_-]{32}$/;
+const TAG_LENGTH = 11;
+
+/** True for a secret of the shape issued before secrets carried a tag: its check costs a lookup whatever it is. */
+export function isUntaggedSecret(secret: string): boolean {
+  return UNTAGGED_SHAPE.test(secret);
+}
+
+/** The tag of a secret's first part: 8 bytes of HMAC-SHA256 under the install's key, base64url. */
+function tagOf(key: Buffer, body: string): Buffer {
+  return Buffer.from(createHmac("sha256", key).update(body).digest().subarray(0, 8).toString("base64url"));
+}
 
 interface TokenRow {
   id: string;
@@ -92,6 +110,9 @@ const revokeToken = statement<{ tokenId: string }, { id: string }>("revoke_api_t
   WITH revoked AS (
     UPDATE api_tokens SET revoked_at = now() WHERE id = ${(p) => p.tokenId}::uuid AND revoked_at IS NULL RETURNING id)
   SELECT id, pg_notify('keel_tokens', id::text) FROM revoked`;
+
+const selectTokenKey = statement<Record<string, never>, { key: string }>("select_api_token_key")`
+  SELECT key FROM api_token_keys WHERE id = 1`;
 
 const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -145,8 +166,33 @@ export function createApiTokenRepository(sql: Sql, now: () => number = Date.now)
     for (const listener of [...listeners]) listener(tokenId);
   };
 
+  // The key is read once per process; a failed read is tried again by the next caller.
+  let key: Buffer | undefined;
+  let keyLoad: Promise<Buffer> | undefined;
+  const tagKey = async (): Promise<Buffer> => {
+    if (key !== undefined) return key;
+    keyLoad ??= sql.run(selectTokenKey, {}).then(
+      ([row]) => {
+        if (row === undefined) throw new Error("the ledger has no token key (api_token_keys); run the migrations");
+        key = Buffer.from(row.key, "hex");
+        return key;
+      },
+      (error: unknown) => {
+        keyLoad = undefined;
+        throw error;
+      },
+    );
+    return keyLoad;
+  };
+  const tagged = async (secret: string): Promise<boolean> => {
+    const tag = Buffer.from(secret.slice(-TAG_LENGTH));
+    const expected = tagOf(await tagKey(), secret.slice(0, -TAG_LENGTH));
+    return tag.length === expected.length && timingSafeEqual(tag, expected);
+  };
+
   const principalOf = async (secret: string): Promise<Principal | undefined> => {
     if (!SECRET_SHAPE.test(secret)) return undefined;
+    if (!isUntaggedSecret(secret) && !(await tagged(secret))) return undefined;
     const hash = hashToken(secret);
     const cached = cache.get(hash);
     const at = now();
@@ -169,7 +215,8 @@ export function createApiTokenRepository(sql: Sql, now: () => number = Date.now)
 
   return {
     async create(role, label, options = {}) {
-      const secret = `keel_${role.replace("-", "_")}_${randomBytes(24).toString("base64url")}`;
+      const body = `keel_${role.replace("-", "_")}_${randomBytes(24).toString("base64url")}`;
+      const secret = `${body}${tagOf(await tagKey(), body).toString()}`;
       const id = randomUUID();
       const scope = options.scope ?? (role === "operator" || role === "admin" ? { kind: "role" } : { kind: "unbound" });
       await sql.run(insertApiToken, {

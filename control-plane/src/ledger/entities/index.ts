@@ -1,6 +1,7 @@
 import { ActorEntity } from "./actor.entity.js";
 import { AgentEntity } from "./agent.entity.js";
 import { ApiTokenEntity } from "./api-token.entity.js";
+import { ApiTokenKeyEntity } from "./api-token-key.entity.js";
 import { ArtifactEntity } from "./artifact.entity.js";
 import { ConversationEntity } from "./conversation.entity.js";
 import { EmissionEntity } from "./emission.entity.js";
@@ -44,5 +45,6 @@ export const ledgerEntities = [
   WorkspaceEntity,
   SandboxRelayEntity,
   ApiTokenEntity,
+  ApiTokenKeyEntity,
   InstallSettingsEntity,
 ] as const;
