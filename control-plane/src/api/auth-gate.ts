@@ -6,7 +6,7 @@
 //
 // Refusing is made cheap, since a flood of them competes with authorized calls for the event
 // loop: an HTTP/2 stream whose headers already decide it (no token, a secret of a shape Keel
-// never issues, a service needing a client certificate) is refused as it arrives, before Node
+// never issues or with a forged tag, a service needing a client certificate) is refused as it arrives, before Node
 // builds request and response objects for it; answers are prepared once (refusal.ts); nothing
 // is logged per call. Answers go out at a bounded rate (refusal-pacer.ts), so a flood waits for
 // them instead of taking the CPU. A connection that keeps sending unauthenticated calls is shed (GOAWAY).
@@ -73,6 +73,7 @@ function precheck(
   authorization: string | string[] | undefined,
   socket: Partial<TLSSocket> | null | undefined,
   clientCertServices: ReadonlySet<string>,
+  tokens: TokenChecks,
 ): Verdict {
   const service = serviceOf(path);
   // Anything but a known service (health, unknown) goes on as is. CORS preflights carry no
@@ -83,7 +84,9 @@ function precheck(
   if (secret === undefined) return { refuse: "missing" };
   // Keel issues one shape of secret; any other cannot be a token, so it costs no lookup.
   if (!SECRET_SHAPE.test(secret)) return { refuse: "unknown" };
-  return { secret };
+  // A forged tag, or an untagged secret while its lookups are rationed, is decided here too.
+  const screened = tokens.screen(secret);
+  return screened === undefined ? { secret } : { refuse: screened };
 }
 
 export function authGate(verifier: TokenVerifier, next: RequestHandler, options: AuthGateOptions): AuthGate {
@@ -151,7 +154,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
       void admitPath(tokens, request, response, pathRoles, next);
       return;
     }
-    const verdict = precheck(path, request.method, request.headers.authorization, request.socket as Partial<TLSSocket> | null, options.clientCertServices);
+    const verdict = precheck(path, request.method, request.headers.authorization, request.socket as Partial<TLSSocket> | null, options.clientCertServices, tokens);
     if (verdict === undefined) {
       next(request, response);
       return;
@@ -173,7 +176,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
   return {
     handle,
     screenStream(stream, headers) {
-      const verdict = precheck(headers[":path"] ?? "/", headers[":method"], headers.authorization, stream.session?.socket as Partial<TLSSocket> | undefined, options.clientCertServices);
+      const verdict = precheck(headers[":path"] ?? "/", headers[":method"], headers.authorization, stream.session?.socket as Partial<TLSSocket> | undefined, options.clientCertServices, tokens);
       if (verdict === undefined || !("refuse" in verdict)) return false;
       refuseH2(stream, headers["content-type"], verdict.refuse);
       return true;

@@ -22,6 +22,8 @@ export interface TokenVerifier {
   principalOf(secret: string): Promise<Principal | undefined>;
   /** The role alone, for callers that need no more. */
   roleOf(secret: string): Promise<TokenRole | undefined>;
+  /** True when the secret surely is no token (a wrong tag), decided without I/O; optional. */
+  forged?(secret: string): boolean;
   /** Calls `listener` with a token id that may have been revoked ("" for any); open streams re-check then. */
   onInvalidated?(listener: (tokenId: string) => void): () => void;
 }

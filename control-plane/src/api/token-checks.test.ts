@@ -105,4 +105,30 @@ describe("token checks", () => {
     for (let i = 0; i < UNTAGGED_LOOKUPS_PER_SECOND; i++) later.push(await checks.check(untagged(1000 + i)));
     expect(later.filter((r) => r.kind === "unknown")).toHaveLength(UNTAGGED_LOOKUPS_PER_SECOND / 2);
   });
+
+  it("screens at once, consuming nothing: a forged tag is unknown, an untagged unproven secret busy while lookups are spent", async () => {
+    let clock = 0;
+    const checks = createTokenChecks(
+      {
+        roleOf: (secret) => Promise.resolve(secret.endsWith("good") ? "connector" : undefined),
+        principalOf: () => Promise.resolve(undefined),
+        forged: (secret) => secret.endsWith("forged"),
+      },
+      MAX_UNPROVEN_CHECKS,
+      () => clock,
+    );
+    const untagged = (suffix: string) => `keel_connector_${suffix.padStart(32, "A")}`;
+    expect(checks.screen(`keel_connector_${"forged".padStart(43, "A")}`)).toBe("unknown");
+    expect(checks.screen(`keel_connector_${"fine".padStart(43, "A")}`)).toBeUndefined();
+    expect(checks.screen(untagged("good"))).toBeUndefined();
+    expect(await checks.check(untagged("good"))).toEqual({ kind: "valid", role: "connector" });
+    // Screening took nothing: the whole allowance is still there for the checks.
+    for (let i = 0; i < 5; i++) expect(checks.screen(untagged(`x${i}`))).toBeUndefined();
+    for (let i = 1; i < UNTAGGED_LOOKUPS_PER_SECOND; i++) expect(await checks.check(untagged(`y${i}`))).toEqual({ kind: "unknown" });
+    expect(checks.screen(untagged("z"))).toBe("busy");
+    // A secret that passed before is never held back.
+    expect(checks.screen(untagged("good"))).toBeUndefined();
+    clock += 1000;
+    expect(checks.screen(untagged("z"))).toBeUndefined();
+  });
 });

@@ -21,6 +21,12 @@ export type TokenCheck = { readonly kind: "valid"; readonly role: TokenRole } | 
 export interface TokenChecks {
   /** Rejects (the verifier's error) when the lookup itself fails. */
   check(secret: string): Promise<TokenCheck>;
+  /**
+   * What can be told at once, before a request is built: "unknown" for a forged tag, "busy" for
+   * an unproven untagged secret while no lookup is allowed; undefined when `check` must decide.
+   * Consumes nothing: `check` still applies the bounds.
+   */
+  screen(secret: string): "unknown" | "busy" | undefined;
 }
 
 /** `now` is for tests: milliseconds, as performance.now. */
@@ -30,14 +36,18 @@ export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNP
   // A token bucket: it refills at UNTAGGED_LOOKUPS_PER_SECOND and holds as many.
   let untaggedAllowance = UNTAGGED_LOOKUPS_PER_SECOND;
   let refilledAt = now();
-  const untaggedLookupAllowed = (): boolean => {
+  const refill = (): void => {
     const at = now();
     untaggedAllowance = Math.min(UNTAGGED_LOOKUPS_PER_SECOND, untaggedAllowance + ((at - refilledAt) / 1000) * UNTAGGED_LOOKUPS_PER_SECOND);
     refilledAt = at;
+  };
+  const untaggedLookupAllowed = (): boolean => {
+    refill();
     if (untaggedAllowance < 1) return false;
     untaggedAllowance--;
     return true;
   };
+  const hashOf = (secret: string): string => createHash("sha256").update(secret).digest("base64url");
   const lookup = async (hash: string, secret: string): Promise<TokenCheck> => {
     const role = await verifier.roleOf(secret);
     if (role === undefined) {
@@ -52,8 +62,16 @@ export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNP
   // A new client's first calls arrive together with one secret: they share one check and one slot.
   const checking = new Map<string, Promise<TokenCheck>>();
   return {
+    screen(secret) {
+      if (verifier.forged?.(secret) === true) return "unknown";
+      if (!isUntaggedSecret(secret)) return undefined;
+      refill();
+      if (unprovenInFlight < maxUnproven && untaggedAllowance >= 1) return undefined;
+      const hash = hashOf(secret);
+      return proven.has(hash) || checking.has(hash) ? undefined : "busy";
+    },
     async check(secret) {
-      const hash = createHash("sha256").update(secret).digest("base64url");
+      const hash = hashOf(secret);
       // Every check still asks the verifier, so a revoked token fails here at once.
       if (proven.has(hash)) return lookup(hash, secret);
       const running = checking.get(hash);

@@ -36,6 +36,11 @@ export interface ApiTokenRepository {
   principalOf(secret: string): Promise<Principal | undefined>;
   /** The role of a live token, or undefined. */
   roleOf(secret: string): Promise<TokenRole | undefined>;
+  /**
+   * True when the secret's tag shows it was never issued here, at no cost; false when it may be
+   * live (or the install's key is not read yet: the first check reads it).
+   */
+  forged(secret: string): boolean;
   list(): Promise<TokenListing[]>;
   /** Revokes a token and tells every process (NOTIFY keel_tokens); false when no live token has that id. */
   revoke(tokenId: string): Promise<boolean>;
@@ -80,6 +85,13 @@ export function isUntaggedSecret(secret: string): boolean {
 /** The tag of a secret's first part: 8 bytes of HMAC-SHA256 under the install's key, base64url. */
 function tagOf(key: Buffer, body: string): Buffer {
   return Buffer.from(createHmac("sha256", key).update(body).digest().subarray(0, 8).toString("base64url"));
+}
+
+/** Whether a secret of the tagged shape ends with its tag. */
+function tagMatches(key: Buffer, secret: string): boolean {
+  const tag = Buffer.from(secret.slice(-TAG_LENGTH));
+  const expected = tagOf(key, secret.slice(0, -TAG_LENGTH));
+  return tag.length === expected.length && timingSafeEqual(tag, expected);
 }
 
 interface TokenRow {
@@ -184,15 +196,10 @@ export function createApiTokenRepository(sql: Sql, now: () => number = Date.now)
     );
     return keyLoad;
   };
-  const tagged = async (secret: string): Promise<boolean> => {
-    const tag = Buffer.from(secret.slice(-TAG_LENGTH));
-    const expected = tagOf(await tagKey(), secret.slice(0, -TAG_LENGTH));
-    return tag.length === expected.length && timingSafeEqual(tag, expected);
-  };
 
   const principalOf = async (secret: string): Promise<Principal | undefined> => {
     if (!SECRET_SHAPE.test(secret)) return undefined;
-    if (!isUntaggedSecret(secret) && !(await tagged(secret))) return undefined;
+    if (!isUntaggedSecret(secret) && !tagMatches(await tagKey(), secret)) return undefined;
     const hash = hashToken(secret);
     const cached = cache.get(hash);
     const at = now();
@@ -232,6 +239,9 @@ export function createApiTokenRepository(sql: Sql, now: () => number = Date.now)
     principalOf,
     async roleOf(secret) {
       return (await principalOf(secret))?.role;
+    },
+    forged(secret) {
+      return key !== undefined && SECRET_SHAPE.test(secret) && !isUntaggedSecret(secret) && !tagMatches(key, secret);
     },
     async list() {
       const rows = await sql.run(listTokens, {});
