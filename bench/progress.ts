@@ -104,7 +104,7 @@ export default async function progressBench(args: readonly string[]): Promise<vo
   const progress = (line: string) => process.stderr.write(`[progress] ${line}\n`);
 
   await withBenchPostgres("progress", progress, async (postgres) => {
-    const env = { DATABASE_URL: postgres.url, KEEL_LOG_LEVEL: "warn", KEEL_WORKERS: "0", KEEL_DB_POOL_MAX: "20", KEEL_MAX_CONCURRENT_ROOT_RUNS: "100000", KEEL_DURABILITY: durability };
+    const env = { DATABASE_URL: postgres.url, KEEL_LOG_LEVEL: "warn", KEEL_WORKERS: "0", KEEL_DB_POOL_MAX: "20", KEEL_DURABILITY: durability };
     const clock = new BenchClock();
     const log = pino({ level: "warn" }, pino.destination(2));
     const app = await buildApp(loadConfig(env), env, { log, clock });
@@ -113,6 +113,8 @@ export default async function progressBench(args: readonly string[]): Promise<vo
     let connector: ConnectorProcess | undefined;
     setMaxListeners(0, stop.signal); // one listener per supervised run
     try {
+      // The install's ceiling as high as it goes: 1,000 runs are claimed at once.
+      await app.installSettings.update({ rootRunCeiling: 100_000 }, "progress bench");
       await app.agents.put(AGENT);
       const { secret: token } = await app.tokens.create("connector", "bench", { scope: { kind: "connector", connectors: "any", agents: "any" } });
       const { url } = await app.server.listen({ host: "127.0.0.1", port: 0, http1Port: 0 });
