@@ -63,12 +63,12 @@ export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNP
   const checking = new Map<string, Promise<TokenCheck>>();
   return {
     screen(secret) {
-      if (verifier.forged?.(secret) === true) return "unknown";
-      if (!isUntaggedSecret(secret)) return undefined;
-      refill();
-      if (unprovenInFlight < maxUnproven && untaggedAllowance >= 1) return undefined;
+      // A secret that passed before costs one hash here, not its tag's HMAC again.
       const hash = hashOf(secret);
-      return proven.has(hash) || checking.has(hash) ? undefined : "busy";
+      if (proven.has(hash) || checking.has(hash)) return undefined;
+      if (!isUntaggedSecret(secret)) return verifier.forged?.(secret) === true ? "unknown" : undefined;
+      refill();
+      return unprovenInFlight < maxUnproven && untaggedAllowance >= 1 ? undefined : "busy";
     },
     async check(secret) {
       const hash = hashOf(secret);

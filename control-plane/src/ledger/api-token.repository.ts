@@ -199,7 +199,6 @@ export function createApiTokenRepository(sql: Sql, now: () => number = Date.now)
 
   const principalOf = async (secret: string): Promise<Principal | undefined> => {
     if (!SECRET_SHAPE.test(secret)) return undefined;
-    if (!isUntaggedSecret(secret) && !tagMatches(await tagKey(), secret)) return undefined;
     const hash = hashToken(secret);
     const cached = cache.get(hash);
     const at = now();
@@ -214,6 +213,8 @@ export function createApiTokenRepository(sql: Sql, now: () => number = Date.now)
         .finally(() => delete cached.checking);
       principal = cached.principal;
     } else {
+      // Only a lookup needs the tag checked: a cached secret passed it on its way in.
+      if (!isUntaggedSecret(secret) && !tagMatches(await tagKey(), secret)) return undefined;
       principal = await check(hash);
     }
     // Expiry needs no lookup: a cached token stops working the moment it expires.
