@@ -1,7 +1,7 @@
 // CPU profiles of the abuse bench's server process, one per phase (`--profile DIR`): where the
 // event loop spends its time while refusing an attacker. Written as .cpuprofile files (open them
 // in Chrome DevTools) and summarised as the functions with the most self time.
-import { writeFile } from "node:fs/promises";
+import { mkdir, writeFile } from "node:fs/promises";
 import { Session, type Profiler } from "node:inspector";
 import path from "node:path";
 
@@ -52,6 +52,7 @@ export function phaseProfiler(dir: string): PhaseProfiler {
       return async (name) => {
         const { profile } = await post<{ profile: Profiler.Profile }>(session, "Profiler.stop");
         const file = path.join(dir, `${name.replace(/[^A-Za-z0-9]+/g, "-")}.cpuprofile`);
+        await mkdir(dir, { recursive: true });
         await writeFile(file, JSON.stringify(profile));
         return [`profile ${file}, top self time:`, ...summarizeProfile(profile)].join("\n");
       };
