@@ -173,6 +173,77 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
     expect(await sql.query<{ one: number }>(sqlText`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
   });
 
+  it("commits with its last statement: committed when it returns, nothing committed when it or its COMMIT fails", async () => {
+    const insertLast = statement<Note, Seen>("sql_transactions_test_insert_last")`
+      INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body}) RETURNING txid_current()::text AS xid, now()::text AS at`;
+    const listener = new pg.Client({ connectionString: url });
+    await listener.connect();
+    const heard: string[] = [];
+    listener.on("notification", (n) => heard.push(n.payload ?? ""));
+    await listener.query("LISTEN keel_runs");
+    try {
+      // Every path: first use (each on its own), prepared (BEGIN, the statement and COMMIT in
+      // one round trip), and after another statement.
+      for (const [round, label] of ["first use", "prepared", "after a statement"].entries()) {
+        const id = 600 + round * 2;
+        const result = await sql.transaction(async (trx) => {
+          const earlier = label === "after a statement" ? await trx.run(insertSeen, { id: id + 1, body: "earlier" }) : undefined;
+          trx.notify("keel_runs", `last-${round}`);
+          const [last] = await trx.runLast(insertLast, { id, body: label });
+          // Committed before the work returns: another connection sees it now.
+          const seenNow = await count(id);
+          await expect(trx.query(sqlText`SELECT 1`)).rejects.toThrow(/committed with its last statement/);
+          return { last, earlier: earlier?.[0], seenNow };
+        });
+        expect(result.seenNow, label).toBe(1);
+        if (result.earlier !== undefined) {
+          expect(result.earlier.xid).toBe(result.last?.xid);
+          expect(await count(id + 1)).toBe(1);
+        }
+      }
+      await expect.poll(() => heard.filter((p) => p.startsWith("last-")).sort()).toEqual(["last-0", "last-1", "last-2"]);
+
+      // The statement fails: PostgreSQL skips the COMMIT, the whole transaction rolls back.
+      await expect(
+        sql.transaction(async (trx) => {
+          await trx.run(insertSeen, { id: 610, body: "rolled back" });
+          trx.notify("keel_runs", "failed-statement");
+          return trx.runLast(insertLast, { id: 600, body: "dup" });
+        }),
+      ).rejects.toMatchObject({ code: "23505" });
+      expect(await count(610)).toBe(0);
+
+      // The statement runs but its COMMIT fails (a deferred foreign key checked at commit).
+      await db.query("CREATE TABLE IF NOT EXISTS note_links (id int PRIMARY KEY, note_id int REFERENCES notes (id) DEFERRABLE INITIALLY DEFERRED)");
+      const insertLink = statement<{ id: number; note: number }>("sql_transactions_test_insert_link")`
+        INSERT INTO note_links (id, note_id) VALUES (${(p) => p.id}, ${(p) => p.note})`;
+      for (let i = 0; i < 2; i++) {
+        await expect(
+          sql.transaction(async (trx) => {
+            await trx.run(insertSeen, { id: 611 + i, body: "rolled back" });
+            return trx.runLast(insertLink, { id: 1 + i, note: 99_999 });
+          }),
+        ).rejects.toMatchObject({ code: "23503" });
+        expect(await count(611 + i)).toBe(0);
+      }
+      expect(Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM note_links")).rows[0]?.n)).toBe(0);
+
+      // Committed work whose result is not to be kept is a mistake, said loudly; what committed stays.
+      await expect(sql.transaction((trx) => trx.runLast(insertLast, { id: 620, body: "kept anyway" }), () => false)).rejects.toThrow(/cannot be rolled back/);
+      expect(await count(620)).toBe(1);
+
+      // The connection is clean after all that, and nothing of the failed ones was heard.
+      expect(await sql.query<{ one: number }>(sqlText`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(heard).not.toContain("failed-statement");
+      // Outside a transaction, runLast is a statement on its own.
+      expect(await sql.runLast(insertLast, { id: 621, body: "alone" })).toHaveLength(1);
+      expect(await count(621)).toBe(1);
+    } finally {
+      await listener.end();
+    }
+  });
+
   it("sends nothing for a transaction that runs no statement", async () => {
     await expect(sql.transaction(() => Promise.resolve("nothing to do"))).resolves.toBe("nothing to do");
     expect(await sql.query<{ one: number }>(sqlText`SELECT 1 AS one`)).toEqual([{ one: 1 }]);

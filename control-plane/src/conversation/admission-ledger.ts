@@ -121,7 +121,10 @@ export interface ConversationLedger {
   storeMessage(message: SubmittedMessage): Promise<StoredMessage>;
   /** The conversation's runs, by the connector's id of the conversation (whose row lock the caller holds). */
   conversationRuns(agentId: string, externalConversationId: string): Promise<ConversationRuns>;
-  /** Inserts a root run with its triggers, first event and ack; true when it was claimed for `draft.claim`. */
+  /**
+   * Inserts a root run with its triggers, first event and ack; true when it was claimed for
+   * `draft.claim`. With a claim it is the attempt's last write, which the ledger may commit with it.
+   */
   insertRun(address: ConversationAddress, draft: NewRunDraft, now: Date): Promise<boolean>;
   addTrigger(runId: string, incoming: IncomingMessage, how: TriggerDraft, now: Date): Promise<void>;
   addCancelTrigger(runId: string, incoming: IncomingMessage, reason: string, now: Date): Promise<void>;

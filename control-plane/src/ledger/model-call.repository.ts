@@ -89,7 +89,7 @@ export function createModelCallRepository(db: Sql): SideCallLedger & RunLifecycl
       }
       await db.transaction(async (trx) => {
         await trx.run(recordSideCallStatement, { call, usage: usageOfSideCall(call) });
-        await trx.run(storeTriage, triage);
+        await trx.runLast(storeTriage, triage);
       });
     },
 

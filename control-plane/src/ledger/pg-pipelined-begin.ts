@@ -3,7 +3,8 @@ import pg from "pg";
 
 /**
  * A transaction's opening (BEGIN, with any SET LOCAL) sent in the same round trip as its first
- * statement, and statements that need nothing from each other sent together. This drives pg's
+ * statement, its COMMIT in the same round trip as its last, and statements that need nothing
+ * from each other sent together. This drives pg's
  * extended-protocol Query from the inside (its prepare and handleCommandComplete, the
  * connection's parsedStatements, and the value mapping pg's own bind uses), which pg does not
  * promise to keep: it is checked against the pinned version below, and
@@ -18,11 +19,13 @@ interface WireConnection {
   parse(message: { text: string; name: string; types: unknown[] }): void;
   bind(message: { portal: string; statement: string; values: unknown[]; valueMapper?: (value: unknown) => unknown }): void;
   describe(message: { type: "P"; name: string }): void;
-  execute(message: { portal: string; rows: number }): void;
+  execute(message: { portal: string; rows: number | undefined }): void;
+  sync(): void;
 }
 interface PgQueryInternals {
   prepare(connection: WireConnection): void;
   handleCommandComplete(message: unknown, connection: WireConnection): void;
+  _getRows(connection: WireConnection, rows: number | undefined): void;
 }
 type QueryCallback = (error: Error | null, result?: pg.QueryResult | pg.QueryResult[]) => void;
 type PgQueryConstructor = new (config: pg.QueryConfig & { queryMode: "extended"; callback: QueryCallback }) => pg.Submittable & PgQueryInternals;
@@ -50,6 +53,7 @@ export function pipelinedBeginUnsupportedReason(): string | undefined {
   const prototype = (pg.Query as unknown as { prototype: Partial<PgQueryInternals> }).prototype;
   if (typeof prototype.prepare !== "function") return "pg.Query has no prepare()";
   if (typeof prototype.handleCommandComplete !== "function") return "pg.Query has no handleCommandComplete()";
+  if (typeof prototype._getRows !== "function") return "pg.Query has no _getRows()";
   if (typeof prepareValue !== "function") return "pg/lib/utils has no prepareValue()";
   return undefined;
 }
@@ -67,7 +71,10 @@ class PipelinedQuery extends PgQuery {
   opening: readonly string[] = [];
   /** Named statements, already prepared on the connection, run before the query's own. */
   ahead: readonly Ahead[] = [];
+  /** Statements after the query's own (COMMIT); none of them returns rows. */
+  closing: readonly string[] = [];
   private openingCompleted = 0;
+  private resultsCompleted = 0;
 
   override prepare(connection: WireConnection): void {
     // The unnamed statement and portal: each statement is done with the portal before the next binds.
@@ -84,13 +91,31 @@ class PipelinedQuery extends PgQuery {
     super.prepare(connection);
   }
 
-  // The opening statements' CommandCompletes carry nothing; each statement after them is one
-  // result of the query's (pg keeps several in order). An error in any aborts the transaction.
+  // The query's own Execute, then the closing statements, then the one Sync: after an error
+  // PostgreSQL skips everything up to the Sync, so a failed statement is never committed.
+  override _getRows(connection: WireConnection, rows: number | undefined): void {
+    if (this.closing.length === 0 || rows !== undefined) {
+      super._getRows(connection, rows);
+      return;
+    }
+    connection.execute({ portal: "", rows: 0 });
+    for (const text of this.closing) {
+      connection.parse({ text, name: "", types: [] });
+      connection.bind({ portal: "", statement: "", values: [] });
+      connection.execute({ portal: "", rows: 0 });
+    }
+    connection.sync();
+  }
+
+  // The opening and closing statements' CommandCompletes carry nothing; each statement between
+  // them is one result of the query's (pg keeps several in order). An error in any aborts the transaction.
   override handleCommandComplete(message: unknown, connection: WireConnection): void {
     if (this.openingCompleted < this.opening.length) {
       this.openingCompleted++;
       return;
     }
+    if (this.resultsCompleted > this.ahead.length) return;
+    this.resultsCompleted++;
     super.handleCommandComplete(message, connection);
   }
 }
@@ -107,17 +132,24 @@ function mayPipeline(client: pg.PoolClient, configs: readonly pg.QueryConfig[]):
 }
 
 /**
- * Runs the opening statements (BEGIN, then any SET LOCAL), then each statement in order, in one
- * round trip where pg allows it. Each statement still runs after the one before it has finished
- * (and in READ COMMITTED, on a snapshot taken then). Only the last may be unnamed.
+ * Runs the opening statements (BEGIN, then any SET LOCAL), then each statement in order, then the
+ * closing ones (COMMIT), in one round trip where pg allows it. Each statement still runs after
+ * the one before it has finished (and in READ COMMITTED, on a snapshot taken then). Only the last
+ * of `configs` may be unnamed. When one fails, nothing after it runs (the closing ones neither).
  */
-export async function pipeline(client: pg.PoolClient, configs: readonly pg.QueryConfig[], opening: readonly string[] = []): Promise<pg.QueryResult[]> {
+export async function pipeline(
+  client: pg.PoolClient,
+  configs: readonly pg.QueryConfig[],
+  opening: readonly string[] = [],
+  closing: readonly string[] = [],
+): Promise<pg.QueryResult[]> {
   if (configs.length === 0) throw new Error("pipeline: no statement");
   if (!mayPipeline(client, configs)) {
     // The simple protocol runs several statements in one message.
     if (opening.length > 0) await client.query(opening.join("; "));
     const results: pg.QueryResult[] = [];
     for (const config of configs) results.push(await client.query(config));
+    if (closing.length > 0) await client.query(closing.join("; "));
     return results;
   }
   const last = configs[configs.length - 1]!;
@@ -132,6 +164,7 @@ export async function pipeline(client: pg.PoolClient, configs: readonly pg.Query
     });
     query.opening = opening;
     query.ahead = configs.slice(0, -1).map(({ name, values }) => ({ name: name!, values: values ?? [] }));
+    query.closing = closing;
     client.query(query);
   });
 }

@@ -123,7 +123,9 @@ const requestStopStatement = statement<StopParams>("admission_request_stop")`
 export function runAdmissionWrites(trx: SqlTransaction): Pick<ConversationLedger, "insertRun" | "addTrigger" | "addCancelTrigger" | "stopParkedRun" | "requestStop"> {
   return {
     async insertRun(address, run, now) {
-      const [inserted] = await trx.run(insertRunStatement, { address, run, now, ackId: randomUUID() });
+      // A started run is the admission's last write (the port says so): its COMMIT goes with it.
+      const params = { address, run, now, ackId: randomUUID() };
+      const [inserted] = await (run.claim === undefined ? trx.run(insertRunStatement, params) : trx.runLast(insertRunStatement, params));
       if (inserted === undefined) throw new Error(`agent ${address.agent.id} vanished while admitting run ${run.runId}`);
       trx.notify("keel_run_events", run.runId);
       if (!inserted.started) trx.notify("keel_runs", run.runId);

@@ -176,7 +176,7 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
       const [candidate] = await trx.run(selectCandidate, { now: at, synchronousCommit });
       if (candidate === undefined) return undefined;
       const queued = candidate.status === "queued";
-      const [claimed] = await trx.run(claimRun, {
+      const [claimed] = await trx.runLast(claimRun, {
         now: at,
         runId: candidate.id,
         workerId,

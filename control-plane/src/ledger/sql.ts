@@ -24,6 +24,12 @@ export interface Sql {
   /** An ad-hoc statement built with sql``. */
   query<T = Record<string, unknown>>(query: SqlQuery): Promise<T[]>;
   /**
+   * A transaction's last statement, sent with its COMMIT in one round trip: when it returns, the
+   * transaction is committed (and nothing more may run in it); when it fails, nothing was. Only
+   * for work whose result is kept. Outside a transaction, the same as run.
+   */
+  runLast<P, R>(statement: Statement<P, R>, params: P): Promise<R[]>;
+  /**
    * BEGIN … COMMIT on one connection; ROLLBACK when `work` throws, or when `keep` says its result
    * is not to be kept (an attempt that must be tried again). Inside a transaction, runs `work` in
    * it (with the outer transaction's options).
@@ -93,8 +99,10 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
     options.onError?.(Object.assign(new Error(message), code === undefined ? {} : { code }));
   });
   const notifyAll = notifier((config) => pool.query(config));
+  const pooled = over((config) => pool.query(config));
   return {
-    ...over((config) => pool.query(config)),
+    ...pooled,
+    runLast: pooled.run,
     notify: (channel, payload) => notifyAll([[channel, payload]]),
     async transaction(work, keep, options) {
       const opening = options?.plans === "generic" ? ["BEGIN", GENERIC_PLANS] : ["BEGIN"];
@@ -109,6 +117,11 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       client.on("error", onLost);
       // BEGIN goes out with the first statement (pg-pipelined-begin.ts); no statement, nothing sent.
       let begun = false;
+      // Committed with its last statement (runLast): nothing more runs in it, nor a ROLLBACK.
+      let committed = false;
+      const open = (): void => {
+        if (committed) throw new Error("this transaction committed with its last statement: nothing more may run in it");
+      };
       const notices: Notice[] = [];
       const opened = (): readonly string[] => {
         if (begun) return [];
@@ -116,10 +129,20 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
         return opening;
       };
       const trx: Sql = {
-        ...over(async (config) => (begun ? client.query(config) : (await pipeline(client, [config], opened()))[0]!)),
+        ...over(async (config) => {
+          open();
+          return begun ? client.query(config) : (await pipeline(client, [config], opened()))[0]!;
+        }),
         async runBoth(first, firstParams, second, secondParams) {
+          open();
           const [one, two] = await pipeline(client, [prepared(first, firstParams), prepared(second, secondParams)], opened());
           return [one!.rows, two!.rows];
+        },
+        async runLast<P, R>(statement: Statement<P, R>, params: P): Promise<R[]> {
+          open();
+          const [last] = await pipeline(client, [prepared(statement, params)], opened(), ["COMMIT"]);
+          committed = true;
+          return last!.rows as R[];
         },
         transaction: (inner) => inner(trx),
         notify: (channel, payload) => void notices.push([channel, payload]),
@@ -128,11 +151,14 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       try {
         const result = await work(trx);
         const kept = keep === undefined || keep(result);
-        if (begun) await client.query(kept ? "COMMIT" : "ROLLBACK");
+        if (committed && !kept) throw new Error("a transaction committed with its last statement cannot be rolled back");
+        if (begun && !committed) await client.query(kept ? "COMMIT" : "ROLLBACK");
         if (kept) notifyAll(notices);
         return result;
       } catch (error) {
-        if (begun) {
+        // What committed wakes its listeners whatever failed after it.
+        if (committed) notifyAll(notices);
+        else if (begun) {
           await client.query("ROLLBACK").catch((rollbackFailed: unknown) => {
             broken = rollbackFailed instanceof Error ? rollbackFailed : new Error(String(rollbackFailed));
           });
