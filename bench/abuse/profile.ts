@@ -44,6 +44,7 @@ export function phaseProfiler(dir: string): PhaseProfiler {
   return {
     async start() {
       if (!enabled) {
+        await mkdir(dir, { recursive: true });
         await post(session, "Profiler.enable");
         await post(session, "Profiler.setSamplingInterval", { interval: 500 });
         enabled = true;
@@ -52,7 +53,6 @@ export function phaseProfiler(dir: string): PhaseProfiler {
       return async (name) => {
         const { profile } = await post<{ profile: Profiler.Profile }>(session, "Profiler.stop");
         const file = path.join(dir, `${name.replace(/[^A-Za-z0-9]+/g, "-")}.cpuprofile`);
-        await mkdir(dir, { recursive: true });
         await writeFile(file, JSON.stringify(profile));
         return [`profile ${file}, top self time:`, ...summarizeProfile(profile)].join("\n");
       };

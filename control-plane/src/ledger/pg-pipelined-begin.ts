@@ -4,11 +4,10 @@ import pg from "pg";
 /**
  * A transaction's opening (BEGIN, with any SET LOCAL) sent in the same round trip as its first
  * statement, its COMMIT in the same round trip as its last, and statements that need nothing
- * from each other sent together. This drives pg's
- * extended-protocol Query from the inside (its prepare and handleCommandComplete, the
- * connection's parsedStatements, and the value mapping pg's own bind uses), which pg does not
- * promise to keep: it is checked against the pinned version below, and
- * test/sql-transactions.test.ts fails loudly when that check does. When the internals are not
+ * from each other sent together. This drives pg's extended-protocol Query from the inside (its
+ * prepare, _getRows and handleCommandComplete, the connection's parsedStatements, and the value
+ * mapping pg's own bind uses), which pg does not promise to keep: it is checked against the
+ * pinned version below, and test/sql-transactions.test.ts fails loudly when that check does. When the internals are not
  * what this expects, every statement goes on its own.
  */
 export const PIPELINED_BEGIN_PG_VERSION = "8.20.0";
@@ -19,7 +18,7 @@ interface WireConnection {
   parse(message: { text: string; name: string; types: unknown[] }): void;
   bind(message: { portal: string; statement: string; values: unknown[]; valueMapper?: (value: unknown) => unknown }): void;
   describe(message: { type: "P"; name: string }): void;
-  execute(message: { portal: string; rows: number | undefined }): void;
+  execute(message: { portal: string; rows: number }): void;
   sync(): void;
 }
 interface PgQueryInternals {

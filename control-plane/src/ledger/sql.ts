@@ -119,7 +119,7 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       let begun = false;
       // Committed with its last statement (runLast): nothing more runs in it, nor a ROLLBACK.
       let committed = false;
-      const open = (): void => {
+      const notCommitted = (): void => {
         if (committed) throw new Error("this transaction committed with its last statement: nothing more may run in it");
       };
       const notices: Notice[] = [];
@@ -130,16 +130,16 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
       };
       const trx: Sql = {
         ...over(async (config) => {
-          open();
+          notCommitted();
           return begun ? client.query(config) : (await pipeline(client, [config], opened()))[0]!;
         }),
         async runBoth(first, firstParams, second, secondParams) {
-          open();
+          notCommitted();
           const [one, two] = await pipeline(client, [prepared(first, firstParams), prepared(second, secondParams)], opened());
           return [one!.rows, two!.rows];
         },
         async runLast<P, R>(statement: Statement<P, R>, params: P): Promise<R[]> {
-          open();
+          notCommitted();
           const [last] = await pipeline(client, [prepared(statement, params)], opened(), ["COMMIT"]);
           committed = true;
           return last!.rows as R[];
