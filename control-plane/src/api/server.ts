@@ -5,7 +5,7 @@ import https from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { isLoopbackHost } from "../../../common/loopback.js";
-import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
+import { createServiceImplSpec, type ConnectRouter, type ServiceImpl, type ServiceImplSpec } from "@connectrpc/connect";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
@@ -18,6 +18,7 @@ import { authGate, type AuthGate } from "./auth-gate.js";
 import { refusalPace } from "./refusal-pacer.js";
 import { dashboardAssets } from "./dashboard-assets.js";
 import { directFrames, withWire } from "./direct-frames.js";
+import { grpcUnary } from "./grpc-unary.js";
 import { authInterceptor, defaultDeadlineInterceptor, type TokenVerifier } from "./auth.js";
 import { errorMappingInterceptor } from "./error-mapping.js";
 import { nulStringInterceptor } from "./request-strings.js";
@@ -105,7 +106,11 @@ export function createKeelServer(
   setMaxListeners(0, shutdown.signal);
   // The dashboard's page and assets (no token: they hold no data) come before the other plain paths.
   const dashboard = dashboardAssets();
-  const handler = connectNodeAdapter({
+  // Outermost first: every error, including auth's, goes through the one mapping.
+  const interceptors = [errorMappingInterceptor(log), authInterceptor(verifier), nulStringInterceptor(), defaultDeadlineInterceptor(limits.defaultDeadlineMs)];
+  // An HTTP/2 call's stream, which Subscribe's direct frames are written to.
+  const contextValues = (request: http.IncomingMessage | http2.Http2ServerRequest) => withWire("stream" in request ? request.stream : undefined);
+  const connectHandler = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
       router.service(IngressService, services.ingress);
       router.service(EmissionService, services.emissions);
@@ -119,10 +124,8 @@ export function createKeelServer(
       registerReflection(router, KEEL_SERVICES);
       registerHealth(router, KEEL_SERVICES, { ...services.health, draining: shutdown.signal });
     },
-    // Outermost first: every error, including auth's, goes through the one mapping.
-    interceptors: [errorMappingInterceptor(log), authInterceptor(verifier), nulStringInterceptor(), defaultDeadlineInterceptor(limits.defaultDeadlineMs)],
-    // An HTTP/2 call's stream, which Subscribe's direct frames are written to.
-    contextValues: (request) => withWire("stream" in request ? request.stream : undefined),
+    interceptors,
+    contextValues,
     readMaxBytes: limits.maxMessageBytes,
     writeMaxBytes: limits.maxMessageBytes,
     maxTimeoutMs: limits.maxDeadlineMs,
@@ -131,6 +134,18 @@ export function createKeelServer(
       if (!dashboard(request, response)) fallback(request, response);
     },
   });
+  // Unary calls in binary gRPC over HTTP/2 skip connect's pipeline; the rest is connect's.
+  const unaryServices: ServiceImplSpec[] = [
+    createServiceImplSpec<typeof IngressService>(IngressService, services.ingress),
+    createServiceImplSpec<typeof EmissionService>(EmissionService, services.emissions),
+    createServiceImplSpec<typeof RunService>(RunService, services.runs),
+    createServiceImplSpec<typeof AgentService>(AgentService, services.agents),
+  ];
+  const handler = grpcUnary(
+    unaryServices,
+    { interceptors, readMaxBytes: limits.maxMessageBytes, writeMaxBytes: limits.maxMessageBytes, maxTimeoutMs: limits.maxDeadlineMs, shutdownSignal: shutdown.signal, contextValues },
+    connectHandler,
+  );
 
   const h2Limits = limits.http2 ?? DEFAULT_HTTP2_LIMITS;
   const sessions = new Set<http2.ServerHttp2Session>();
