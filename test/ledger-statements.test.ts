@@ -45,12 +45,13 @@ describe("the ledger's statements against the migrated schema", () => {
   });
 });
 
-// Admission runs with plan_cache_mode force_generic_plan (ledger/conversation.repository.ts): each
-// statement is planned once per connection without its parameters' values. A generic plan that
+// Admission (ledger/conversation.repository.ts), the claim (run-claim.repository.ts) and the fenced
+// step commit (step-commit.repository.ts) run with plan_cache_mode force_generic_plan: each statement is
+// planned once per connection without its parameters' values. A generic plan that
 // scans a table which grows with traffic would make every message slower as the ledger fills, so
 // this fills the tables, gathers statistics and reads each generic plan.
-const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$)/;
-const GROWING_TABLES = ["actors", "conversations", "messages", "runs", "run_triggers", "run_events", "emissions", "progress_events", "tool_invocations", "work_graphs"];
+const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$|step_commit_fenced$|claim_candidate$|claim_run$)/;
+const GROWING_TABLES = ["actors", "conversations", "messages", "runs", "run_triggers", "run_events", "emissions", "progress_events", "tool_invocations", "work_graphs", "observations"];
 /** keel_locked_root_run_counts (admission's insert calls it) plans with its parameters' values: this count needs them. */
 const CEILING_COUNT = "select count(*) filter (where agent_id = $1), count(*) from runs where status = any($2::text[]) and parent_run_id is null";
 
@@ -76,6 +77,8 @@ describe("admission's statements with generic plans", () => {
       FROM generate_series(1, ${rows}) i`);
     await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
       SELECT md5('t' || i)::uuid, md5('r' || i)::uuid, 'call-' || i, 0, 'keel.ask_user.v1', '1', 'read', '{}'::jsonb, 'succeeded' FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text)
+      SELECT md5('o' || i || '-' || s)::uuid, md5('r' || i)::uuid, md5('t' || i)::uuid, s, 'stdout', 'line' FROM generate_series(1, ${rows}) i, generate_series(1, 3) s`);
     await db.query(`INSERT INTO work_graphs (id, root_run_id, aggregate_usage) SELECT md5('g' || i)::uuid, md5('r' || i)::uuid, '{}'::jsonb FROM generate_series(1, ${rows}, 10) i`);
     await db.query("ANALYZE");
   });
@@ -94,7 +97,7 @@ describe("admission's statements with generic plans", () => {
 
   it("scan no table that grows with traffic", async () => {
     const admission = registeredStatements().filter((s) => ADMISSION_STATEMENT.test(s.name));
-    expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run"]));
+    expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run", "keel_step_commit_fenced", "keel_claim_candidate", "keel_claim_run"]));
     const failures: string[] = [];
     for (const { name, text } of admission) {
       const tables = await scans(text);

@@ -167,6 +167,12 @@ export async function claimQueuedRoot(
   return claimedRun(claimed);
 }
 
+/**
+ * A worker that ends a run looks for the next at once, and mostly finds none: planned afresh each
+ * time, that look cost PostgreSQL 0.7 ms of CPU. Generic plans (ledger-statements.test.ts reads them).
+ */
+const CLAIM_PLANS = { plans: "generic" } as const;
+
 export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}): Pick<RunStore, "claimNext" | "nextDueAt"> {
   const clock = options.clock ?? systemClock;
   const synchronousCommit = replayableCommit(options.durability ?? "strict");
@@ -191,7 +197,7 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
       if (claimed === undefined) return undefined;
       trx.notify("keel_run_events", claimed.id);
       return claimedRun(claimed);
-    });
+    }, undefined, CLAIM_PLANS);
   return {
     async claimNext(workerId, leaseMs) {
       return claimInTransaction(workerId, leaseMs);
