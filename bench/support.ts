@@ -164,13 +164,16 @@ async function queryOnce(url: string, text: string): Promise<pg.QueryResult> {
 async function statementReport(url: string, top: number): Promise<string> {
   const { rows } = await queryOnce(
     url,
-    `SELECT calls, round((total_exec_time + total_plan_time)::numeric, 1) AS total_ms,
+    `SELECT calls, plans, round((total_exec_time + total_plan_time)::numeric, 1) AS total_ms,
             round(((total_exec_time + total_plan_time) / greatest(calls, 1))::numeric, 3) AS mean_ms,
             round((total_plan_time / greatest(calls, 1))::numeric, 3) AS plan_ms, regexp_replace(query, '\\s+', ' ', 'g') AS query
        FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT ${top}`,
   );
-  const lines = rows.map((r: Record<string, unknown>) => `${String(r["total_ms"]).padStart(10)} ${String(r["calls"]).padStart(7)} ${String(r["mean_ms"]).padStart(8)} ${String(r["plan_ms"]).padStart(8)}  ${String(r["query"]).slice(0, 160)}`);
-  return ["statements by PostgreSQL time:", "  total_ms   calls  mean_ms  plan_ms  query", ...lines].join("\n");
+  const lines = rows.map(
+    (r: Record<string, unknown>) =>
+      `${String(r["total_ms"]).padStart(10)} ${String(r["calls"]).padStart(7)} ${String(r["plans"]).padStart(7)} ${String(r["mean_ms"]).padStart(8)} ${String(r["plan_ms"]).padStart(8)}  ${String(r["query"]).slice(0, 160)}`,
+  );
+  return ["statements by PostgreSQL time (plans: how many times PostgreSQL planned it):", "  total_ms   calls   plans  mean_ms  plan_ms  query", ...lines].join("\n");
 }
 
 /** The server's durability settings as the benchmarks print them, e.g. "fsync=on synchronous_commit=on". */

@@ -49,6 +49,19 @@ const storeTriage = statement<TriageParams, { id: string }>("model_call_store_tr
   RETURNING id`;
 
 /**
+ * A triage that made no call (the agent has no fast model) records only the defaults a run
+ * without a triage keeps anyway: its commit does not wait for the WAL flush, in either durability
+ * mode, and a crash that loses it changes nothing.
+ */
+const storeTriageWithoutCall = statement<TriageParams, { id: string }>("model_call_store_triage_without_call")`
+  WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
+  UPDATE runs SET triage_duration = ${(p) => p.duration}, triage_shape = ${(p) => p.shape},
+    triage_ack_text = ${(p) => p.ackText}, triage_fallback = ${(p) => p.fellBack}
+  FROM durability
+  WHERE id = ${(p) => p.runId}::uuid AND triage_duration IS NULL
+  RETURNING id`;
+
+/**
  * Started and thinking acks, in one statement, only while the claim holds the run and it is
  * live. FOR SHARE makes a concurrent settlement wait for this statement, or this one see it
  * settled: no started or thinking ack can land after the mark. Returns nothing when refused.
@@ -82,9 +95,9 @@ export function createModelCallRepository(db: Sql): SideCallLedger & RunLifecycl
         ackText: outcome.triage.ackText ?? null,
         fellBack: outcome.fellBack ?? null,
       };
-      // Without a call (no classifier, or it failed before answering) one statement needs no transaction.
+      // Without a call (no fast model) one statement needs no transaction.
       if (call === undefined) {
-        await db.run(storeTriage, triage);
+        await db.run(storeTriageWithoutCall, triage);
         return;
       }
       await db.transaction(async (trx) => {
