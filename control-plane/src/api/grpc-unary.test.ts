@@ -147,6 +147,21 @@ describe("unary gRPC calls served without connect's pipeline", () => {
     expect(await rawCall(url, envelope(message))).toMatchObject({ status: "0" });
   });
 
+  it("gives up on a body that never ends once the call's deadline passes", async () => {
+    const { url } = await serve();
+    const session = http2.connect(url);
+    const stream = session.request({ ":method": "POST", ":path": "/keel.v1.IngressService/SubmitMessage", "content-type": "application/grpc", "grpc-timeout": "100m" });
+    const status = new Promise<string | undefined>((resolve) => {
+      stream.on("trailers", (trailers: http2.IncomingHttpHeaders) => resolve(trailers["grpc-status"] as string | undefined));
+      stream.on("close", () => resolve(undefined));
+    });
+    stream.on("data", () => {});
+    stream.on("error", () => {});
+    stream.write(envelope(new Uint8Array(10), 100));
+    expect(await status).toBe(String(Code.DeadlineExceeded));
+    session.destroy();
+  });
+
   it("leaves JSON, Connect and compressed calls to connect", async () => {
     const { url, passedOn } = await serve();
     const connectJson = createClient(IngressService, createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: false }));

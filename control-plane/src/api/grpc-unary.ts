@@ -84,7 +84,7 @@ async function serve(spec: UnarySpec, request: http2.Http2ServerRequest, respons
   let failure: ConnectError | undefined;
   try {
     if (timeout.error !== undefined) throw timeout.error;
-    const input = parse(spec, await readMessage(request, options.readMaxBytes));
+    const input = parse(spec, await readMessage(request, options.readMaxBytes, context.signal));
     const output = await invokeUnaryImplementation(spec, context, input, [...options.interceptors]);
     const bytes = toBinary(spec.method.output, output);
     if (bytes.length > options.writeMaxBytes) {
@@ -129,9 +129,16 @@ function parse(spec: UnarySpec, bytes: Uint8Array) {
   }
 }
 
-/** The request's one enveloped message, refused past readMaxBytes without buffering the rest. */
-function readMessage(request: http2.Http2ServerRequest, readMaxBytes: number): Promise<Uint8Array> {
+/**
+ * The request's one enveloped message, refused past readMaxBytes without buffering the rest, and
+ * given up when the call's signal aborts (its deadline, shutdown): a body that never ends holds nothing.
+ */
+function readMessage(request: http2.Http2ServerRequest, readMaxBytes: number, signal: AbortSignal): Promise<Uint8Array> {
   return new Promise((resolve, reject) => {
+    if (signal.aborted) {
+      reject(ConnectError.from(signal.reason, Code.Canceled));
+      return;
+    }
     const chunks: Buffer[] = [];
     let size = 0;
     const done = (error?: ConnectError) => {
@@ -139,6 +146,7 @@ function readMessage(request: http2.Http2ServerRequest, readMaxBytes: number): P
       request.off("end", onEnd);
       request.off("aborted", onAborted);
       request.off("error", onAborted);
+      signal.removeEventListener("abort", onSignal);
       if (error === undefined) return;
       // The rest of the body stays unread (and uncredited) until the answer's reset ends the stream.
       request.pause();
@@ -164,6 +172,8 @@ function readMessage(request: http2.Http2ServerRequest, readMaxBytes: number): P
       resolve(all.subarray(PREFIX_BYTES));
     };
     const onAborted = () => done(new ConnectError("the client closed the call", Code.Canceled));
+    const onSignal = () => done(ConnectError.from(signal.reason, Code.Canceled));
+    signal.addEventListener("abort", onSignal, { once: true });
     request.on("data", onData);
     request.once("end", onEnd);
     request.once("aborted", onAborted);
