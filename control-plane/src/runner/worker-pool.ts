@@ -10,7 +10,7 @@ import { advanceRun, type RunnerDeps } from "./runner.js";
 export interface WorkerPoolOptions {
   readonly workers: number;
   readonly leaseMs: number;
-  /** How often one idle worker looks for runs nothing announced (expired leases); LISTEN/NOTIFY wakes workers for the rest. */
+  /** Upper bound on an idle worker's sleep; LISTEN/NOTIFY usually wakes it sooner. Expired leases are found this way. */
   readonly idlePollMs: number;
 }
 
@@ -53,15 +53,12 @@ interface Handover {
   readonly committed: Promise<void>;
 }
 
-/** An idle worker's wait: woken to claim (by a notification, or by the pool's poll) or handed a run admission is claiming for it. */
+/** An idle worker's wait: woken to claim (undefined) or handed a run admission is claiming for it. */
 interface IdleWorker {
   readonly workerId: string;
-  wake(by?: "poll"): void;
+  wake(): void;
   hand(claim: Promise<Handover | undefined>): void;
 }
-
-/** How an idle wait ended: handed a claim, woken by the poll, or woken otherwise (undefined). */
-type Woken = { readonly claim: Promise<Handover | undefined> } | "poll" | undefined;
 
 /**
  * The runner's dependencies for a run whose claim is still committing: each ledger call waits
@@ -172,52 +169,44 @@ export function startWorkerPool(
    * Resolves to a handed-over claim (which may come to nothing) or, when woken or timed out, to
    * undefined. The claim comes wrapped: a promise resolved with a promise would wait for it.
    */
-  const idleWait = (workerId: string): Promise<Woken> => {
+  const idleWait = (workerId: string): Promise<{ readonly claim: Promise<Handover | undefined> } | undefined> => {
     if (missedWakes > 0) {
       missedWakes -= 1;
       return Promise.resolve(undefined);
     }
     return new Promise((resolve) => {
       const leave = (): void => {
-        stopping.signal.removeEventListener("abort", stop);
+        clearTimeout(timer);
+        stopping.signal.removeEventListener("abort", wake);
         const at = idle.indexOf(worker);
         if (at >= 0) idle.splice(at, 1);
       };
-      const stop = (): void => {
+      const wake = (): void => {
         leave();
         resolve(undefined);
       };
       const worker: IdleWorker = {
         workerId,
-        wake(by) {
-          leave();
-          resolve(by);
-        },
+        wake,
         hand(claim) {
           leave();
           resolve({ claim });
         },
       };
-      stopping.signal.addEventListener("abort", stop, { once: true });
+      const timer = setTimeout(wake, options.idlePollMs);
+      stopping.signal.addEventListener("abort", wake, { once: true });
       idle.push(worker);
     });
   };
 
-  // Runs nothing announces (a lease that expired, a notification lost with its connection) are
-  // found by polling. One idle worker looks per period, not each of them: an idle pool of 32 made
-  // 16 claim queries a second. A look that claims something wakes the next idle worker to look
-  // too, so a backlog (a crashed replica's runs) is taken up in parallel.
-  const pollOnce = (): void => idle.shift()?.wake("poll");
-  const poll = setInterval(pollOnce, options.idlePollMs);
-
   const loop = async (workerId: string): Promise<void> => {
     // A run admission claimed for this worker. Taken even while stopping: the lease is already
     // this worker's, and advanceRun hands it back at its first checkpoint.
-    let handed: Woken;
-    while (typeof handed === "object" || !stopping.signal.aborted) {
+    let handed: { readonly claim: Promise<Handover | undefined> } | undefined;
+    while (handed !== undefined || !stopping.signal.aborted) {
       let claimed: ClaimedRun | undefined;
       let committed: Promise<void> | undefined;
-      if (typeof handed === "object") {
+      if (handed !== undefined) {
         const handover = await handed.claim;
         handed = undefined;
         claimed = handover?.claimed;
@@ -229,8 +218,6 @@ export function startWorkerPool(
           continue;
         }
       } else {
-        const polled = handed === "poll";
-        handed = undefined;
         try {
           claimed = await deps.store.claimNext(workerId, options.leaseMs);
         } catch (error) {
@@ -238,7 +225,6 @@ export function startWorkerPool(
           handed = await idleWait(workerId);
           continue;
         }
-        if (claimed !== undefined && polled) pollOnce();
         if (claimed === undefined) {
           wakeWhenDue(await deps.store.nextDueAt().catch(() => undefined));
           handed = await idleWait(workerId);
@@ -308,7 +294,6 @@ export function startWorkerPool(
     async stop() {
       stopping.abort(new Error("worker pool stopping"));
       clearTimeout(dueTimer);
-      clearInterval(poll);
       unsubscribe();
       detach?.();
       await Promise.allSettled(loops);
