@@ -39,6 +39,7 @@ const PREFIX_BYTES = 5;
  * over HTTP/2 without request compression, and passes every other request to `next`.
  */
 export function grpcUnary(services: readonly ServiceImplSpec[], options: GrpcUnaryOptions, next: RequestHandler): RequestHandler {
+  const ready = { ...options, interceptors: [...options.interceptors] };
   const methods = new Map<string, UnarySpec>();
   for (const service of services) {
     for (const spec of Object.values(service.methods)) {
@@ -51,11 +52,11 @@ export function grpcUnary(services: readonly ServiceImplSpec[], options: GrpcUna
     const headers = request.headers;
     const encoding = headers["grpc-encoding"];
     if (spec === undefined || !BINARY_GRPC.test(headers["content-type"] ?? "") || (encoding !== undefined && encoding !== "identity")) return next(request, response);
-    void serve(spec, request, response as http2.Http2ServerResponse, options);
+    void serve(spec, request, response as http2.Http2ServerResponse, ready);
   };
 }
 
-async function serve(spec: UnarySpec, request: http2.Http2ServerRequest, response: http2.Http2ServerResponse, options: GrpcUnaryOptions): Promise<void> {
+async function serve(spec: UnarySpec, request: http2.Http2ServerRequest, response: http2.Http2ServerResponse, options: GrpcUnaryOptions & { interceptors: Interceptor[] }): Promise<void> {
   const stream = request.stream;
   const requestHeader: [string, string][] = [];
   for (const [name, value] of Object.entries(request.headers)) {
@@ -85,7 +86,7 @@ async function serve(spec: UnarySpec, request: http2.Http2ServerRequest, respons
   try {
     if (timeout.error !== undefined) throw timeout.error;
     const input = parse(spec, await readMessage(request, options.readMaxBytes, context.signal));
-    const output = await invokeUnaryImplementation(spec, context, input, [...options.interceptors]);
+    const output = await invokeUnaryImplementation(spec, context, input, options.interceptors);
     const bytes = toBinary(spec.method.output, output);
     if (bytes.length > options.writeMaxBytes) {
       throw new ConnectError(`message size ${bytes.length} is larger than configured writeMaxBytes ${options.writeMaxBytes}`, Code.ResourceExhausted);
@@ -141,6 +142,8 @@ function readMessage(request: http2.Http2ServerRequest, readMaxBytes: number, si
     }
     const chunks: Buffer[] = [];
     let size = 0;
+    /** The envelope's declared message length, once its prefix has arrived. */
+    let length: number | undefined;
     const done = (error?: ConnectError) => {
       request.off("data", onData);
       request.off("end", onEnd);
@@ -156,17 +159,16 @@ function readMessage(request: http2.Http2ServerRequest, readMaxBytes: number, si
       chunks.push(chunk);
       size += chunk.length;
       if (size < PREFIX_BYTES) return;
-      const first = chunks.length === 1 ? chunk : Buffer.concat(chunks);
-      const length = first.readUInt32BE(1);
+      length ??= (chunks.length === 1 ? chunk : Buffer.concat(chunks)).readUInt32BE(1);
       if (length > readMaxBytes) done(new ConnectError(`message size ${length} is larger than configured readMaxBytes ${readMaxBytes}`, Code.ResourceExhausted));
       else if (size > PREFIX_BYTES + length) done(new ConnectError("protocol error: received extra input message for unary method", Code.Unimplemented));
     };
     const onEnd = () => {
-      const all = Buffer.concat(chunks, size);
       if (size === 0) return done(new ConnectError("protocol error: missing input message for unary method", Code.Unimplemented));
-      if (size < PREFIX_BYTES || size !== PREFIX_BYTES + all.readUInt32BE(1)) {
+      if (length === undefined || size !== PREFIX_BYTES + length) {
         return done(new ConnectError(`protocol error: incomplete envelope of ${size} bytes`, Code.InvalidArgument));
       }
+      const all = Buffer.concat(chunks, size);
       if (all[0] !== 0) return done(new ConnectError(`protocol error: unexpected envelope flags ${all[0]} on an uncompressed call`, Code.Internal));
       done();
       resolve(all.subarray(PREFIX_BYTES));

@@ -41,20 +41,14 @@ interface TriageParams {
   readonly fellBack: string | null;
 }
 
-/** One triage per run: a second (a retried admission's) leaves the first. */
-const storeTriage = statement<TriageParams, { id: string }>("model_call_store_triage")`
-  UPDATE runs SET triage_duration = ${(p) => p.duration}, triage_shape = ${(p) => p.shape},
-    triage_ack_text = ${(p) => p.ackText}, triage_fallback = ${(p) => p.fellBack}
-  WHERE id = ${(p) => p.runId}::uuid AND triage_duration IS NULL
-  RETURNING id`;
-
 /**
- * A triage that made no call (the agent has no fast model) records only the defaults a run
- * without a triage keeps anyway: its commit does not wait for the WAL flush, in either durability
- * mode, and a crash that loses it changes nothing.
+ * One triage per run: a second (a retried admission's) leaves the first. A triage that made no
+ * call (the agent has no fast model) records only the defaults a run without a triage keeps
+ * anyway, so its commit does not wait for the WAL flush in either durability mode; one with a
+ * call commits with the call, synchronously.
  */
-const storeTriageWithoutCall = statement<TriageParams, { id: string }>("model_call_store_triage_without_call")`
-  WITH durability AS (SELECT set_config('synchronous_commit', 'off', true))
+const storeTriage = statement<TriageParams & { synchronousCommit: "on" | "off" }, { id: string }>("model_call_store_triage")`
+  WITH durability AS (SELECT set_config('synchronous_commit', ${(p) => p.synchronousCommit}::text, true))
   UPDATE runs SET triage_duration = ${(p) => p.duration}, triage_shape = ${(p) => p.shape},
     triage_ack_text = ${(p) => p.ackText}, triage_fallback = ${(p) => p.fellBack}
   FROM durability
@@ -97,12 +91,12 @@ export function createModelCallRepository(db: Sql): SideCallLedger & RunLifecycl
       };
       // Without a call (no fast model) one statement needs no transaction.
       if (call === undefined) {
-        await db.run(storeTriageWithoutCall, triage);
+        await db.run(storeTriage, { ...triage, synchronousCommit: "off" });
         return;
       }
       await db.transaction(async (trx) => {
         await trx.run(recordSideCallStatement, { call, usage: usageOfSideCall(call) });
-        await trx.runLast(storeTriage, triage);
+        await trx.runLast(storeTriage, { ...triage, synchronousCommit: "on" });
       });
     },
 

@@ -7,8 +7,8 @@ import pg from "pg";
  * from each other sent together. This drives pg's extended-protocol Query from the inside (its
  * prepare, _getRows and handleCommandComplete, the connection's parsedStatements, and the value
  * mapping pg's own bind uses), which pg does not promise to keep: it is checked against the
- * pinned version below, and test/sql-transactions.test.ts fails loudly when that check does. When the internals are not
- * what this expects, every statement goes on its own.
+ * pinned version below, and test/sql-transactions.test.ts fails loudly when that check does.
+ * When the internals are not what this expects, every statement goes on its own.
  */
 export const PIPELINED_BEGIN_PG_VERSION = "8.20.0";
 
