@@ -55,23 +55,34 @@ const agent: AgentSpec = {
 const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 const childCalls = new Map<string, number>();
 
+/**
+ * The greedy node's slice runs out only once every node's child has made its first call. A
+ * failed node stops the graph from starting more (domain/work-graph-schedule.ts), so without
+ * this a slow start of f (after c) would leave it cancelled with no child run.
+ */
+async function everyNodeStarted(): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (KEYS.some((key) => !childCalls.has(key)) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+}
+
 /** Children: a call for a tool the node lacks (refused, the loop goes on), then an answer; the greedy one never answers. */
 function childModels(deps: RunnerDeps): RunnerDeps {
   const scripted = deps.providers.scripted;
   const provider: ModelProvider = {
     ...scripted,
-    complete(request: ModelRequest) {
+    async complete(request: ModelRequest) {
       const input = request.messages.find((m) => m.role === "user" && CHILD_MARK.test(m.content))?.content ?? "";
       const key = CHILD_MARK.exec(input)?.[1];
       if (key === undefined) return scripted.complete(request);
       const calls = (childCalls.get(key) ?? 0) + 1;
       childCalls.set(key, calls);
       const usage = { inputTokens: 100, outputTokens: 10 };
+      if (key === GREEDY && calls === SLICE_CALLS) await everyNodeStarted();
       if (calls === 1 || key === GREEDY) {
         const toolCalls = [{ id: `call-${key}-${calls}`, name: "test.not_granted.v1", argumentsJson: "{}" }];
-        return Promise.resolve({ text: "", toolCalls, usage, finishReason: "tool_calls" });
+        return { text: "", toolCalls, usage, finishReason: "tool_calls" as const };
       }
-      return Promise.resolve({ text: `result of ${key}`, toolCalls: [], usage, finishReason: "stop" });
+      return { text: `result of ${key}`, toolCalls: [], usage, finishReason: "stop" as const };
     },
   };
   return { ...deps, providers: { ...deps.providers, scripted: provider } };
