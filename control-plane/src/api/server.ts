@@ -7,7 +7,8 @@ import type { Duplex } from "node:stream";
 import { isLoopbackHost } from "../../../common/loopback.js";
 import { createServiceImplSpec, type ConnectRouter, type ServiceImpl, type ServiceImplSpec } from "@connectrpc/connect";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
-import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import { connectRequestHandler } from "./node-adapter.js";
 import type { Logger } from "pino";
 import { AgentService } from "../../../gen/keel/v1/agent_service_pb.js";
 import { EmissionService } from "../../../gen/keel/v1/emission_service_pb.js";
@@ -110,7 +111,8 @@ export function createKeelServer(
   const interceptors = [errorMappingInterceptor(log), authInterceptor(verifier), nulStringInterceptor(), defaultDeadlineInterceptor(limits.defaultDeadlineMs)];
   // An HTTP/2 call's stream, which Subscribe's direct frames are written to.
   const contextValues = (request: http.IncomingMessage | http2.Http2ServerRequest) => withWire("stream" in request ? request.stream : undefined);
-  const connectHandler = connectNodeAdapter({
+  const connectHandler = connectRequestHandler({
+    log,
     routes: (router: ConnectRouter) => {
       router.service(IngressService, services.ingress);
       router.service(EmissionService, services.emissions);
