@@ -3,6 +3,7 @@
 import type { AgentSpec } from "../domain/agent.js";
 import type { RunEventKind, CommitBoundary, RunStatus } from "../domain/run.js";
 import type { TranscriptProgress } from "../domain/transcript-builder.js";
+import type { TriageOutcome } from "../domain/triage.js";
 import type { SubmittedMessage } from "./ingress.js";
 
 /** A root run of the conversation as the planner needs it, read under its row lock. */
@@ -89,6 +90,8 @@ export interface NewRunDraft {
   readonly ack?: { readonly messageId: string; readonly actorId: string; readonly text: string; readonly idempotencyKey: string };
   /** Claim the run for this worker in the same statement when the ceilings allow. */
   readonly claim?: StartClaim;
+  /** A triage known at admission (no fast model to ask), stored with the run instead of after it. */
+  readonly triage?: TriageOutcome;
 }
 
 export interface TriggerDraft {

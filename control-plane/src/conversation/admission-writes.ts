@@ -4,6 +4,7 @@ import { coalesceUntil, type AdmissionPlan } from "../domain/interrupt.js";
 import { PARKED_STATUSES, ZERO_USAGE, type RunStatus } from "../domain/run.js";
 import { ackKey, WORKING_ACK } from "../domain/settlement.js";
 import type { TranscriptProgress } from "../domain/transcript-builder.js";
+import { hasFastModel, NO_FAST_MODEL_TRIAGE } from "../domain/triage.js";
 import type { ClaimedRun } from "../runner/run-store.js";
 import type { ConversationAddress, ConversationLedger, ConversationRun, IncomingMessage, NewRunDraft, RunStopDraft, StartClaim, TriggerDraft } from "./admission-ledger.js";
 import type { Admission } from "./ingress.js";
@@ -37,7 +38,8 @@ async function insertRun(room: Mailroom, run: RunInsert): Promise<boolean> {
 
 /**
  * A request of its own: a fresh logical request, acked on its message. With a claim the run is
- * started for the reserved worker when the ceilings allow; returns whether it was.
+ * started for the reserved worker when the ceilings allow; returns whether it was. Without a fast
+ * model its triage is the defaults, written with it: no second statement after the admission.
  */
 export async function insertNewRequest(room: Mailroom, incoming: IncomingMessage, why: string, runId: string, claim?: StartClaim): Promise<boolean> {
   return insertRun(room, {
@@ -52,6 +54,7 @@ export async function insertNewRequest(room: Mailroom, incoming: IncomingMessage
     summary: `message ${incoming.externalId} from ${incoming.actorId}: ${why}`,
     ack: { messageId: incoming.externalId, actorId: incoming.actorId },
     ...(claim === undefined ? {} : { claim }),
+    ...(hasFastModel(room.agent) ? {} : { triage: NO_FAST_MODEL_TRIAGE }),
   });
 }
 

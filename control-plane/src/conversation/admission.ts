@@ -5,6 +5,7 @@
 import { randomUUID } from "node:crypto";
 import type { AgentSpec } from "../domain/agent.js";
 import { planAdmission } from "../domain/interrupt.js";
+import { hasFastModel } from "../domain/triage.js";
 import type { AdmissionLedger, ConversationLedger, IncomingMessage, StartClaim } from "./admission-ledger.js";
 import { applyPlan, freshClaim, insertNewRequest, withNote, type Mailroom } from "./admission-writes.js";
 import { conversationState, startsAtOnce } from "./conversation-state.js";
@@ -98,7 +99,8 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     }
     if (plan.kind === "needs_consent") return { kind: "needs_consent", agent: room.agent, runId: plan.runId } as const;
     const note = answers.relation?.note ?? answers.consent?.note;
-    if (plan.kind === "new_request") holder.triage = { agent: room.agent, text: message.text };
+    // Only a fast model's triage comes after the admission; without one it is written with the run.
+    if (plan.kind === "new_request" && hasFastModel(room.agent)) holder.triage = { agent: room.agent, text: message.text };
     if (plan.kind === "new_request" && deps.handoff !== undefined && startsAtOnce(room.agent.interrupt, runs, now)) {
       const reserved = deps.handoff.reserve();
       if (reserved !== undefined) {

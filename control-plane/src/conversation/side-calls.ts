@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import type { AgentSpec, ModelProviderName, ModelSpec } from "../domain/agent.js";
 import { costMicroUsd } from "../domain/run.js";
-import type { SideCallPurpose, SideCallRole, SideModelCall, TriageOutcome } from "../domain/triage.js";
+import { hasFastModel, NO_FAST_MODEL_TRIAGE, type SideCallPurpose, type SideCallRole, type SideModelCall, type TriageOutcome } from "../domain/triage.js";
 import type { DecisionCall } from "../models/decision.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import { triageRequest, type TriageCall } from "../models/triage.js";
@@ -43,14 +43,6 @@ export function sideCall(runId: string, spec: ModelSpec, role: SideCallRole, pur
   };
 }
 
-/**
- * An agent without a fast model of its own: the spec falls back to the primary one, and triage is
- * not worth a call to the primary model (the mechanism is correct without it).
- */
-export function hasFastModel(agent: AgentSpec): boolean {
-  return JSON.stringify(agent.models.fast) !== JSON.stringify(agent.models.primary);
-}
-
 export interface Triager {
   /** Starts a root run's triage; returns at once. The run never waits for it. */
   start(runId: string, agent: AgentSpec, requestText: string): void;
@@ -66,7 +58,7 @@ export function createTriager(deps: SideCallDeps): Triager {
 
   async function run(runId: string, agent: AgentSpec, requestText: string): Promise<void> {
     if (!hasFastModel(agent)) {
-      await deps.ledger.recordTriage(runId, { triage: { duration: "default", shape: "loop", ackText: undefined }, fellBack: "no fast model configured" }, undefined);
+      await deps.ledger.recordTriage(runId, NO_FAST_MODEL_TRIAGE, undefined);
       return;
     }
     const spec = agent.models.fast;

@@ -1,6 +1,7 @@
 // Triage of a root run by the fast model: how long the work looks and what shape it has, plus the
 // copy of a message-shaped notice to stash for later. It is an optimization only: the reaction
 // acks do not depend on it, and every failure of the classifier degrades to the defaults.
+import type { AgentSpec } from "./agent.js";
 import type { RunUsage } from "./run.js";
 
 export type TriageDuration = "long" | "trivial" | "default";
@@ -28,6 +29,17 @@ export interface TriageOutcome {
   readonly triage: Triage;
   readonly fellBack: string | undefined;
 }
+
+/**
+ * An agent without a fast model of its own: the spec falls back to the primary one, and triage is
+ * not worth a call to the primary model (the mechanism is correct without it).
+ */
+export function hasFastModel(agent: AgentSpec): boolean {
+  return JSON.stringify(agent.models.fast) !== JSON.stringify(agent.models.primary);
+}
+
+/** The triage of a run whose agent has no fast model: the defaults, decided at admission and stored with the run. */
+export const NO_FAST_MODEL_TRIAGE: TriageOutcome = { triage: DEFAULT_TRIAGE, fellBack: "no fast model configured" };
 
 /** The classifier's bound for a spec: its own timeout when shorter, never longer than the triage bound. */
 export function triageTimeoutMs(specTimeoutMs: number): number {

@@ -22,7 +22,8 @@ const incoming = (p: InsertRunParams) => p.run.trigger.incoming;
  * ceilings (admissionStartSql takes the locks and counts), the run is inserted running, leased to
  * the reserved worker at epoch 1; otherwise it is queued and a worker is woken (after the commit,
  * as every watcher: see Sql.notify). The ack draws its
- * seq only once the emission-order lock is held in shared mode (it selects from the lock).
+ * seq only once the emission-order lock is held in shared mode (it selects from the lock). A
+ * triage known at admission is stored with the run; otherwise its columns wait for the triager.
  */
 const insertRunStatement = statement<InsertRunParams, { started: boolean; acked: boolean }>("admission_insert_run")`
   WITH start AS (
@@ -38,7 +39,8 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean; acked:
   new_run AS (
     INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage,
       logical_request_id, request_received_at, interruptions, inherits_from_run_id, continuation_of_run_id, not_before,
-      trigger_count, event_seq, lease_owner, lease_epoch, lease_expires_at, started_at)
+      trigger_count, event_seq, lease_owner, lease_epoch, lease_expires_at, started_at,
+      triage_duration, triage_shape, triage_ack_text, triage_fallback)
     SELECT ${runId}::uuid, ${(p) => p.address.agent.id}, ${(p) => p.address.conversationId}::uuid, ${(p) => p.run.connector},
       CASE WHEN start.go THEN 'running' ELSE 'queued' END, ${(p) => p.run.requesterId}, ${(p) => p.run.replyToMessageId},
       ${(p) => JSON.stringify(p.address.agent.budget)}::jsonb, ${raw(`'${JSON.stringify(ZERO_USAGE)}'::jsonb`)},
@@ -47,7 +49,9 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean; acked:
       counted.n + 1, CASE WHEN start.go THEN 2 ELSE 1 END, CASE WHEN start.go THEN ${(p) => claim(p)?.workerId ?? null}::text END,
       CASE WHEN start.go THEN 1 ELSE 0 END,
       CASE WHEN start.go THEN now() + make_interval(secs => ${(p) => claim(p)?.leaseMs ?? 0}::int / 1000.0) END,
-      CASE WHEN start.go THEN ${(p) => p.now}::timestamptz END
+      CASE WHEN start.go THEN ${(p) => p.now}::timestamptz END,
+      ${(p) => p.run.triage?.triage.duration ?? null}, ${(p) => p.run.triage?.triage.shape ?? null},
+      ${(p) => p.run.triage?.triage.ackText ?? null}, ${(p) => p.run.triage?.fellBack ?? null}
     FROM counted, start),
   own AS (
     INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id, received_at, relation, after_step, inherited, ordinal)

@@ -7,7 +7,8 @@ import { z } from "zod";
 import type { AgentSpec, ModelProviderName } from "../domain/agent.js";
 import { MAX_PROGRESS_TEXT_CHARS } from "../domain/progress.js";
 import type { ModelMessage, TokenUsage } from "../domain/transcript.js";
-import { hasFastModel, sideCall, type SideCallLedger } from "../conversation/side-calls.js";
+import { hasFastModel } from "../domain/triage.js";
+import { sideCall, type SideCallLedger } from "../conversation/side-calls.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import type { TriageCall } from "../models/triage.js";
 
