@@ -165,6 +165,9 @@ describe("triage", () => {
 
   it("without a fast model of its own, an agent's runs keep the defaults and make no call", async () => {
     const { runId } = await submit("t-absent", "c-t-absent", "m-t-absent", "hello");
+    // Stored by the admission itself: already there when SubmitMessage answers, not left to a later write.
+    const { rows: admitted } = await db.query<TriageRow>("SELECT triage_duration, triage_shape, triage_ack_text, triage_fallback, side_usage FROM runs WHERE id = $1", [runId]);
+    expect(admitted[0]).toMatchObject({ triage_duration: "default", triage_shape: "loop", triage_ack_text: null, triage_fallback: "no fast model configured" });
     expect((await settled(runId)).status).toBe(RunStatus.SUCCEEDED);
     expect(await triageOf(runId)).toMatchObject({ triage_duration: "default", triage_shape: "loop", triage_fallback: "no fast model configured" });
     expect(await sideCalls(runId)).toEqual([]);
