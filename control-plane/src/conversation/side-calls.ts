@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import type { AgentSpec, ModelProviderName, ModelSpec } from "../domain/agent.js";
 import { costMicroUsd } from "../domain/run.js";
-import { hasFastModel, NO_FAST_MODEL_TRIAGE, type SideCallPurpose, type SideCallRole, type SideModelCall, type TriageOutcome } from "../domain/triage.js";
+import type { SideCallPurpose, SideCallRole, SideModelCall, TriageOutcome } from "../domain/triage.js";
 import type { DecisionCall } from "../models/decision.js";
 import type { ModelProvider } from "../models/model-provider.js";
 import { triageRequest, type TriageCall } from "../models/triage.js";
@@ -14,8 +14,8 @@ import { triageRequest, type TriageCall } from "../models/triage.js";
 export interface SideCallLedger {
   /** Records the call against its run and adds it to the run's side usage, in one transaction. */
   recordSideCall(call: SideModelCall): Promise<void>;
-  /** Stores a root run's triage on it, with the call behind it when there was one. */
-  recordTriage(runId: string, outcome: TriageOutcome, call: SideModelCall | undefined): Promise<void>;
+  /** Stores a root run's triage on it, with the fast model's call behind it, in one transaction. */
+  recordTriage(runId: string, outcome: TriageOutcome, call: SideModelCall): Promise<void>;
 }
 
 export interface SideCallDeps {
@@ -44,7 +44,7 @@ export function sideCall(runId: string, spec: ModelSpec, role: SideCallRole, pur
 }
 
 export interface Triager {
-  /** Starts a root run's triage; returns at once. The run never waits for it. */
+  /** Starts a root run's triage by the agent's fast model (see hasFastModel); returns at once. The run never waits for it. */
   start(runId: string, agent: AgentSpec, requestText: string): void;
   /** Waits for triages in flight (tests). */
   drain(): Promise<void>;
@@ -57,10 +57,6 @@ export function createTriager(deps: SideCallDeps): Triager {
   const stopping = new AbortController();
 
   async function run(runId: string, agent: AgentSpec, requestText: string): Promise<void> {
-    if (!hasFastModel(agent)) {
-      await deps.ledger.recordTriage(runId, NO_FAST_MODEL_TRIAGE, undefined);
-      return;
-    }
     const spec = agent.models.fast;
     const result = await triageRequest(deps.providers[spec.provider], spec, requestText, stopping.signal);
     if (result.fellBack !== undefined) deps.log.info({ runId, reason: result.fellBack }, "triage fell back to the defaults");

@@ -30,12 +30,19 @@ export interface TriageOutcome {
   readonly fellBack: string | undefined;
 }
 
+/** Specs are immutable once loaded, and one admission asks about the same spec more than once. */
+const fastModelOf = new WeakMap<AgentSpec, boolean>();
+
 /**
  * An agent without a fast model of its own: the spec falls back to the primary one, and triage is
  * not worth a call to the primary model (the mechanism is correct without it).
  */
 export function hasFastModel(agent: AgentSpec): boolean {
-  return JSON.stringify(agent.models.fast) !== JSON.stringify(agent.models.primary);
+  const known = fastModelOf.get(agent);
+  if (known !== undefined) return known;
+  const own = JSON.stringify(agent.models.fast) !== JSON.stringify(agent.models.primary);
+  fastModelOf.set(agent, own);
+  return own;
 }
 
 /** The triage of a run whose agent has no fast model: the defaults, decided at admission and stored with the run. */

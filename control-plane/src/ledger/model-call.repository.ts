@@ -42,16 +42,12 @@ interface TriageParams {
 }
 
 /**
- * One triage per run: a second (a retried admission's) leaves the first. A triage that made no
- * call (the agent has no fast model) records only the defaults a run without a triage keeps
- * anyway, so its commit does not wait for the WAL flush in either durability mode; one with a
- * call commits with the call, synchronously.
+ * One triage per run: a second (a retried admission's) leaves the first. It commits with the fast
+ * model's call behind it; a run whose agent has no fast model got its defaults at admission.
  */
-const storeTriage = statement<TriageParams & { synchronousCommit: "on" | "off" }, { id: string }>("model_call_store_triage")`
-  WITH durability AS (SELECT set_config('synchronous_commit', ${(p) => p.synchronousCommit}::text, true))
+const storeTriage = statement<TriageParams, { id: string }>("model_call_store_triage")`
   UPDATE runs SET triage_duration = ${(p) => p.duration}, triage_shape = ${(p) => p.shape},
     triage_ack_text = ${(p) => p.ackText}, triage_fallback = ${(p) => p.fellBack}
-  FROM durability
   WHERE id = ${(p) => p.runId}::uuid AND triage_duration IS NULL
   RETURNING id`;
 
@@ -81,7 +77,7 @@ export function createModelCallRepository(db: Sql): SideCallLedger & RunLifecycl
       if (recorded === undefined) throw new Error(`run ${call.runId} vanished before its ${call.purpose} call was recorded`);
     },
 
-    async recordTriage(runId: string, outcome: TriageOutcome, call: SideModelCall | undefined) {
+    async recordTriage(runId: string, outcome: TriageOutcome, call: SideModelCall) {
       const triage = {
         runId,
         duration: outcome.triage.duration,
@@ -89,14 +85,9 @@ export function createModelCallRepository(db: Sql): SideCallLedger & RunLifecycl
         ackText: outcome.triage.ackText ?? null,
         fellBack: outcome.fellBack ?? null,
       };
-      // Without a call (no fast model) one statement needs no transaction.
-      if (call === undefined) {
-        await db.run(storeTriage, { ...triage, synchronousCommit: "off" });
-        return;
-      }
       await db.transaction(async (trx) => {
         await trx.run(recordSideCallStatement, { call, usage: usageOfSideCall(call) });
-        await trx.runLast(storeTriage, { ...triage, synchronousCommit: "on" });
+        await trx.runLast(storeTriage, triage);
       });
     },
 
