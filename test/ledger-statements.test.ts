@@ -8,6 +8,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { EXECUTING_SQL } from "../control-plane/src/ledger/run-start.sql.js";
+import { FOLLOW_UP_PROGRESS_RECORDS } from "../control-plane/src/domain/transcript-builder.js";
 import { registeredStatements } from "../control-plane/src/ledger/sql.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
@@ -70,8 +71,8 @@ describe("admission's statements with generic plans", () => {
     await db.query(`INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id)
       SELECT md5('r' || i)::uuid, md5('m' || i)::uuid, 'actor-' || i, 'message-' || i FROM generate_series(1, ${rows}) i`);
     await db.query(`INSERT INTO run_events (run_id, seq, kind) SELECT md5('r' || i)::uuid, s, 'created' FROM generate_series(1, ${rows}) i, generate_series(1, 3) s`);
-    await db.query(`INSERT INTO progress_events (id, run_id, subject, seq, text)
-      SELECT md5('p' || i)::uuid, md5('r' || i)::uuid, 'subject-' || i, 1, 'progress' FROM generate_series(1, ${rows}) i`);
+    await db.query(`INSERT INTO progress_events (id, run_id, conversation_id, subject, seq, text)
+      SELECT md5('p' || i)::uuid, md5('r' || i)::uuid, md5('c' || (i % ${rows / 4} + 1))::uuid, 'subject-' || i, 1, 'progress' FROM generate_series(1, ${rows}) i`);
     await db.query(`INSERT INTO emissions (id, idempotency_key, connector, kind, agent_id, conversation_id, external_conversation_id, addressed_actor_ids)
       SELECT md5('e' || i)::uuid, 'key-' || i, 'bench', 'reply', 'agent-1', md5('c' || (i % ${rows / 4} + 1))::uuid, 'conversation-' || i, '[]'::jsonb
       FROM generate_series(1, ${rows}) i`);
@@ -114,6 +115,47 @@ describe("admission's statements with generic plans", () => {
       `EXPLAIN ${CEILING_COUNT.replace("$1", "'agent-1'").replace("$2::text[]", `ARRAY[${EXECUTING_SQL}]::text[]`)}`,
     );
     expect(custom.rows.map((row) => row["QUERY PLAN"]).join("\n")).not.toMatch(/Seq Scan on runs/);
+  });
+
+  it("keel_admission_conversation_runs reads a long conversation's live runs, its latest and its latest notices, not every run it had", async () => {
+    const conversation = "conversation-long";
+    await db.query(`INSERT INTO conversations (id, agent_id, external_id, connector) VALUES (md5('long')::uuid, 'agent-1', '${conversation}', 'bench')`);
+    await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, created_at)
+      SELECT md5('long-r' || i)::uuid, 'agent-1', md5('long')::uuid, 'bench', CASE WHEN i = 3000 THEN 'running' ELSE 'succeeded' END, 'actor-1',
+        '{}'::jsonb, '{}'::jsonb, now() - make_interval(secs => 3001 - i) FROM generate_series(1, 3000) i`);
+    await db.query(`INSERT INTO progress_events (id, run_id, conversation_id, subject, seq, text, created_at)
+      SELECT md5('long-p' || i)::uuid, md5('long-r' || i)::uuid, md5('long')::uuid, 'long-subject-' || i, 1, 'progress', now() - make_interval(secs => 3001 - i)
+      FROM generate_series(1, 3000) i`);
+    await db.query("ANALYZE runs, progress_events");
+    const statement = registeredStatements().find((s) => s.name === "keel_admission_conversation_runs")!;
+    const params = statement.bind({ agentId: "agent-1", externalId: conversation } as never);
+    await db.query("BEGIN");
+    try {
+      await db.query("SET LOCAL plan_cache_mode = force_generic_plan");
+      await db.query(`PREPARE long_conversation AS ${statement.text}`);
+      const { rows } = await db.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(
+        `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE long_conversation(${params.map((value) => db.escapeLiteral(String(value))).join(", ")})`,
+      );
+      const read = { runs: 0, progress_events: 0 };
+      const walk = (node: Record<string, unknown>) => {
+        const table = node["Relation Name"];
+        if (table === "runs" || table === "progress_events") {
+          const loops = Number(node["Actual Loops"] ?? 1);
+          read[table] += (Number(node["Actual Rows"] ?? 0) + Number(node["Rows Removed by Filter"] ?? 0) + Number(node["Rows Removed by Index Recheck"] ?? 0)) * loops;
+        }
+        for (const child of (node["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(child);
+      };
+      walk(rows[0]!["QUERY PLAN"][0]!.Plan);
+      // The running run (also the latest), found by two index lookups and fetched by its key; the
+      // newest notices from the end of the conversation's index.
+      expect(rows[0]!["QUERY PLAN"][0]!.Plan["Actual Rows"]).toBe(1);
+      expect(read.runs).toBeGreaterThan(0);
+      expect(read.runs).toBeLessThan(20);
+      expect(read.progress_events).toBeGreaterThan(0);
+      expect(read.progress_events).toBeLessThanOrEqual(FOLLOW_UP_PROGRESS_RECORDS);
+    } finally {
+      await db.query("ROLLBACK");
+    }
   });
 
   it("would catch a scan", async () => {

@@ -41,7 +41,7 @@ export const CONVERSATION_RUN_COLUMNS = fragment`r.id, r.status, r.connector, r.
      SELECT t.actor_id FROM run_triggers t WHERE t.run_id = r.id AND t.relation <> 'cancels'
      UNION SELECT i.resolved_by_actor_id FROM tool_invocations i
      WHERE i.run_id = r.id AND i.tool_name = 'keel.ask_user.v1' AND i.resolved_by_actor_id IS NOT NULL) a) AS actors,
-  (SELECT string_agg(m.text, E'\\n' ORDER BY t.ordinal, t.received_at) FROM run_triggers t JOIN messages m ON m.id = t.message_id
+  (SELECT string_agg((SELECT m.text FROM messages m WHERE m.id = t.message_id), E'\\n' ORDER BY t.ordinal, t.received_at) FROM run_triggers t
    WHERE t.run_id = r.id AND t.relation <> 'cancels') AS request_text`;
 
 export function toConversationRun(row: ConversationRunRow): ConversationRun {

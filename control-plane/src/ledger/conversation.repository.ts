@@ -64,7 +64,9 @@ const theConversation = fragment<ConversationRunsParams>`(SELECT id FROM convers
  * The conversation's live root runs and its latest one (whatever its status), locked, each row
  * with the conversation's latest progress notices (an InitPlan, evaluated once). A conversation
  * without runs has no rows and no notices, so none are lost. Found by the connector's id, so it
- * needs nothing from the statement storing a message and goes in the same round trip.
+ * needs nothing from the statement storing a message and goes in the same round trip. The live
+ * runs and the latest are found apart, each by its own index: one filter over both would read
+ * every run the conversation ever had, on every message.
  */
 const conversationRunsStatement = statement<ConversationRunsParams, ConversationRunsRow>("admission_conversation_runs")`
   WITH conversation AS (SELECT id FROM conversations WHERE agent_id = ${(p) => p.agentId} AND external_id = ${(p) => p.externalId})
@@ -72,10 +74,11 @@ const conversationRunsStatement = statement<ConversationRunsParams, Conversation
     (SELECT coalesce(json_agg(json_build_object('text', p.text, 'created_at', p.created_at) ORDER BY p.created_at DESC, p.seq DESC), '[]'::json)
      FROM (${latestProgressSql<ConversationRunsParams>(theConversation)}) p) AS earlier_progress
   FROM runs r
-  WHERE r.conversation_id = ${theConversation} AND r.parent_run_id IS NULL
-    AND (r.status IN (${raw(LIVE_SQL)})
-      OR r.id = (SELECT n.id FROM runs n WHERE n.agent_id = ${(p) => p.agentId} AND n.conversation_id = ${theConversation}
-                 AND n.parent_run_id IS NULL ORDER BY n.created_at DESC, n.id DESC LIMIT 1))
+  WHERE r.id IN (
+      SELECT l.id FROM runs l WHERE l.conversation_id = ${theConversation} AND l.status IN (${raw(LIVE_SQL)}) AND l.parent_run_id IS NULL
+      UNION ALL
+      (SELECT n.id FROM runs n WHERE n.agent_id = ${(p) => p.agentId} AND n.conversation_id = ${theConversation}
+       AND n.parent_run_id IS NULL ORDER BY n.created_at DESC, n.id DESC LIMIT 1))
   ORDER BY r.created_at, r.id
   FOR NO KEY UPDATE OF r`;
 

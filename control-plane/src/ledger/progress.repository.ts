@@ -84,10 +84,10 @@ const reserveNotice = statement<ReserveParams, { reserved: number; connector: st
     FOR SHARE OF r),
   ${emissionInsert},
   event AS (
-    INSERT INTO progress_events (id, run_id, subject, seq, text, source, covers, created_at, emission_id)
-    SELECT ${(p) => p.eventId}::uuid, ${(p) => p.notice.runId}::uuid, ${(p) => p.notice.subject}, ${(p) => p.notice.seq}::int,
+    INSERT INTO progress_events (id, run_id, conversation_id, subject, seq, text, source, covers, created_at, emission_id)
+    SELECT ${(p) => p.eventId}::uuid, ${(p) => p.notice.runId}::uuid, t.conversation_id, ${(p) => p.notice.subject}, ${(p) => p.notice.seq}::int,
       ${(p) => p.notice.text}, ${(p) => p.notice.source}, ${(p) => JSON.stringify(p.notice.covers)}::jsonb, ${(p) => p.notice.at}::timestamptz, e.id
-    FROM inserted e
+    FROM inserted e CROSS JOIN target t
     ON CONFLICT (subject, seq) DO NOTHING
     RETURNING id)
   SELECT (SELECT count(*)::int FROM event) AS reserved, t.connector FROM target t`;

@@ -29,12 +29,11 @@ const inheritanceChain = statement<{ runId: string }, { id: string; depth: numbe
     CASE WHEN h.forked_from_run_id = c.id THEN h.forked_at_step END AS forked_at_step
   FROM chain c JOIN runs h ON h.id = c.heir_id ORDER BY c.depth DESC`;
 
-/** The conversation's latest progress notices, newest first (text, created_at, seq). */
+/** The conversation's latest progress notices, newest first (text, created_at, seq), read from the end of its index. */
 export function latestProgressSql<P>(conversationId: StatementPart<P>, exceptRunId?: (params: P) => string): StatementFragment<P> {
-  const except = exceptRunId === undefined ? fragment<P>`` : fragment<P>` AND earlier.id <> ${exceptRunId}::uuid`;
-  return fragment<P>`SELECT pe.text, pe.created_at, pe.seq FROM runs earlier
-  JOIN progress_events pe ON pe.run_id = earlier.id
-  WHERE earlier.conversation_id = ${conversationId}::uuid${except}
+  const except = exceptRunId === undefined ? fragment<P>`` : fragment<P>` AND pe.run_id <> ${exceptRunId}::uuid`;
+  return fragment<P>`SELECT pe.text, pe.created_at, pe.seq FROM progress_events pe
+  WHERE pe.conversation_id = ${conversationId}::uuid${except}
   ORDER BY pe.created_at DESC, pe.seq DESC LIMIT ${raw(String(FOLLOW_UP_PROGRESS_RECORDS))}`;
 }
 
@@ -48,8 +47,8 @@ const recentProgressOfConversation = statement<{ runId: string; conversationId: 
 
 const recentProgress = statement<{ runId: string }, { text: string; created_at: Date }>("history_recent_progress")`
   SELECT pe.text, pe.created_at FROM runs r
-  JOIN runs earlier ON earlier.conversation_id = r.conversation_id AND earlier.id <> r.id AND earlier.created_at <= r.created_at
-  JOIN progress_events pe ON pe.run_id = earlier.id
+  JOIN progress_events pe ON pe.conversation_id = r.conversation_id AND pe.run_id <> r.id
+  JOIN runs earlier ON earlier.id = pe.run_id AND earlier.created_at <= r.created_at
   WHERE r.id = ${runId}::uuid
   ORDER BY pe.created_at DESC, pe.seq DESC LIMIT ${raw(String(FOLLOW_UP_PROGRESS_RECORDS))}`;
 

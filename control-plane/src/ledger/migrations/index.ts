@@ -19,6 +19,7 @@ import { Migration20261216000000 } from "./Migration20261216000000.js";
 import { Migration20261217000000 } from "./Migration20261217000000.js";
 import { Migration20261218000000 } from "./Migration20261218000000.js";
 import { Migration20261219000000 } from "./Migration20261219000000.js";
+import { Migration20261220000000 } from "./Migration20261220000000.js";
 
 /**
  * Migrations in order, never edited once landed. Schema changes are generated from the entities
@@ -46,4 +47,5 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261217000000", class: Migration20261217000000 },
   { name: "Migration20261218000000", class: Migration20261218000000 },
   { name: "Migration20261219000000", class: Migration20261219000000 },
+  { name: "Migration20261220000000", class: Migration20261220000000 },
 ];
