@@ -56,7 +56,14 @@ beforeAll(async () => {
       budget: withBudgetDefaults({ maxInputTokens: 40 }),
     }),
   ];
-  keel = await startTestKeel({ agents });
+  keel = await startTestKeel({
+    agents,
+    // Which runs' workers reserved their start acks themselves.
+    wrapRunnerDeps: (deps) =>
+      deps.lifecycle === undefined
+        ? deps
+        : { ...deps, lifecycle: { ...deps.lifecycle, reserveAcks: (runId, epoch, drafts) => (workerReservedAcks.add(runId), deps.lifecycle!.reserveAcks(runId, epoch, drafts)) } },
+  });
   db = new pg.Client({ connectionString: keel.databaseUrl });
   await db.connect();
 });
@@ -67,6 +74,7 @@ afterAll(async () => {
   await server?.close();
 });
 
+const workerReservedAcks = new Set<string>();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const TERMINAL = [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED, RunStatus.CANCELLED];
 
@@ -193,6 +201,12 @@ describe("triage", () => {
 describe("the ack lifecycle", () => {
   it("Subscribe shows ⏳ working → started → thinking → ✅ in order, once each", async () => {
     const { runId } = await submit("acks", "c-acks", "m-acks", "think about it");
+    // A run started at once has its start acks from the admission that started it, in order.
+    const { rows: admitted } = await db.query<{ ack_state: string; started: boolean }>(
+      "SELECT e.ack_state, r.lease_epoch = 1 AS started FROM emissions e JOIN runs r ON r.id = e.run_id WHERE e.run_id = $1 ORDER BY e.seq",
+      [runId],
+    );
+    expect(admitted).toEqual(["working", "started", "thinking"].map((ack_state) => ({ ack_state, started: true })));
     const seen = await emissionsOf("conn-c-acks", (s) => s.some(settledAck));
     const acks = seen.filter((e) => e.kind === EmissionKind.ACK);
     expect(acks.map((e) => [e.ackState, e.text])).toEqual([
@@ -205,6 +219,8 @@ describe("the ack lifecycle", () => {
     expect(acks.every((e) => e.replyToMessageId === "m-acks")).toBe(true);
     const seqs = seen.map((e) => Number(e.seq));
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+    // Its worker wrote none of them: no transaction of its own beside the first model call.
+    expect(workerReservedAcks.has(runId)).toBe(false);
   });
 
   it("a superseded request's successor does not repeat started or thinking", async () => {

@@ -1,6 +1,7 @@
 // What admission needs from the ledger, in its own terms: reads under the conversation's row
 // lock and writes of a decided plan. The ledger implements it with SQL and decides nothing.
 import type { AgentSpec } from "../domain/agent.js";
+import type { EmissionDraft } from "../domain/records.js";
 import type { RunEventKind, CommitBoundary, RunStatus } from "../domain/run.js";
 import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import type { TriageOutcome } from "../domain/triage.js";
@@ -90,6 +91,8 @@ export interface NewRunDraft {
   readonly ack?: { readonly messageId: string; readonly actorId: string; readonly text: string; readonly idempotencyKey: string };
   /** Claim the run for this worker in the same statement when the ceilings allow. */
   readonly claim?: StartClaim;
+  /** Acks reserved with the run when the claim starts it (its started and thinking acks). */
+  readonly startAcks?: readonly EmissionDraft[];
   /** A triage known at admission (no fast model to ask), stored with the run instead of after it. */
   readonly triage?: TriageOutcome;
 }

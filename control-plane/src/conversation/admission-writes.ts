@@ -2,7 +2,7 @@
 import { randomUUID } from "node:crypto";
 import { coalesceUntil, type AdmissionPlan } from "../domain/interrupt.js";
 import { PARKED_STATUSES, ZERO_USAGE, type RunStatus } from "../domain/run.js";
-import { ackKey, WORKING_ACK } from "../domain/settlement.js";
+import { ackKey, lifecycleAckDrafts, WORKING_ACK } from "../domain/settlement.js";
 import type { TranscriptProgress } from "../domain/transcript-builder.js";
 import { hasFastModel, NO_FAST_MODEL_TRIAGE } from "../domain/triage.js";
 import type { ClaimedRun } from "../runner/run-store.js";
@@ -53,14 +53,19 @@ export async function insertNewRequest(room: Mailroom, incoming: IncomingMessage
     trigger: { incoming, relation: relationOf(incoming) },
     summary: `message ${incoming.externalId} from ${incoming.actorId}: ${why}`,
     ack: { messageId: incoming.externalId, actorId: incoming.actorId },
-    ...(claim === undefined ? {} : { claim }),
+    // A started run's worker would reserve these as its model call starts, in a transaction of its own.
+    ...(claim === undefined ? {} : { claim, startAcks: lifecycleAckDrafts({ logicalRequestId: runId, replyToMessageId: incoming.externalId, addressedActorIds: [incoming.actorId] }, START_ACKS) }),
     ...(hasFastModel(room.agent) ? {} : { triage: NO_FAST_MODEL_TRIAGE }),
   });
 }
 
+/** The acks a started run has from the moment it starts (domain/settlement.ts). */
+const START_ACKS = ["started", "thinking"] as const;
+
 /**
  * The run insertNewRequest starts for a worker, as the worker gets it: all known before the run
- * is written (a fresh run has one trigger, no steps and nothing inherited).
+ * is written (a fresh run has one trigger, no steps and nothing inherited), its start acks
+ * reserved with it.
  */
 export function freshClaim(room: Mailroom, incoming: IncomingMessage, runId: string): ClaimedRun {
   return {
@@ -82,6 +87,7 @@ export function freshClaim(room: Mailroom, incoming: IncomingMessage, runId: str
     commitBoundary: "buffering",
     inheritsFromRunId: undefined,
     conversationId: room.conversationId,
+    startAcksReserved: true,
     ...(room.earlierProgress === undefined ? {} : { earlierProgress: room.earlierProgress }),
   };
 }

@@ -2,7 +2,7 @@
 import { randomUUID } from "node:crypto";
 import type { ConversationAddress, ConversationLedger, IncomingMessage, NewRunDraft, RunStopDraft, TriggerDraft } from "../conversation/admission-ledger.js";
 import { ZERO_USAGE } from "../domain/run.js";
-import { EMISSION_SEQUENCE_LOCK, stopParkedRun } from "./ledger-writes.js";
+import { EMISSION_SEQUENCE_LOCK, emissionRows, stopParkedRun } from "./ledger-writes.js";
 import { admissionStartSql } from "./run-start.sql.js";
 import { raw, statement, type SqlTransaction } from "./sql.js";
 
@@ -21,9 +21,10 @@ const incoming = (p: InsertRunParams) => p.run.trigger.incoming;
  * for a new logical request, its working ack, in one statement. With a claim and room under both
  * ceilings (admissionStartSql takes the locks and counts), the run is inserted running, leased to
  * the reserved worker at epoch 1; otherwise it is queued and a worker is woken (after the commit,
- * as every watcher: see Sql.notify). The ack draws its
- * seq only once the emission-order lock is held in shared mode (it selects from the lock). A
- * triage known at admission is stored with the run; otherwise its columns wait for the triager.
+ * as every watcher: see Sql.notify). A run it starts gets its start acks too, which its worker
+ * would otherwise reserve in a transaction of its own. The acks draw their seqs only once the
+ * emission-order lock is held in shared mode (they select from the lock). A triage known at
+ * admission is stored with the run; otherwise its columns wait for the triager.
  */
 const insertRunStatement = statement<InsertRunParams, { started: boolean; acked: boolean }>("admission_insert_run")`
   WITH start AS (
@@ -66,7 +67,8 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean; acked:
     SELECT ${runId}::uuid, 1, 'created', 'queued', ${(p) => p.run.summary}
     UNION ALL SELECT ${runId}::uuid, 2, 'status_changed', 'running', 'claimed by ' || ${(p) => claim(p)?.workerId ?? ""}::text || ' at epoch 1'
     FROM start WHERE start.go),
-  ack_lock AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held WHERE ${(p) => p.run.ack !== undefined}::boolean),
+  ack_lock AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held
+    WHERE ${(p) => p.run.ack !== undefined || (p.run.startAcks?.length ?? 0) > 0}::boolean),
   ack AS (
     INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
       reply_to_message_id, text, ack_state, addressed_actor_ids)
@@ -74,7 +76,14 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean; acked:
       ${(p) => p.address.agent.id}, ${(p) => p.address.conversationId}::uuid, ${(p) => p.address.externalConversationId},
       ${(p) => p.run.ack?.messageId ?? null}, ${(p) => p.run.ack?.text ?? ""}, 'working',
       ${(p) => JSON.stringify(p.run.ack === undefined ? [] : [p.run.ack.actorId])}::jsonb
-    FROM ack_lock
+    FROM ack_lock WHERE ${(p) => p.run.ack !== undefined}::boolean
+    UNION ALL
+    SELECT e.id, e.idempotency_key, ${(p) => p.run.connector}, e.kind, ${runId}::uuid,
+      ${(p) => p.address.agent.id}, ${(p) => p.address.conversationId}::uuid, ${(p) => p.address.externalConversationId},
+      e.reply_to_message_id, e.text, e.ack_state, e.addressed_actor_ids
+    FROM ack_lock, start, jsonb_to_recordset(${(p) => emissionRows(p.run.startAcks ?? [])}::jsonb) AS e(id uuid, idempotency_key text, kind text,
+      reply_to_message_id text, text text, ack_state text, addressed_actor_ids jsonb)
+    WHERE start.go
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id)
   SELECT start.go AS started, EXISTS (SELECT FROM ack) AS acked FROM start`;

@@ -46,6 +46,11 @@ export function beginModelCall(session: RunSession): Promise<SideCallUsage> {
     session.deps.log.warn({ err: error, runId: claimed.runId }, "lifecycle acks or side usage could not be read; going on without");
     return ZERO_SIDE_USAGE;
   };
+  if (state.acks === undefined && claimed.startAcksReserved === true) {
+    // Admission reserved them with the run; only the side usage is left to read.
+    state.acks = Promise.resolve();
+    return lifecycle.sideUsage(claimed.runId).catch(log);
+  }
   if (state.acks === undefined) {
     const drafts = lifecycleAckDrafts(session.audience(), ["started", "thinking"]);
     const reserved = lifecycle.reserveAcks(claimed.runId, claimed.epoch, drafts).catch(log);

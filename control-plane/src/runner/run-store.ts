@@ -48,6 +48,8 @@ export interface ClaimedRun {
   readonly conversationId: string;
   /** The conversation's latest progress notices, oldest first, when admission read them; else the worker reads them. */
   readonly earlierProgress?: readonly TranscriptProgress[];
+  /** Its started and thinking acks went in with it (a run admission started): its first model call reserves none. */
+  readonly startAcksReserved?: true;
   /** A WorkGraph child run's root: it sends no acks or replies; its end is its node's result. */
   readonly parentRunId?: string;
 }
