@@ -47,9 +47,10 @@ export function beginModelCall(session: RunSession): Promise<SideCallUsage> {
     return ZERO_SIDE_USAGE;
   };
   if (state.acks === undefined && claimed.startAcksReserved === true) {
-    // Admission reserved them with the run; only the side usage is left to read.
+    // Admission reserved them with the run, a moment ago: no side call can have been recorded
+    // against it but its own triage or a follow-up's decision, which the step commit reads back.
     state.acks = Promise.resolve();
-    return lifecycle.sideUsage(claimed.runId).catch(log);
+    return Promise.resolve(ZERO_SIDE_USAGE);
   }
   if (state.acks === undefined) {
     const drafts = lifecycleAckDrafts(session.audience(), ["started", "thinking"]);
