@@ -2,6 +2,7 @@
 // first model call overlaps the flush. These tests hold Keel to the rule that makes that
 // safe: only the model call goes ahead; if the commit fails the call is aborted and the run
 // leaves no trace, and the worker goes back to work.
+import { randomUUID } from "node:crypto";
 import { Writable } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pg from "pg";
@@ -160,4 +161,49 @@ describe("admission starts the worker before the claim is written", () => {
       expect(reply[0]?.final_reply).toBe("done");
     }
   }, 90_000);
+});
+
+describe("a worker a run admission started goes back to waiting, not to the queue", () => {
+  // Claim queries this Keel's workers made; idle polls are pushed out past the test.
+  let claims = 0;
+  const h = keelWithLog(
+    {
+      workers: 2,
+      agents: [QUICK],
+      env: { KEEL_IDLE_POLL_MS: "60000" },
+      wrapRunnerDeps: (deps) => ({ ...deps, store: { ...deps.store, claimNext: (workerId, leaseMs) => (claims++, deps.store.claimNext(workerId, leaseMs)) } }),
+    },
+    "warn",
+  );
+
+  it("makes no claim query after a handed run ends with nothing queued, and still serves a run queued meanwhile", async () => {
+    const ingress = grpcClient(IngressService, h.keel().url, h.keel().tokens.connector);
+    const settled = (runId: string) =>
+      expect.poll(async () => (await h.db().query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status, { timeout: 10_000 }).toBe("succeeded");
+    // Each worker claimed once as it started, found nothing and went idle.
+    await expect.poll(() => claims, { timeout: 10_000 }).toBe(2);
+    for (let i = 0; i < 5; i++) {
+      const { runId } = await ingress.submitMessage({ agentId: QUICK.id, conversationId: `c-wait-${i}`, actor: { id: "cy" }, messageId: `m-wait-${i}`, text: "hi", connector: "test" });
+      await settled(runId);
+    }
+    expect(claims).toBe(2);
+    // A run queued elsewhere (written here, as another replica's admission would) is announced, and a waiting worker claims it.
+    const db = h.db();
+    const [runId, conversationId, messageId] = [randomUUID(), randomUUID(), randomUUID()];
+    await db.query("BEGIN");
+    await db.query("INSERT INTO actors (id) VALUES ('cy') ON CONFLICT DO NOTHING");
+    await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, 'c-wait-queued', 'test')", [conversationId, QUICK.id]);
+    await db.query("INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($1, $2, 'm-wait-q', 'cy', 'hi', $3)", [messageId, conversationId, runId]);
+    await db.query(
+      `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage)
+       VALUES ($1, $2, $3, 'test', 'queued', 'cy', 'm-wait-q', $4::jsonb, '{}'::jsonb)`,
+      [runId, QUICK.id, conversationId, JSON.stringify(QUICK.budget)],
+    );
+    await db.query("INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($1, $2, 'cy', 'm-wait-q')", [runId, messageId]);
+    await db.query("SELECT pg_notify('keel_runs', $1)", [runId]);
+    await db.query("COMMIT");
+    await settled(runId);
+    // The claim that took it, and one after it ended: a run from the queue may have more behind it.
+    await expect.poll(() => claims, { timeout: 10_000 }).toBe(4);
+  }, 60_000);
 });

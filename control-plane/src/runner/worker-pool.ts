@@ -282,10 +282,13 @@ export function startWorkerPool(
       else if (failure !== undefined && !stopping.signal.aborted) runLog.error({ err: failure.error }, "run step failed; the lease will expire and the run be retried");
       // A WorkGraph child's end was followed by its graph's pass, which started what it made ready
       // (on an idle worker, or announced): its worker goes back to waiting rather than to a claim
-      // query that would find nothing, at the moment a graph's branches all end together. A wake
-      // that found no idle worker meanwhile is counted, and the wait answers it at once. Any other
-      // run's worker claims again straight away, so a backlog drains however long it is.
-      if (run.parentRunId !== undefined && !stopping.signal.aborted) handed = await idleWait(workerId);
+      // query that would find nothing, at the moment a graph's branches all end together. A run
+      // admission handed over never stood in the queue, so its end says nothing of what waits
+      // there: every queued run was announced, and a commit that frees a slot announces the runs
+      // it lets start. Either worker waits; a wake that found no idle worker meanwhile is counted,
+      // and the wait answers it at once. A run claimed from the queue may have more behind it:
+      // its worker claims again straight away, so a backlog drains however long it is.
+      if ((run.parentRunId !== undefined || committed !== undefined) && !stopping.signal.aborted) handed = await idleWait(workerId);
     }
   };
 
