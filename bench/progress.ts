@@ -359,7 +359,8 @@ async function rawPhase(url: string, runIds: readonly string[], round: number, d
             [emissionId, `raw${round}:${runId}`, runId, AGENT.id],
           );
           await client.query(
-            "INSERT INTO progress_events (id, run_id, subject, seq, text, source, covers, emission_id) VALUES ($1, $2, $3, 1, 'Still on it.', 'deadline', '[]', $4)",
+            // Each seeded run has a conversation of its own, with the run's id (as the emission above says).
+            "INSERT INTO progress_events (id, run_id, conversation_id, subject, seq, text, source, covers, emission_id) VALUES ($1, $2, $2, $3, 1, 'Still on it.', 'deadline', '[]', $4)",
             [randomUUID(), runId, `raw${round}:${runId}`, emissionId],
           );
           await client.query("SELECT pg_notify('bench_raw', $1)", [emissionId]);
