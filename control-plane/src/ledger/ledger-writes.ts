@@ -65,6 +65,9 @@ export interface EmissionRowsParams {
   readonly emissions: string;
 }
 
+/** The rows emissionRows writes, read back as `e` from jsonb_to_recordset. */
+export const EMISSION_RECORD = "e(id uuid, idempotency_key text, kind text, reply_to_message_id text, text text, ack_state text, addressed_actor_ids jsonb)";
+
 export function emissionRows(drafts: readonly EmissionDraft[]): string {
   return JSON.stringify(
     drafts.map((draft) => ({
@@ -95,8 +98,7 @@ export const emissionInsert = fragment<EmissionRowsParams>`
       external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
     SELECT e.id, e.idempotency_key, t.connector, e.kind, t.id, t.agent_id, t.conversation_id, t.external_conversation_id,
       e.reply_to_message_id, e.text, e.ack_state, e.addressed_actor_ids
-    FROM target t, ordered, jsonb_to_recordset(${(p) => p.emissions}::jsonb) AS e(id uuid, idempotency_key text, kind text,
-      reply_to_message_id text, text text, ack_state text, addressed_actor_ids jsonb)
+    FROM target t, ordered, jsonb_to_recordset(${(p) => p.emissions}::jsonb) AS ${raw(EMISSION_RECORD)}
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id)`;
 

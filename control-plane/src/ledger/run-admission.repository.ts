@@ -2,7 +2,7 @@
 import { randomUUID } from "node:crypto";
 import type { ConversationAddress, ConversationLedger, IncomingMessage, NewRunDraft, RunStopDraft, TriggerDraft } from "../conversation/admission-ledger.js";
 import { ZERO_USAGE } from "../domain/run.js";
-import { EMISSION_SEQUENCE_LOCK, emissionRows, stopParkedRun } from "./ledger-writes.js";
+import { EMISSION_RECORD, EMISSION_SEQUENCE_LOCK, emissionRows, stopParkedRun } from "./ledger-writes.js";
 import { admissionStartSql } from "./run-start.sql.js";
 import { raw, statement, type SqlTransaction } from "./sql.js";
 
@@ -81,8 +81,7 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean; acked:
     SELECT e.id, e.idempotency_key, ${(p) => p.run.connector}, e.kind, ${runId}::uuid,
       ${(p) => p.address.agent.id}, ${(p) => p.address.conversationId}::uuid, ${(p) => p.address.externalConversationId},
       e.reply_to_message_id, e.text, e.ack_state, e.addressed_actor_ids
-    FROM ack_lock, start, jsonb_to_recordset(${(p) => emissionRows(p.run.startAcks ?? [])}::jsonb) AS e(id uuid, idempotency_key text, kind text,
-      reply_to_message_id text, text text, ack_state text, addressed_actor_ids jsonb)
+    FROM ack_lock, start, jsonb_to_recordset(${(p) => emissionRows(p.run.startAcks ?? [])}::jsonb) AS ${raw(EMISSION_RECORD)}
     WHERE start.go
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id)
