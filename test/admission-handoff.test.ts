@@ -137,8 +137,8 @@ describe("admission starts the worker before the claim is written", () => {
     // The agent's ceiling is taken: the second run is written queued, and the idle worker that
     // admission had already started on it lets it go.
     const second = await ingress.submitMessage({ agentId: ONE_AT_A_TIME.id, conversationId: "c-second", actor: { id: "bo" }, messageId: "m-second", text: "second", connector: "test" });
-    await expect.poll(() => lines.find((line) => line.includes("a ceiling queued the run")), { timeout: 10_000 }).toBeDefined();
-    expect(lines.find((line) => line.includes(second.runId) && line.includes("a ceiling queued the run"))).toBeDefined();
+    await expect.poll(() => lines.find((line) => line.includes("queued behind a ceiling instead of started")), { timeout: 10_000 }).toBeDefined();
+    expect(lines.find((line) => line.includes(second.runId) && line.includes("queued behind a ceiling instead of started"))).toBeDefined();
     expect(await statusOf(second.runId)).toBe("queued");
     expect(lines.filter((line) => line.includes("did not commit"))).toEqual([]);
 
@@ -150,7 +150,7 @@ describe("admission starts the worker before the claim is written", () => {
     // Time for an aborted early start to be logged, were there one; the ceiling is still held.
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(await statusOf(first.runId)).toBe("running");
-    expect(lines.filter((line) => line.includes("a ceiling queued the run"))).toHaveLength(1);
+    expect(lines.filter((line) => line.includes("queued behind a ceiling instead of started"))).toHaveLength(1);
 
     // Once the first run is done, the others are claimed the ordinary way, one at a time, and each answered once.
     for (const { runId } of [first, second, third]) {

@@ -9,6 +9,7 @@ import { createRunService } from "./api/run-service.js";
 import { createSandboxService } from "./api/sandbox-service.js";
 import { createKeelServer, type KeelServer } from "./api/server.js";
 import type { KeelConfig } from "./config.js";
+import type { RunStatus } from "./domain/run.js";
 import { LOOPBACK_ENDPOINTS } from "./domain/agent.js";
 import { createKeelLogger, secretValuesOf } from "./logger.js";
 import { createAgentRepository, type AgentRepository } from "./ledger/agent.repository.js";
@@ -19,6 +20,7 @@ import { createEmissionFeed } from "./ledger/emission-feed.js";
 import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createAdmissionLedger } from "./ledger/conversation.repository.js";
 import { createAdmissions } from "./conversation/admission.js";
+import { QuietConversations } from "./conversation/quiet-conversations.js";
 import { createMailbox } from "./conversation/mailbox.js";
 import { createTriager } from "./conversation/side-calls.js";
 import { createModelCallRepository } from "./ledger/model-call.repository.js";
@@ -152,6 +154,8 @@ export async function buildApp(
   const control = createRunControlRepository(ledger.sql);
   // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).
   const handoff = createWorkerHandoff();
+  // What admission last knew of each conversation: a quiet one's next request starts before the read.
+  const quiet = config.speculativeStart ? new QuietConversations() : undefined;
   // Fast- and decision-model calls beside the loop: recorded, counted, and the ack lifecycle.
   const modelCalls = createModelCallRepository(ledger.sql);
   const sideProviders = { scripted: createScriptedModelProvider(), openai: createOpenAiModelProvider({ env }) };
@@ -164,6 +168,7 @@ export async function buildApp(
     log: logger.child({ component: "progress" }),
     ...(options.progress === undefined ? {} : { options: options.progress }),
     summarizer: createProgressSummarizer({ providers: sideProviders, ledger: modelCalls, log: logger.child({ component: "progress" }) }),
+    ...(quiet === undefined ? {} : { noticing: (runId: string) => quiet.noticed(runId) }),
   });
 
   // Sandbox hosts attach to this process; exec-class tools reach them through the dispatcher.
@@ -250,7 +255,13 @@ export async function buildApp(
     {
       ingress: createIngressService({
         mailbox: createMailbox({
-          admissions: createAdmissions({ ledger: createAdmissionLedger(ledger.sql), handoff, triage, graphAmended: (rootRunId) => graphScheduler.poke(rootRunId) }),
+          admissions: createAdmissions({
+            ledger: createAdmissionLedger(ledger.sql),
+            handoff,
+            triage,
+            graphAmended: (rootRunId) => graphScheduler.poke(rootRunId),
+            ...(quiet === undefined ? {} : { quiet }),
+          }),
           providers: sideProviders,
           clock,
           log: logger.child({ component: "mailbox" }),
@@ -330,6 +341,7 @@ export async function buildApp(
         secretEnv: env,
         lifecycle: modelCalls,
         childClaimEnded: (rootRunId) => graphScheduler.passSoon(rootRunId),
+        ...(quiet === undefined ? {} : { runEnded: (runId: string, status: RunStatus) => quiet.runEnded(runId, status) }),
         progress,
         latencies,
         ...(tracing === undefined ? {} : { tracing: tracing.run }),

@@ -36,6 +36,7 @@ const ConfigSchema = z.object({
   KEEL_IDLE_POLL_MS: int(50, 60_000).default(2_000),
   KEEL_MAX_STREAMS_PER_TOKEN: int(1, 100_000).default(256),
   KEEL_READ_FLUSH_MS: int(0, 10_000).default(100),
+  KEEL_SPECULATIVE_START: flag.default(true),
   KEEL_DURABILITY: z.enum(["strict", "relaxed"]).default("strict"),
   KEEL_MAX_MESSAGE_BYTES: int(1024, 64 * 1024 * 1024).default(4 * 1024 * 1024),
   KEEL_MAX_TEXT_BYTES: int(16, 16 * 1024 * 1024).default(256 * 1024),
@@ -79,6 +80,11 @@ export type KeelConfig = Readonly<{
   leaseMs: number;
   /** How long a read's result may wait to ride with the run's next commit; 0: every result commits on its own. */
   readFlushMs: number;
+  /**
+   * A new request to a conversation this process last saw quiet starts its first model call
+   * before admission reads the conversation; a guess the read disproves aborts the call.
+   */
+  speculativeStart: boolean;
   /**
    * strict: every commit that records a step, model call, tool result, artifact, claim or emission
    * waits for its WAL flush. relaxed: replayable work (read-only steps, read results, claims) does not (README, "Durability").
@@ -200,6 +206,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     idlePollMs: c.KEEL_IDLE_POLL_MS,
     maxStreamsPerToken: c.KEEL_MAX_STREAMS_PER_TOKEN,
     readFlushMs: c.KEEL_READ_FLUSH_MS,
+    speculativeStart: c.KEEL_SPECULATIVE_START,
     durability: c.KEEL_DURABILITY,
     maxMessageBytes: c.KEEL_MAX_MESSAGE_BYTES,
     maxTextBytes: c.KEEL_MAX_TEXT_BYTES,

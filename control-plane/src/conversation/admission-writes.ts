@@ -21,7 +21,7 @@ export const withNote = (why: string, note: string | undefined): string => (note
 
 const isParked = (status: RunStatus): boolean => (PARKED_STATUSES as readonly RunStatus[]).includes(status);
 
-const relationOf = (incoming: IncomingMessage): "edit" | "initial" => (incoming.relationLabel === "edit" ? "edit" : "initial");
+const relationOf = (incoming: Pick<IncomingMessage, "relationLabel">): "edit" | "initial" => (incoming.relationLabel === "edit" ? "edit" : "initial");
 
 type RunInsert = Omit<NewRunDraft, "notBefore" | "ack"> & { readonly ack?: { readonly messageId: string; readonly actorId: string } };
 
@@ -67,7 +67,11 @@ const START_ACKS = ["started", "thinking"] as const;
  * is written (a fresh run has one trigger, no steps and nothing inherited), its start acks
  * reserved with it.
  */
-export function freshClaim(room: Mailroom, incoming: IncomingMessage, runId: string): ClaimedRun {
+export function freshClaim(
+  room: Pick<Mailroom, "agent" | "conversationId" | "now" | "earlierProgress">,
+  incoming: Omit<IncomingMessage, "rowId">,
+  runId: string,
+): ClaimedRun {
   return {
     runId,
     epoch: 1,

@@ -2,6 +2,8 @@
 //   reserved → handed over (the worker makes its first model call while the admission commits)
 //            → confirmed (committed and started) | aborted (a ceiling queued it, or the commit failed)
 //   reserved → released (never handed over: the worker goes back to claiming).
+// A start made on a guess, before the admission read its conversation, is handed over at once and
+// withdrawn when the read disproves the guess: its worker aborts the call, and nothing was written.
 import type { ClaimedRun } from "../runner/run-store.js";
 import { ClaimNotStarted } from "../domain/run-start.js";
 import type { ReservedWorker } from "./worker-handoff.js";
@@ -9,6 +11,7 @@ import type { ReservedWorker } from "./worker-handoff.js";
 export class EarlyStart {
   private state: "reserved" | "handed_over" | "done" = "reserved";
   private commit: { resolve: () => void; reject: (error: unknown) => void } | undefined;
+  private runId: string | undefined;
 
   constructor(private readonly worker: ReservedWorker) {}
 
@@ -24,6 +27,7 @@ export class EarlyStart {
   handOver(claimed: ClaimedRun): void {
     if (this.state !== "reserved") throw new Error(`a worker ${this.state} cannot be handed run ${claimed.runId}`);
     this.state = "handed_over";
+    this.runId = claimed.runId;
     const committed = new Promise<void>((resolve, reject) => (this.commit = { resolve, reject }));
     committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
     this.worker.start(claimed, committed);
@@ -36,6 +40,12 @@ export class EarlyStart {
   /** A ceiling queued the run instead: a worker already on it aborts its call and lets it go. */
   notStarted(runId: string): void {
     this.finish(new ClaimNotStarted(runId));
+  }
+
+  /** The guess this start was made on did not hold; a no-op once the start is done. */
+  withdraw(): void {
+    if (this.state === "done") return;
+    this.finish(new ClaimNotStarted(this.runId ?? "", "was not started: its conversation was not as this process last saw it"));
   }
 
   /** The admission committed: a handed-over worker goes on; one never handed over goes back to claiming. */

@@ -83,8 +83,11 @@ export function mayStart(run: StartFacts, world: StartWorld): boolean {
  * starting it: nothing failed, the run waits for a worker like any other.
  */
 export class ClaimNotStarted extends Error {
-  constructor(readonly runId: string) {
-    super(`run ${runId} was queued behind a ceiling instead of started`);
+  constructor(
+    readonly runId: string,
+    why = "was queued behind a ceiling instead of started",
+  ) {
+    super(`run ${runId} ${why}`);
     this.name = "ClaimNotStarted";
   }
 }

@@ -111,6 +111,8 @@ export interface ProgressDeps {
   readonly options?: ProgressOptions;
   /** The fast model's line for cadence notices without a checkpoint; without it, the facts. */
   readonly summarizer?: ProgressSummarizer;
+  /** Told of a run each time a notice is about to be reserved for it: its conversation's latest notices change. */
+  readonly noticing?: (runId: string) => void;
 }
 
 const DEFAULT_TICK_MS = 1_000;
@@ -241,6 +243,7 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
             // A reply may have started committing meanwhile: look again.
             if (stopped || held > 0) continue;
           }
+          deps.noticing?.(run.runId);
           const attempt = deps.ledger.reserve({
             runId: run.runId,
             epoch: run.epoch,

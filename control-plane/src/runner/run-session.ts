@@ -60,6 +60,8 @@ export interface RunnerDeps {
    * the worker waits for that pass before it claims again, so the two never compete for the ledger.
    */
   readonly childClaimEnded?: (rootRunId: string) => Promise<void>;
+  /** Told of each run this process ended, once its end is committed (admission's quiet conversations). */
+  readonly runEnded?: (runId: string, status: RunStatus) => void;
   /** Spans per claim, step, model call and tool call (run-telemetry.ts); absent when tracing is off. */
   readonly tracing?: RunTracing;
   /** Step, model-call and tool-call latencies for /metrics. */

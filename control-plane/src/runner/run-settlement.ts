@@ -79,6 +79,7 @@ export async function finish(session: RunSession, next: Next): Promise<void> {
 
 async function commitEnd(session: RunSession, step: StepDraft | undefined, settlement: Settlement): Promise<void> {
   await session.store.commitStep({ ...session.fence, step, ...settlement });
+  session.deps.runEnded?.(session.claimed.runId, settlement.status);
 }
 
 /** Asks the conversation the call's question and parks the run until someone answers. */

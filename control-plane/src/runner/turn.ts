@@ -110,7 +110,10 @@ export async function takeTurn(session: RunSession): Promise<Next> {
         unlessChangedSince: { triggerCount: overrun === undefined ? session.triggerCount : undefined },
       };
       const control = await session.store.commitStep(reply);
-      if (!refusedReply(reply.unlessChangedSince, control)) return PARK;
+      if (!refusedReply(reply.unlessChangedSince, control)) {
+        session.deps.runEnded?.(session.claimed.runId, "succeeded");
+        return PARK;
+      }
       // Stopped, or given more input, while the model wrote this reply: nothing was committed.
       // The checkpoint handles it as if it had come a moment sooner (a stop ends the run; new
       // input goes to the model). The call still counts against the budget.

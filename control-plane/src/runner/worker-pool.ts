@@ -276,7 +276,7 @@ export function startWorkerPool(
       // A handed run whose claim never committed may end either way: with the error of a ledger
       // call that waited for the commit, or parked at a safe point the abort reached first.
       const refused = committed === undefined ? undefined : await committed.then(() => undefined, (reason: unknown) => reason ?? failure?.error);
-      if (refused instanceof ClaimNotStarted) runLog.debug("a ceiling queued the run admission was starting for this worker; its model call was aborted");
+      if (refused instanceof ClaimNotStarted) runLog.debug({ reason: refused.message }, "the run admission was starting for this worker did not start; its model call was aborted");
       else if (refused !== undefined) runLog.warn({ err: refused }, "the admission that claimed this run did not commit; nothing was written");
       else if (failure?.error instanceof LeaseLostError) runLog.warn(failure.error.message);
       else if (failure !== undefined && !stopping.signal.aborted) runLog.error({ err: failure.error }, "run step failed; the lease will expire and the run be retried");
