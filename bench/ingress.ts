@@ -7,8 +7,9 @@
 // request and admission, not follow-up classification, is what is timed. The baseline is one
 // raw SQL transaction writing the rows that path writes (message, run, trigger, event, ack,
 // and the claim), timed on the same database in the same run. Each phase also shows when
-// SubmitMessage answered, and the CPU Keel (this process: server, client, workers) and
-// PostgreSQL used per message. RESULT takes each percentile from the worse of the two phases
+// SubmitMessage answered, the CPU Keel (this process: server, client, workers) and
+// PostgreSQL used per message, and how many first calls started before admission read the
+// conversation (KEEL_SPECULATIVE_START; a conversation's first message never does). RESULT takes each percentile from the worse of the two phases
 // and the line above it says which phase that was; the targets line judges them.
 //
 //   npm run bench -- ingress [--messages 400] [--concurrent 50] [--think-ms 1000] [--warmup 30] [--raw 1000]
@@ -129,6 +130,8 @@ interface PhaseResult {
   readonly answered: Stats;
   readonly nodeCpuMs: number;
   readonly postgresCpuMs: number;
+  /** First calls started before the conversation was read, and of those withdrawn. */
+  readonly speculative: { readonly started: number; readonly withdrawn: number };
 }
 
 export default async function ingressBench(args: readonly string[]): Promise<void> {
@@ -173,9 +176,11 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
         progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
         const send = sender(url, token, marks);
         const measured = async (label: string, conversations: number): Promise<PhaseResult> => {
-          const before = { node: nodeCpuMs(), postgres: postgresCpuMs(postgres.dataDir) };
+          const before = { node: nodeCpuMs(), postgres: postgresCpuMs(postgres.dataDir), starts: app.speculativeStarts() };
           const samples = await phase(send, label, options.messages, conversations, options.thinkMs);
+          const starts = app.speculativeStarts();
           return {
+            speculative: { started: starts.started - before.starts.started, withdrawn: starts.withdrawn - before.starts.withdrawn },
             firstCall: summarize(samples.map((s) => s.firstCall)),
             answered: summarize(samples.map((s) => s.answered)),
             nodeCpuMs: (nodeCpuMs() - before.node) / samples.length,
@@ -227,6 +232,8 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
           ],
         ),
         "",
+        `speculative starts (first call before admission read the conversation): 1 conversation ${one.speculative.started} of ${one.firstCall.n} ` +
+          `(${one.speculative.withdrawn} withdrawn), ${manyLabel} ${many.speculative.started} of ${many.firstCall.n} (${many.speculative.withdrawn} withdrawn)`,
         `RESULT: each percentile is the worse of the two phases: p50 from ${p50.from}, p99 from ${p99.from} ` +
           `(1 conversation ${ms(one.firstCall.p50)}/${ms(one.firstCall.p99)} ms, ${manyLabel} ${ms(many.firstCall.p50)}/${ms(many.firstCall.p99)} ms p50/p99).`,
         `targets: p50 <= ${P50_TARGET_MS} ms (is ${ms(p50.value)}) ${verdict(p50.value <= P50_TARGET_MS)}, or <= ${P50_RATIO_TARGET.toFixed(2)}x the raw txn's p50 ` +

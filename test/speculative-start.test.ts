@@ -87,6 +87,7 @@ describe("a quiet conversation's next request starts before admission reads it",
     await h.settled(first.runId);
 
     const lock = await h.lockConversation("c-quiet");
+    const before = h.keel().app.speculativeStarts();
     const pending = h.send("c-quiet", "m2", "second");
     try {
       // The admission cannot have read the conversation: its row is locked. The call goes ahead anyway.
@@ -102,6 +103,7 @@ describe("a quiet conversation's next request starts before admission reads it",
     // The guess stood: one call for the message, one run, claimed at admission, one reply.
     expect(h.calls.filter((text) => text === "second")).toHaveLength(1);
     expect(h.lines.filter((line) => line.includes(WITHDRAWN))).toEqual([]);
+    expect(h.keel().app.speculativeStarts()).toEqual({ started: before.started + 1, withdrawn: before.withdrawn });
     const events = await h.db().query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [second.runId]);
     expect(events.rows[1]?.summary).toMatch(/^claimed by worker-.* at epoch 1$/);
     const runs = await h.db().query<{ n: number }>("SELECT count(*)::int AS n FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE c.external_id = 'c-quiet'");
@@ -120,8 +122,13 @@ describe("a quiet conversation's next request starts before admission reads it",
         `UPDATE agents SET spec = jsonb_set(spec, '{models,primary,scriptedTurns,0,replyText}', '"Edited agent: {{message}}"'), revision = revision + 1 WHERE id = $1`,
         [AGENT.id],
       );
+    const before = h.keel().app.speculativeStarts();
     const second = await h.send("c-edited", "m2", "after the edit");
     await h.settled(second.runId);
+    expect(h.keel().app.speculativeStarts()).toEqual({ started: before.started + 1, withdrawn: before.withdrawn + 1 });
+    // Operators see the same counts, each withdrawal an aborted call.
+    const metrics = await (await fetch(`${h.keel().http1Url}/metrics`, { headers: { authorization: `Bearer ${h.keel().tokens.operator}` } })).text();
+    expect(metrics).toContain(`keel_speculative_starts_withdrawn_total ${before.withdrawn + 1}`);
 
     // The guess was made (a call for the message began before the read) and withdrawn ...
     await expect.poll(() => h.lines.find((line) => line.includes(WITHDRAWN)), { timeout: 5_000 }).toBeDefined();
@@ -166,5 +173,6 @@ describe("with KEEL_SPECULATIVE_START=0", () => {
     }
     await h.settled((await pending).runId);
     expect(h.calls.filter((text) => text === "second")).toHaveLength(1);
+    expect(h.keel().app.speculativeStarts()).toEqual({ started: 0, withdrawn: 0 });
   }, 60_000);
 });

@@ -20,7 +20,7 @@ import { createEmissionFeed } from "./ledger/emission-feed.js";
 import { createEmissionRepository } from "./ledger/emission.repository.js";
 import { createAdmissionLedger } from "./ledger/conversation.repository.js";
 import { createAdmissions } from "./conversation/admission.js";
-import { QuietConversations } from "./conversation/quiet-conversations.js";
+import { QuietConversations, type SpeculativeStarts } from "./conversation/quiet-conversations.js";
 import { createMailbox } from "./conversation/mailbox.js";
 import { createTriager } from "./conversation/side-calls.js";
 import { createModelCallRepository } from "./ledger/model-call.repository.js";
@@ -111,6 +111,8 @@ export interface KeelApp {
   readonly sandbox: { readonly hub: SandboxHub; readonly dispatcher: RemoteSandboxDispatcher };
   /** Deletes finished runs past the install's retention_days on a timer; tests call sweepNow(). */
   readonly retention: RetentionSweeper;
+  /** First model calls started before admission read the conversation, and those withdrawn (KEEL_SPECULATIVE_START). */
+  speculativeStarts(): SpeculativeStarts;
   /** Starts the claim loops; separate so a test can run a server that never works. */
   startWorkers(): WorkerPool;
   stop(): Promise<void>;
@@ -301,7 +303,7 @@ export async function buildApp(
         ledgerMetrics(ledger.sql).then(
           (text) => {
             response.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
-            response.end(text + latencies.render());
+            response.end(text + latencies.render() + (quiet?.render() ?? ""));
           },
           (error: unknown) => {
             logger.error({ err: error }, "metrics scrape failed");
@@ -327,6 +329,7 @@ export async function buildApp(
     server,
     sandbox: { hub: sandboxHub, dispatcher },
     retention,
+    speculativeStarts: () => quiet?.starts ?? { started: 0, withdrawn: 0 },
     startWorkers() {
       const deps: RunnerDeps = {
         store: runStore,

@@ -138,7 +138,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     const guessed = holder.guess;
     const confirmed = guessed !== undefined && startNow && QuietConversations.holds(guessed.view, read);
     // A disproved guess's call is aborted before anything is written: its run never existed.
-    if (guessed !== undefined && !confirmed) guessed.start.withdraw();
+    if (guessed !== undefined && !confirmed) withdraw(holder);
     if (plan.kind === "needs_relation") {
       return { kind: "needs_relation", agent: room.agent, runId: plan.runId, request: target?.requestText ?? "" } as const;
     }
@@ -162,6 +162,14 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     return done(await applyPlan(room, plan, incoming, runs, note));
   }
 
+  /** Withdraws the holder's guess, if the read has not confirmed it; once. */
+  function withdraw(holder: Holder): void {
+    if (holder.guess === undefined) return;
+    holder.guess.start.withdraw();
+    holder.guess = undefined;
+    deps.quiet?.guessWithdrawn();
+  }
+
   /** What the committed admission leaves of its conversation: quiet once the runs live after it end. */
   function remember(message: SubmittedMessage, holder: Holder, result: Admission): void {
     const quiet = deps.quiet;
@@ -180,13 +188,13 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
       try {
         attempt = await deps.ledger.attempt((ledger) => attemptAdmit(ledger, message, answers, now, holder), isDone);
       } catch (error) {
-        holder.guess?.start.withdraw();
+        withdraw(holder);
         holder.start?.failed(error);
         deps.quiet?.forgetConversation(message.agentId, message.conversationId);
         throw error;
       }
       // A guess the read never confirmed (a duplicate, a question to ask): nothing was written for it.
-      holder.guess?.start.withdraw();
+      withdraw(holder);
       holder.start?.committed();
       if (attempt.kind === "done" && !attempt.result.duplicate) remember(message, holder, attempt.result);
       // Started only now: the early start and the commit never wait for it, and a rolled-back

@@ -27,9 +27,17 @@ const RECENT_MESSAGE_IDS = 8;
 /** Conversations remembered; the least recently admitted are forgotten first. */
 export const DEFAULT_QUIET_CAPACITY = 4_096;
 
+/** Guesses made since the process started, and how many of them a read disproved. */
+export interface SpeculativeStarts {
+  readonly started: number;
+  readonly withdrawn: number;
+}
+
 export class QuietConversations {
   private readonly entries = new Map<string, Entry>();
   private readonly keyOfRun = new Map<string, string>();
+  private started = 0;
+  private withdrawn = 0;
 
   constructor(private readonly capacity = DEFAULT_QUIET_CAPACITY) {}
 
@@ -45,6 +53,7 @@ export class QuietConversations {
    * message arriving before the admission commits is not guessed at too.
    */
   guessing(agentId: string, externalConversationId: string, runId: string): void {
+    this.started += 1;
     const key = keyOf(agentId, externalConversationId);
     const entry = this.entries.get(key);
     if (entry === undefined) return;
@@ -95,6 +104,28 @@ export class QuietConversations {
   /** The conversation was not as remembered, or its admission failed: nothing is guessed until it is read again. */
   forgetConversation(agentId: string, externalConversationId: string): void {
     this.forget(keyOf(agentId, externalConversationId));
+  }
+
+  /** A guess was withdrawn: the read disproved it, or the admission failed or was a duplicate. */
+  guessWithdrawn(): void {
+    this.withdrawn += 1;
+  }
+
+  get starts(): SpeculativeStarts {
+    return { started: this.started, withdrawn: this.withdrawn };
+  }
+
+  /** The counters for /metrics: a withdrawn guess cost an aborted model call. */
+  render(): string {
+    return [
+      "# HELP keel_speculative_starts_total New requests whose first model call started before admission read their conversation.",
+      "# TYPE keel_speculative_starts_total counter",
+      `keel_speculative_starts_total ${this.started}`,
+      "# HELP keel_speculative_starts_withdrawn_total Speculative starts withdrawn, their model call aborted: the read disproved the guess, or the admission failed.",
+      "# TYPE keel_speculative_starts_withdrawn_total counter",
+      `keel_speculative_starts_withdrawn_total ${this.withdrawn}`,
+      "",
+    ].join("\n");
   }
 
   /** Whether a guess from `view` holds for what the admission read. */
