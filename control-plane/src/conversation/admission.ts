@@ -122,7 +122,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     const incoming = incomingOf(message, stored.messageRowId);
     // Only an agent whose new requests start at once is worth remembering: its next one may be guessed.
     const read: QuietView = { conversationId: stored.conversationId, agent: stored.agent, earlierProgress };
-    const remembered = startsAtOnce(stored.agent.interrupt, [], now);
+    const remembered = deps.quiet !== undefined && startsAtOnce(stored.agent.interrupt, [], now);
     holder.seen = remembered ? { view: read, live: runs.filter((run) => isLive(run.status)).map((run) => run.id) } : undefined;
     const { state, target } = conversationState(runs);
     const plan = planAdmission({
