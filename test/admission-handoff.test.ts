@@ -3,16 +3,15 @@
 // safe: only the model call goes ahead; if the commit fails the call is aborted and the run
 // leaves no trace, and the worker goes back to work.
 import { randomUUID } from "node:crypto";
-import { Writable } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { startTestKeel, type TestKeel, type TestKeelOptions } from "./support/keel-fixture.js";
 import { grpcClient } from "./support/clients.js";
+import { logLines } from "./support/log-lines.js";
 
 /** A model call that would take a minute unless aborted. */
 const SLOW: AgentSpec = {
@@ -29,17 +28,11 @@ const REFUSED = "refused at commit";
 
 /** Within a describe: a Keel whose log lines land in `lines`, and a plain client on its database. */
 function keelWithLog(options: TestKeelOptions, level: string, setup: (db: pg.Client) => Promise<void> = async () => {}) {
-  const lines: string[] = [];
+  const { log, lines } = logLines(level);
   let keel: TestKeel | undefined;
   let db: pg.Client | undefined;
   beforeAll(async () => {
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        lines.push(...chunk.toString("utf8").split("\n").filter((line) => line !== ""));
-        done();
-      },
-    });
-    keel = await startTestKeel({ ...options, log: pino({ level }, sink) });
+    keel = await startTestKeel({ ...options, log });
     db = new pg.Client({ connectionString: keel.databaseUrl });
     await db.connect();
     await setup(db);

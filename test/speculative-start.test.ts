@@ -2,9 +2,7 @@
 // admission reads the conversation (conversation/quiet-conversations.ts). These tests hold the
 // guess to its rule: it goes ahead of the read, it stands only when the read agrees, and a guess
 // the read disproves leaves no run, no emission and no second reply behind.
-import { Writable } from "node:stream";
 import pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
@@ -12,6 +10,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { grpcClient } from "./support/clients.js";
+import { logLines } from "./support/log-lines.js";
 
 const AGENT: AgentSpec = { ...DEMO_AGENT, id: "quiet-agent", interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 } };
 const WITHDRAWN = "was not started: its conversation was not as this process last saw it";
@@ -19,21 +18,15 @@ const WITHDRAWN = "was not started: its conversation was not as this process las
 /** A Keel whose model calls are recorded by the text they answer, with its debug log and a client on its database. */
 function keelRecordingCalls(env: Record<string, string>) {
   const calls: string[] = [];
-  const lines: string[] = [];
+  const { log, lines } = logLines("debug");
   let keel: TestKeel | undefined;
   let db: pg.Client | undefined;
   beforeAll(async () => {
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        lines.push(...chunk.toString("utf8").split("\n").filter((line) => line !== ""));
-        done();
-      },
-    });
     keel = await startTestKeel({
       workers: 2,
       agents: [AGENT],
       env,
-      log: pino({ level: "debug" }, sink),
+      log,
       wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
         ...deps,
         providers: {
