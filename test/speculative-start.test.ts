@@ -116,7 +116,15 @@ describe("a quiet conversation's next request starts before admission reads it",
         [AGENT.id],
       );
     const before = h.keel().app.speculativeStarts();
-    const second = await h.send("c-edited", "m2", "after the edit");
+    // Held until the guessed call is seen, so the guess is surely made before the read disproves it.
+    const lock = await h.lockConversation("c-edited");
+    const pending = h.send("c-edited", "m2", "after the edit");
+    try {
+      await expect.poll(() => h.calls.includes("after the edit"), { timeout: 5_000 }).toBe(true);
+    } finally {
+      await lock.release();
+    }
+    const second = await pending;
     await h.settled(second.runId);
     expect(h.keel().app.speculativeStarts()).toEqual({ started: before.started + 1, withdrawn: before.withdrawn + 1 });
     // Operators see the same counts, each withdrawal an aborted call.
@@ -167,5 +175,115 @@ describe("with KEEL_SPECULATIVE_START=0", () => {
     await h.settled((await pending).runId);
     expect(h.calls.filter((text) => text === "second")).toHaveLength(1);
     expect(h.keel().app.speculativeStarts()).toEqual({ started: 0, withdrawn: 0 });
+  }, 60_000);
+});
+
+describe("a guess made on one replica while another runs the conversation", () => {
+  const a = logLines("debug");
+  const guessed: string[] = [];
+  let replicaA: TestKeel | undefined;
+  let replicaB: TestKeel | undefined;
+  let db: pg.Client | undefined;
+  beforeAll(async () => {
+    replicaA = await startTestKeel({
+      workers: 2,
+      agents: [AGENT],
+      log: a.log,
+      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
+        ...deps,
+        providers: {
+          ...deps.providers,
+          scripted: {
+            ...deps.providers.scripted,
+            complete: (request) => {
+              const user = request.messages.findLast((m) => m.role === "user");
+              if (user !== undefined) guessed.push(user.content);
+              return deps.providers.scripted.complete(request);
+            },
+          },
+        },
+      }),
+    });
+    // Replica B's model takes two seconds, so its run is live when A is asked next.
+    replicaB = await startTestKeel({
+      workers: 2,
+      databaseUrl: replicaA.databaseUrl,
+      agents: [],
+      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
+        ...deps,
+        providers: {
+          ...deps.providers,
+          scripted: {
+            ...deps.providers.scripted,
+            complete: async (request) => {
+              await new Promise((resolve) => setTimeout(resolve, 2_000));
+              return deps.providers.scripted.complete(request);
+            },
+          },
+        },
+      }),
+    });
+    db = new pg.Client({ connectionString: replicaA.databaseUrl });
+    await db.connect();
+  }, 60_000);
+  afterAll(async () => {
+    await db?.end();
+    await replicaB?.stop();
+    await replicaA?.stop();
+  });
+
+  it("is withdrawn when the read finds the other replica's run live, and the message is admitted as usual", async () => {
+    const send = (keel: TestKeel, messageId: string, text: string) =>
+      grpcClient(IngressService, keel.url, keel.tokens.connector).submitMessage({
+        agentId: AGENT.id,
+        conversationId: "c-shared",
+        actor: { id: "ana" },
+        messageId,
+        text,
+        connector: "test",
+      });
+    const statusOf = async (runId: string) => (await db!.query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status;
+
+    // A saw the conversation go quiet; B then starts a run in it that A knows nothing of.
+    const first = await send(replicaA!, "m1", "first");
+    await expect.poll(() => statusOf(first.runId), { timeout: 10_000 }).toBe("succeeded");
+    const second = await send(replicaB!, "m2", "second");
+    expect(["queued", "running"]).toContain(await statusOf(second.runId));
+
+    // The conversation's row is held until A's guessed call is seen: the guess comes before the read.
+    const locker = new pg.Client({ connectionString: replicaA!.databaseUrl });
+    await locker.connect();
+    await locker.query("BEGIN");
+    await locker.query("SELECT 1 FROM conversations WHERE agent_id = $1 AND external_id = 'c-shared' FOR UPDATE", [AGENT.id]);
+    const pending = send(replicaA!, "m3", "third");
+    try {
+      await expect.poll(() => guessed.includes("third"), { timeout: 5_000 }).toBe(true);
+    } finally {
+      await locker.query("COMMIT");
+      await locker.end();
+    }
+    const third = await pending;
+    expect(replicaA!.app.speculativeStarts()).toEqual({ started: 1, withdrawn: 1 });
+    const line = a.lines.find((l) => l.includes(WITHDRAWN));
+    expect(line).toBeDefined();
+    const withdrawn = (JSON.parse(line!) as { runId: string }).runId;
+    expect([first.runId, second.runId, third.runId]).not.toContain(withdrawn);
+
+    // Every run of the conversation ends; the guessed one never existed; each request is answered once.
+    await expect
+      .poll(async () => (await db!.query<{ n: number }>("SELECT count(*)::int AS n FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE c.external_id = 'c-shared' AND r.status NOT IN ('succeeded', 'cancelled')")).rows[0]?.n, { timeout: 15_000 })
+      .toBe(0);
+    for (const table of ["runs", "run_events", "emissions", "run_steps"]) {
+      const column = table === "runs" ? "id" : "run_id";
+      const { rows } = await db!.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table} WHERE ${column} = $1`, [withdrawn]);
+      expect({ table, rows: rows[0]?.n }).toEqual({ table, rows: 0 });
+    }
+    const replies = await db!.query<{ reply_to_message_id: string; n: number }>(
+      `SELECT e.reply_to_message_id, count(*)::int AS n FROM emissions e JOIN conversations c ON c.id = e.conversation_id
+       WHERE c.external_id = 'c-shared' AND e.kind = 'reply' GROUP BY e.reply_to_message_id`,
+    );
+    expect(replies.rows.every((row) => row.n === 1)).toBe(true);
+    const m3 = await db!.query<{ run_id: string | null }>("SELECT m.run_id FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.external_id = 'c-shared' AND m.external_id = 'm3'");
+    expect(m3.rows[0]?.run_id).not.toBeNull();
   }, 60_000);
 });
