@@ -9,8 +9,9 @@
 // and the claim), timed on the same database in the same run. Each phase also shows when
 // SubmitMessage answered, the CPU Keel (this process: server, client, workers) and
 // PostgreSQL used per message, and how many first calls started before admission read the
-// conversation (KEEL_SPECULATIVE_START; a conversation's first message never does). RESULT takes each percentile from the worse of the two phases
-// and the line above it says which phase that was; the targets line judges them.
+// conversation (KEEL_SPECULATIVE_START; a conversation's first message never does). RESULT
+// takes each percentile from the worse of the two phases and the line above it says which
+// phase that was; the targets line judges them.
 //
 //   npm run bench -- ingress [--messages 400] [--concurrent 50] [--think-ms 1000] [--warmup 30] [--raw 1000]
 import { randomUUID } from "node:crypto";

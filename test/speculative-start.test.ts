@@ -7,6 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import type { AgentSpec } from "../control-plane/src/domain/agent.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
+import type { ModelTurn } from "../control-plane/src/domain/transcript.js";
+import type { ModelRequest } from "../control-plane/src/models/model-provider.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { grpcClient } from "./support/clients.js";
@@ -14,6 +16,37 @@ import { logLines } from "./support/log-lines.js";
 
 const AGENT: AgentSpec = { ...DEMO_AGENT, id: "quiet-agent", interrupt: { ...DEMO_AGENT.interrupt, coalesceWindowMs: 0 } };
 const WITHDRAWN = "was not started: its conversation was not as this process last saw it";
+
+/** The workers' dependencies with the scripted model's calls passed through `around`. */
+function aroundScriptedModel(around: (request: ModelRequest, call: (request: ModelRequest) => Promise<ModelTurn>) => Promise<ModelTurn>) {
+  return (deps: RunnerDeps): RunnerDeps => {
+    const scripted = deps.providers.scripted;
+    return { ...deps, providers: { ...deps.providers, scripted: { ...scripted, complete: (request) => around(request, (r) => scripted.complete(r)) } } };
+  };
+}
+
+/** Records the text each model call answers (the last user message). */
+const recordingCalls = (calls: string[]) =>
+  aroundScriptedModel((request, call) => {
+    const user = request.messages.findLast((m) => m.role === "user");
+    if (user !== undefined) calls.push(user.content);
+    return call(request);
+  });
+
+/** Holds the conversation's row lock, which every admission to it takes with its first statement. */
+async function lockConversation(databaseUrl: string, conversationId: string): Promise<{ release: () => Promise<void> }> {
+  const locker = new pg.Client({ connectionString: databaseUrl });
+  await locker.connect();
+  await locker.query("BEGIN");
+  const { rowCount } = await locker.query("SELECT 1 FROM conversations WHERE agent_id = $1 AND external_id = $2 FOR UPDATE", [AGENT.id, conversationId]);
+  expect(rowCount).toBe(1);
+  return {
+    release: async () => {
+      await locker.query("COMMIT");
+      await locker.end();
+    },
+  };
+}
 
 /** A Keel whose model calls are recorded by the text they answer, with its debug log and a client on its database. */
 function keelRecordingCalls(env: Record<string, string>) {
@@ -27,20 +60,7 @@ function keelRecordingCalls(env: Record<string, string>) {
       agents: [AGENT],
       env,
       log,
-      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
-        ...deps,
-        providers: {
-          ...deps.providers,
-          scripted: {
-            ...deps.providers.scripted,
-            complete: (request) => {
-              const user = request.messages.findLast((m) => m.role === "user");
-              if (user !== undefined) calls.push(user.content);
-              return deps.providers.scripted.complete(request);
-            },
-          },
-        },
-      }),
+      wrapRunnerDeps: recordingCalls(calls),
     });
     db = new pg.Client({ connectionString: keel.databaseUrl });
     await db.connect();
@@ -55,21 +75,8 @@ function keelRecordingCalls(env: Record<string, string>) {
     ingress().submitMessage({ agentId: AGENT.id, conversationId, actor: { id: "ana" }, messageId, text, connector: "test" });
   const statusOf = async (runId: string) => (await h.db().query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status;
   const settled = (runId: string) => expect.poll(() => statusOf(runId), { timeout: 10_000 }).toBe("succeeded");
-  /** Holds the conversation's row lock, which every admission to it takes with its first statement. */
-  const lockConversation = async (conversationId: string): Promise<{ release: () => Promise<void> }> => {
-    const locker = new pg.Client({ connectionString: h.keel().databaseUrl });
-    await locker.connect();
-    await locker.query("BEGIN");
-    const { rowCount } = await locker.query("SELECT 1 FROM conversations WHERE agent_id = $1 AND external_id = $2 FOR UPDATE", [AGENT.id, conversationId]);
-    expect(rowCount).toBe(1);
-    return {
-      release: async () => {
-        await locker.query("COMMIT");
-        await locker.end();
-      },
-    };
-  };
-  return { ...h, send, statusOf, settled, lockConversation };
+  const lock = (conversationId: string) => lockConversation(h.keel().databaseUrl, conversationId);
+  return { ...h, send, statusOf, settled, lockConversation: lock };
 }
 
 describe("a quiet conversation's next request starts before admission reads it", () => {
@@ -189,38 +196,16 @@ describe("a guess made on one replica while another runs the conversation", () =
       workers: 2,
       agents: [AGENT],
       log: a.log,
-      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
-        ...deps,
-        providers: {
-          ...deps.providers,
-          scripted: {
-            ...deps.providers.scripted,
-            complete: (request) => {
-              const user = request.messages.findLast((m) => m.role === "user");
-              if (user !== undefined) guessed.push(user.content);
-              return deps.providers.scripted.complete(request);
-            },
-          },
-        },
-      }),
+      wrapRunnerDeps: recordingCalls(guessed),
     });
     // Replica B's model takes two seconds, so its run is live when A is asked next.
     replicaB = await startTestKeel({
       workers: 2,
       databaseUrl: replicaA.databaseUrl,
       agents: [],
-      wrapRunnerDeps: (deps: RunnerDeps): RunnerDeps => ({
-        ...deps,
-        providers: {
-          ...deps.providers,
-          scripted: {
-            ...deps.providers.scripted,
-            complete: async (request) => {
-              await new Promise((resolve) => setTimeout(resolve, 2_000));
-              return deps.providers.scripted.complete(request);
-            },
-          },
-        },
+      wrapRunnerDeps: aroundScriptedModel(async (request, call) => {
+        await new Promise((resolve) => setTimeout(resolve, 2_000));
+        return call(request);
       }),
     });
     db = new pg.Client({ connectionString: replicaA.databaseUrl });
@@ -251,16 +236,12 @@ describe("a guess made on one replica while another runs the conversation", () =
     expect(["queued", "running"]).toContain(await statusOf(second.runId));
 
     // The conversation's row is held until A's guessed call is seen: the guess comes before the read.
-    const locker = new pg.Client({ connectionString: replicaA!.databaseUrl });
-    await locker.connect();
-    await locker.query("BEGIN");
-    await locker.query("SELECT 1 FROM conversations WHERE agent_id = $1 AND external_id = 'c-shared' FOR UPDATE", [AGENT.id]);
+    const lock = await lockConversation(replicaA!.databaseUrl, "c-shared");
     const pending = send(replicaA!, "m3", "third");
     try {
       await expect.poll(() => guessed.includes("third"), { timeout: 5_000 }).toBe(true);
     } finally {
-      await locker.query("COMMIT");
-      await locker.end();
+      await lock.release();
     }
     const third = await pending;
     expect(replicaA!.app.speculativeStarts()).toEqual({ started: 1, withdrawn: 1 });

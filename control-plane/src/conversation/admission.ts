@@ -17,7 +17,7 @@ import { QuietConversations, type QuietView } from "./quiet-conversations.js";
 import type { Triager } from "./side-calls.js";
 import type { WorkerHandoff } from "./worker-handoff.js";
 
-/** A new request's run started for a worker before its conversation was read, on the guess that it is still quiet. */
+/** A new request's run handed to a worker before its conversation was read, on the guess that it is still quiet. */
 interface Guess {
   readonly start: EarlyStart;
   readonly runId: string;
@@ -51,8 +51,8 @@ export interface AdmissionDeps {
   readonly quiet?: QuietConversations;
 }
 
-const incomingOf = (message: SubmittedMessage, rowId: string): IncomingMessage => ({
-  rowId,
+/** The message as a run's trigger; its row id is known once the admission stored it. */
+const incomingOf = (message: SubmittedMessage): Omit<IncomingMessage, "rowId"> => ({
   externalId: message.messageId,
   actorId: message.actorId,
   connector: message.connector,
@@ -86,7 +86,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     const runId = randomUUID();
     const start = new EarlyStart(reserved);
     quiet.guessing(message.agentId, message.conversationId, runId);
-    start.handOver(freshClaim({ ...view, now }, incomingOf(message, ""), runId));
+    start.handOver(freshClaim({ ...view, now }, incomingOf(message), runId));
     return { start, runId, view };
   }
 
@@ -94,8 +94,8 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
   async function startNewRequest(room: Mailroom, incoming: IncomingMessage, why: string, start: EarlyStart, runId: string): Promise<Admission> {
     // The worker starts before the run is written: its first model call (replayable inference)
     // overlaps the insert and the commit. It goes first, as the call is what a reply waits on.
-    const early = start.handedOver || !atCeiling.has(room.agent.id);
-    if (early && !start.handedOver) {
+    // A guessed start was handed over before the read; an agent at its ceiling waits for the insert.
+    if (!start.handedOver && !atCeiling.has(room.agent.id)) {
       start.handOver(freshClaim(room, incoming, runId));
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
@@ -106,7 +106,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
       start.notStarted(runId);
     } else {
       atCeiling.delete(room.agent.id);
-      if (!early) start.handOver(freshClaim(room, incoming, runId));
+      if (!start.handedOver) start.handOver(freshClaim(room, incoming, runId));
     }
     return { runId, status: "queued", duplicate: false };
   }
@@ -119,7 +119,7 @@ export function createAdmissions(deps: AdmissionDeps): Admissions {
     if (stored.kind === "concurrent") throw new ConcurrentMessageError(message.messageId);
     const { runs, earlierProgress } = stored;
     const room: Mailroom = { ledger, agent: stored.agent, conversationId: stored.conversationId, externalConversationId: message.conversationId, now, earlierProgress };
-    const incoming = incomingOf(message, stored.messageRowId);
+    const incoming: IncomingMessage = { ...incomingOf(message), rowId: stored.messageRowId };
     // Only an agent whose new requests start at once is worth remembering: its next one may be guessed.
     const read: QuietView = { conversationId: stored.conversationId, agent: stored.agent, earlierProgress };
     const remembered = deps.quiet !== undefined && startsAtOnce(stored.agent.interrupt, [], now);

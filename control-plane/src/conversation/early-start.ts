@@ -11,7 +11,7 @@ import type { ReservedWorker } from "./worker-handoff.js";
 export class EarlyStart {
   private state: "reserved" | "handed_over" | "done" = "reserved";
   private commit: { resolve: () => void; reject: (error: unknown) => void } | undefined;
-  private runId: string | undefined;
+  private handedRunId: string | undefined;
 
   constructor(private readonly worker: ReservedWorker) {}
 
@@ -27,7 +27,7 @@ export class EarlyStart {
   handOver(claimed: ClaimedRun): void {
     if (this.state !== "reserved") throw new Error(`a worker ${this.state} cannot be handed run ${claimed.runId}`);
     this.state = "handed_over";
-    this.runId = claimed.runId;
+    this.handedRunId = claimed.runId;
     const committed = new Promise<void>((resolve, reject) => (this.commit = { resolve, reject }));
     committed.catch(() => {}); // the worker sees a failure when it waits; here it is only reported
     this.worker.start(claimed, committed);
@@ -44,8 +44,7 @@ export class EarlyStart {
 
   /** The guess this start was made on did not hold; a no-op once the start is done. */
   withdraw(): void {
-    if (this.state === "done") return;
-    this.finish(new ClaimNotStarted(this.runId ?? "", "was not started: its conversation was not as this process last saw it"));
+    this.finish(new ClaimNotStarted(this.handedRunId ?? "", "was not started: its conversation was not as this process last saw it"));
   }
 
   /** The admission committed: a handed-over worker goes on; one never handed over goes back to claiming. */

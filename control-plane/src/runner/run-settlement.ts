@@ -3,8 +3,8 @@
 // domain/settlement.ts drafts.
 import { exhaustionReply, type BudgetCheck } from "../domain/budget.js";
 import type { RunStatus } from "../domain/run.js";
-import { cancellationReply, questionDraft, settlementDrafts } from "../domain/settlement.js";
-import type { InvocationState, Settlement } from "./run-store.js";
+import { cancellationReply, questionDraft, refusedReply, settlementDrafts } from "../domain/settlement.js";
+import type { InvocationState, RunControlState, Settlement, StepCommit } from "./run-store.js";
 import { PARK, type Next, type RunSession, type SettleOutcome, type StepDraft } from "./run-session.js";
 
 /** The run's terminal status with its reply and the ack that replaces the hourglass. */
@@ -78,8 +78,17 @@ export async function finish(session: RunSession, next: Next): Promise<void> {
 }
 
 async function commitEnd(session: RunSession, step: StepDraft | undefined, settlement: Settlement): Promise<void> {
-  await session.store.commitStep({ ...session.fence, step, ...settlement });
-  session.deps.runEnded?.(session.claimed.runId, settlement.status);
+  await commitSettlement(session, { ...session.fence, step, ...settlement });
+}
+
+/**
+ * Commits a step that ends the run, unless the ledger refuses it for input that came meanwhile
+ * (`unlessChangedSince`), and tells `runEnded` when it did end it. Every end a worker commits goes here.
+ */
+export async function commitSettlement(session: RunSession, commit: StepCommit): Promise<RunControlState> {
+  const control = await session.store.commitStep(commit);
+  if (!refusedReply(commit.unlessChangedSince, control)) session.deps.runEnded?.(session.claimed.runId, commit.status);
+  return control;
 }
 
 /** Asks the conversation the call's question and parks the run until someone answers. */

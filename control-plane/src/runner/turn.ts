@@ -18,7 +18,7 @@ import type { ModelRequest } from "../models/model-provider.js";
 import type { RegisteredTool } from "../tools/tool-registry.js";
 import type { InvocationIntent, StepCommit } from "./run-store.js";
 import { beginModelCall } from "./run-lifecycle.js";
-import { exhaustionNote, settlementFor } from "./run-settlement.js";
+import { commitSettlement, exhaustionNote, settlementFor } from "./run-settlement.js";
 import { CONTINUE, PARK, type Next, type RunSession, type StepDraft } from "./run-session.js";
 import { dispatchCalls } from "./tool-dispatch.js";
 
@@ -109,11 +109,8 @@ export async function takeTurn(session: RunSession): Promise<Next> {
         // Over budget, the reply stands even if more input came: there is no budget left to answer it.
         unlessChangedSince: { triggerCount: overrun === undefined ? session.triggerCount : undefined },
       };
-      const control = await session.store.commitStep(reply);
-      if (!refusedReply(reply.unlessChangedSince, control)) {
-        session.deps.runEnded?.(session.claimed.runId, "succeeded");
-        return PARK;
-      }
+      const control = await commitSettlement(session, reply);
+      if (!refusedReply(reply.unlessChangedSince, control)) return PARK;
       // Stopped, or given more input, while the model wrote this reply: nothing was committed.
       // The checkpoint handles it as if it had come a moment sooner (a stop ends the run; new
       // input goes to the model). The call still counts against the budget.
