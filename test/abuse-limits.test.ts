@@ -327,7 +327,8 @@ describe("the pace of refusals", () => {
   let keel: ListeningKeel;
 
   beforeAll(async () => {
-    keel = await startListeningKeel({ env: { KEEL_REFUSALS_PER_SECOND: String(REFUSALS_PER_SECOND) } });
+    // The pace alone: no connection here is held for exceeding the refusal budget.
+    keel = await startListeningKeel({ env: { KEEL_REFUSALS_PER_SECOND: String(REFUSALS_PER_SECOND), KEEL_REFUSAL_BUDGET_PER_SECOND: "1000000" } });
   });
 
   afterAll(async () => {
@@ -367,6 +368,83 @@ describe("the pace of refusals", () => {
     } finally {
       authorized.close();
       await Promise.all(connections.map((session) => new Promise((resolve) => session.close(() => resolve(undefined)))));
+    }
+  });
+});
+
+describe("the refusal budget", () => {
+  const BUDGET_PER_SECOND = 2;
+  const LIST_RUNS = "/keel.v1.RunService/ListRuns";
+  let keel: ListeningKeel;
+
+  beforeAll(async () => {
+    keel = await startListeningKeel({ env: { KEEL_REFUSAL_BUDGET_PER_SECOND: String(BUDGET_PER_SECOND) } });
+  });
+
+  afterAll(async () => {
+    await keel?.stop();
+  });
+
+  /** The call's status, or "no answer" when none came within `ms`. */
+  const within = (call: Promise<string | undefined>, ms: number) =>
+    Promise.race([call, new Promise<string>((resolve) => setTimeout(() => resolve("no answer"), ms))]);
+  /** The concurrency limit the server last told `session`, once it has told it `expected` or after 2 s. */
+  const advertised = (session: http2.ClientHttp2Session, expected: number) =>
+    new Promise<number | undefined>((resolve) => {
+      if (session.remoteSettings.maxConcurrentStreams === expected) return resolve(expected);
+      const timer = setTimeout(() => resolve(session.remoteSettings.maxConcurrentStreams), 2_000);
+      session.on("remoteSettings", (settings: http2.Settings) => {
+        if (settings.maxConcurrentStreams !== expected) return;
+        clearTimeout(timer);
+        resolve(expected);
+      });
+    });
+
+  it("holds unread a connection refused past the budget, and keeps serving everyone else", async () => {
+    const authorized = new grpc.Client(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+    const proven = await connectSession(keel.url);
+    const attacker = await connectSession(keel.url);
+    const sessions = [proven, attacker];
+    try {
+      expect(await grpcJsListRuns(authorized, keel.tokens.operator)).toBe(grpc.status.OK);
+      // A connection that made an authorized call is never held, whatever it sends later.
+      expect(await rawCall(proven, LIST_RUNS, keel.tokens.operator)).toBe("0");
+
+      // Within the budget every refusal is answered; the one past it still is, and then the
+      // connection is held: told to open no more streams, and not read.
+      for (let i = 0; i <= BUDGET_PER_SECOND; i++) expect(await rawCall(attacker, LIST_RUNS)).toBe(String(Code.Unauthenticated));
+      expect(await advertised(attacker, 0)).toBe(0);
+
+      // A new connection is still read and answered while the budget is spent (it refills a
+      // token every 500 ms), then held too.
+      const late = await connectSession(keel.url);
+      sessions.push(late);
+      expect(await rawCall(late, LIST_RUNS)).toBe(String(Code.Unauthenticated));
+      expect(await advertised(late, 0)).toBe(0);
+      expect(await within(rawCall(attacker, LIST_RUNS), 1_000)).toBe("no answer");
+
+      // Authorized clients never notice: the connection from before, the proven raw one (its
+      // own refusals still answered), and a new one whose first call is authorized.
+      expect(await grpcJsListRuns(authorized, keel.tokens.operator)).toBe(grpc.status.OK);
+      for (let i = 0; i < 3; i++) expect(await rawCall(proven, LIST_RUNS)).toBe(String(Code.Unauthenticated));
+      expect(await rawCall(proven, LIST_RUNS, keel.tokens.operator)).toBe("0");
+      const fresh = new grpc.Client(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+      try {
+        expect(await grpcJsListRuns(fresh, keel.tokens.operator)).toBe(grpc.status.OK);
+      } finally {
+        fresh.close();
+      }
+
+      // A budget, not a ban: once it refills, a refused connection is answered and left open.
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      const after = await connectSession(keel.url);
+      sessions.push(after);
+      expect(await rawCall(after, LIST_RUNS)).toBe(String(Code.Unauthenticated));
+      expect(await rawCall(after, LIST_RUNS)).toBe(String(Code.Unauthenticated));
+      expect(after.remoteSettings.maxConcurrentStreams).toBeGreaterThan(0);
+    } finally {
+      for (const session of sessions) session.destroy();
+      authorized.close();
     }
   });
 });

@@ -26,6 +26,9 @@ const ConfigSchema = z.object({
   // Calls without a valid token are answered at this rate at most (a tenth of it at once); past
   // it they wait, so a flood of them cannot take the CPU authorized calls need.
   KEEL_REFUSALS_PER_SECOND: int(10, 1_000_000).default(1_000),
+  // Refusals a second (a second's worth at once) before a connection that never made an
+  // authorized call is held unread when refused (unproven-intake.ts).
+  KEEL_REFUSAL_BUDGET_PER_SECOND: int(1, 1_000_000).default(200),
   KEEL_DATA_DIR: z.string().min(1).default(".keel"),
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\//, "must be a postgres:// URL").optional(),
   KEEL_EMBEDDED_PG_PORT: int(1024, 65535).default(54320),
@@ -130,6 +133,8 @@ export type Http2Limits = Readonly<{
   maxSessionsPerAddress: number;
   /** Calls without a valid token answered per second at most; past it they wait (refusal-pacer.ts). */
   refusalsPerSecond: number;
+  /** Refusals per second before refused connections without an authorized call are held unread (unproven-intake.ts). */
+  refusalBudgetPerSecond: number;
 }>;
 
 export type SandboxConfig = Readonly<{
@@ -195,6 +200,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
       maxHeaderBytes: c.KEEL_MAX_HEADER_BYTES,
       maxSessionsPerAddress: c.KEEL_MAX_SESSIONS_PER_ADDRESS,
       refusalsPerSecond: c.KEEL_REFUSALS_PER_SECOND,
+      refusalBudgetPerSecond: c.KEEL_REFUSAL_BUDGET_PER_SECOND,
     },
     dataDir: path.resolve(c.KEEL_DATA_DIR),
     databaseUrl: c.DATABASE_URL,

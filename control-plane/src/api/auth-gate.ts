@@ -19,6 +19,7 @@ import { rolesFor, type TokenVerifier } from "./auth.js";
 import { quiet, refuseHttp1, refuseStream, resetSoon, type RefusalReason } from "./refusal.js";
 import { createRefusalPacer, type RefusalPacerOptions } from "./refusal-pacer.js";
 import { createTokenChecks, type TokenChecks } from "./token-checks.js";
+import { createUnprovenIntake, DEFAULT_INTAKE, type IntakeOptions } from "./unproven-intake.js";
 
 /** Unauthenticated calls one HTTP/2 connection may make before it is closed. */
 export const MAX_UNAUTHENTICATED_PER_CONNECTION = 64;
@@ -44,6 +45,8 @@ export interface AuthGateOptions {
   readonly onAuthorized?: (session: http2.Http2Session) => void;
   /** How fast refused HTTP/2 calls are answered (refusal-pacer.ts); default DEFAULT_REFUSAL_PACE. */
   readonly refusalPace?: RefusalPacerOptions;
+  /** The budget of refusals past which refused connections without an authorized call are not read (unproven-intake.ts). */
+  readonly intake?: IntakeOptions;
   /** Where the periodic summary of refusals goes. */
   readonly log?: Logger;
 }
@@ -95,6 +98,8 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
   const strikes = new WeakMap<http2.Http2Session, number>();
   const counts = { refused: 0, shed: 0 };
   const pacer = createRefusalPacer(options.refusalPace);
+  // A held connection's refusals still waiting are never answered: answering would write to it.
+  const intake = createUnprovenIntake(options.intake ?? DEFAULT_INTAKE, (session) => pacer.drop(session));
   let summaryDue = 0;
 
   /** Counts a refusal; past the summary period, logs how many there were (never one line per call). */
@@ -102,7 +107,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
     counts.refused++;
     const now = Date.now();
     if (now < summaryDue) return;
-    if (summaryDue !== 0) options.log?.warn({ refused: counts.refused, connectionsShed: counts.shed, waitingForAnswer: pacer.held }, "refused calls without a valid token");
+    if (summaryDue !== 0) options.log?.warn({ refused: counts.refused, connectionsShed: counts.shed, waitingForAnswer: pacer.held, connectionsHeldUnread: intake.held }, "refused calls without a valid token");
     counts.refused = 0;
     counts.shed = 0;
     summaryDue = now + SUMMARY_EVERY_MS;
@@ -130,6 +135,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
     quiet(stream);
     pacer.answer(stream, () => refuseStream(stream, contentType ?? "", reason), stream.session);
     strike(stream.session);
+    if (stream.session !== undefined) intake.refused(stream.session);
   };
 
   const refuse = (request: Request, response: Response, reason: RefusalReason) => {
@@ -143,7 +149,10 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
   };
 
   const admit = (request: Request, response: Response) => {
-    if (request instanceof http2.Http2ServerRequest && request.stream.session !== undefined) options.onAuthorized?.(request.stream.session);
+    if (request instanceof http2.Http2ServerRequest && request.stream.session !== undefined) {
+      intake.proven(request.stream.session);
+      options.onAuthorized?.(request.stream.session);
+    }
     next(request, response);
   };
 
@@ -176,6 +185,10 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
   return {
     handle,
     screenStream(stream, headers) {
+      if (stream.session !== undefined && intake.holds(stream.session)) {
+        quiet(stream);
+        return true;
+      }
       const verdict = precheck(headers[":path"] ?? "/", headers[":method"], headers.authorization, stream.session?.socket as Partial<TLSSocket> | undefined, options.clientCertServices, tokens);
       if (verdict === undefined || !("refuse" in verdict)) return false;
       refuseH2(stream, headers["content-type"], verdict.refuse);

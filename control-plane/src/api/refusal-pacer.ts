@@ -6,6 +6,7 @@
 // flow-control window. The wait is bounded in streams; past that a stream is reset at once with
 // REFUSED_STREAM, which costs less than an answer and tells a real client it may retry.
 import http2 from "node:http2";
+import { createTokenBucket } from "./token-bucket.js";
 
 /** What the pacer needs of a stream: whether it is still open, and a way to reset it. */
 export interface PacedStream {
@@ -41,13 +42,14 @@ export interface RefusalPacer {
   answer(stream: PacedStream, answer: () => void, group?: object): void;
   /** Answers at once, whatever the rate, every refusal of `group` still waiting. */
   flush(group: object): void;
+  /** Forgets every refusal of `group` still waiting, unanswered (its streams stay as they are). */
+  drop(group: object): void;
   /** Refusals waiting now. */
   readonly held: number;
 }
 
 export function createRefusalPacer(options: RefusalPacerOptions = DEFAULT_REFUSAL_PACE, clock: () => number = () => performance.now()): RefusalPacer {
-  let tokens = options.burst;
-  let refilledAt = clock();
+  const tokens = createTokenBucket(options.perSecond, options.burst, clock);
   // A FIFO as an array and a head index; entries whose stream closed are skipped without a token.
   let waiting: { readonly stream: PacedStream; readonly answer: () => void; readonly group: object | undefined }[] = [];
   let head = 0;
@@ -55,22 +57,18 @@ export function createRefusalPacer(options: RefusalPacerOptions = DEFAULT_REFUSA
   let timer: NodeJS.Timeout | undefined;
   const open = (stream: PacedStream) => !stream.closed && !stream.destroyed;
 
-  const refill = () => {
-    const now = clock();
-    tokens = Math.min(options.burst, tokens + ((now - refilledAt) * options.perSecond) / 1000);
-    refilledAt = now;
-  };
   const schedule = () => {
     if (timer === undefined && head < waiting.length) timer = setTimeout(drain, TICK_MS).unref();
   };
   function drain(): void {
     timer = undefined;
-    refill();
-    while (head < waiting.length && tokens >= 1) {
-      const { stream, answer } = waiting[head++]!;
-      if (!open(stream)) continue;
-      tokens--;
-      answer();
+    while (head < waiting.length) {
+      const { stream, answer } = waiting[head]!;
+      if (open(stream)) {
+        if (!tokens.take()) break;
+        answer();
+      }
+      head++;
     }
     if (head === waiting.length) {
       waiting = [];
@@ -79,11 +77,21 @@ export function createRefusalPacer(options: RefusalPacerOptions = DEFAULT_REFUSA
     schedule();
   }
 
+  /** Takes `group`'s waiting refusals out of the queue, answering them if `answer`. */
+  const remove = (group: object, answer: boolean) => {
+    const rest: typeof waiting = [];
+    for (let i = head; i < waiting.length; i++) {
+      const entry = waiting[i]!;
+      if (entry.group !== group) rest.push(entry);
+      else if (answer && open(entry.stream)) entry.answer();
+    }
+    waiting = rest;
+    head = 0;
+  };
+
   return {
     answer(stream, answer, group) {
-      refill();
-      if (head === waiting.length && tokens >= 1) {
-        tokens--;
+      if (head === waiting.length && tokens.take()) {
         answer();
         return;
       }
@@ -100,14 +108,10 @@ export function createRefusalPacer(options: RefusalPacerOptions = DEFAULT_REFUSA
       schedule();
     },
     flush(group) {
-      const rest: typeof waiting = [];
-      for (let i = head; i < waiting.length; i++) {
-        const entry = waiting[i]!;
-        if (entry.group !== group) rest.push(entry);
-        else if (open(entry.stream)) entry.answer();
-      }
-      waiting = rest;
-      head = 0;
+      remove(group, true);
+    },
+    drop(group) {
+      remove(group, false);
     },
     get held() {
       return waiting.length - head;

@@ -17,6 +17,7 @@ import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
 import { authGate, type AuthGate } from "./auth-gate.js";
 import { refusalPace } from "./refusal-pacer.js";
+import { intakeBudget } from "./unproven-intake.js";
 import { dashboardAssets } from "./dashboard-assets.js";
 import { directFrames, withWire } from "./direct-frames.js";
 import { grpcUnary } from "./grpc-unary.js";
@@ -68,7 +69,7 @@ export interface ServerLimits {
   readonly http2?: Http2Limits;
 }
 
-export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024, refusalsPerSecond: 1_000 };
+export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024, refusalsPerSecond: 1_000, refusalBudgetPerSecond: 200 };
 
 /** PEM certificate and key; with clientCa, SandboxService callers must present a certificate it signed. */
 export interface TlsMaterial {
@@ -167,7 +168,7 @@ export function createKeelServer(
         throw new Error(`refusing to serve plaintext on ${options.host}, which is not loopback: configure TLS or pass --insecure`);
       }
       const clientCertServices = options.tls?.clientCa === undefined ? new Set<string>() : CLIENT_CERT_SERVICES;
-      const gate = authGate(verifier, handler, { clientCertServices, rolePaths: ROLE_PATHS, onAuthorized: widenWindows, refusalPace: refusalPace(h2Limits.refusalsPerSecond), log });
+      const gate = authGate(verifier, handler, { clientCertServices, rolePaths: ROLE_PATHS, onAuthorized: widenWindows, refusalPace: refusalPace(h2Limits.refusalsPerSecond), intake: intakeBudget(h2Limits.refusalBudgetPerSecond), log });
       h2 = createHttp2Server(options.tls, h2Limits, gate, sessions);
       h1 = createHttp1Server(options.tls, h2Limits, gate.handle);
       for (const server of [h2, h1]) {

@@ -8,6 +8,7 @@
 import { createHash } from "node:crypto";
 import { isUntaggedSecret, type TokenRole } from "../ledger/api-token.repository.js";
 import type { TokenVerifier } from "./auth.js";
+import { createTokenBucket } from "./token-bucket.js";
 
 /** Checks of never-seen-valid secrets in flight at once, process-wide. */
 export const MAX_UNPROVEN_CHECKS = 8;
@@ -33,20 +34,8 @@ export interface TokenChecks {
 export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNPROVEN_CHECKS, now: () => number = () => performance.now()): TokenChecks {
   const proven = new Map<string, true>();
   let unprovenInFlight = 0;
-  // A token bucket: it refills at UNTAGGED_LOOKUPS_PER_SECOND and holds as many.
-  let untaggedAllowance = UNTAGGED_LOOKUPS_PER_SECOND;
-  let refilledAt = now();
-  const refill = (): void => {
-    const at = now();
-    untaggedAllowance = Math.min(UNTAGGED_LOOKUPS_PER_SECOND, untaggedAllowance + ((at - refilledAt) / 1000) * UNTAGGED_LOOKUPS_PER_SECOND);
-    refilledAt = at;
-  };
-  const untaggedLookupAllowed = (): boolean => {
-    refill();
-    if (untaggedAllowance < 1) return false;
-    untaggedAllowance--;
-    return true;
-  };
+  // Refills at UNTAGGED_LOOKUPS_PER_SECOND and holds as many.
+  const untaggedLookups = createTokenBucket(UNTAGGED_LOOKUPS_PER_SECOND, UNTAGGED_LOOKUPS_PER_SECOND, now);
   const hashOf = (secret: string): string => createHash("sha256").update(secret).digest("base64url");
   const lookup = async (hash: string, secret: string): Promise<TokenCheck> => {
     const role = await verifier.roleOf(secret);
@@ -67,8 +56,7 @@ export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNP
       const hash = hashOf(secret);
       if (proven.has(hash) || checking.has(hash)) return undefined;
       if (!isUntaggedSecret(secret)) return verifier.forged?.(secret) === true ? "unknown" : undefined;
-      refill();
-      return unprovenInFlight < maxUnproven && untaggedAllowance >= 1 ? undefined : "busy";
+      return unprovenInFlight < maxUnproven && untaggedLookups.available() >= 1 ? undefined : "busy";
     },
     async check(secret) {
       const hash = hashOf(secret);
@@ -77,7 +65,7 @@ export function createTokenChecks(verifier: TokenVerifier, maxUnproven = MAX_UNP
       const running = checking.get(hash);
       if (running !== undefined) return running;
       if (unprovenInFlight >= maxUnproven) return { kind: "busy" };
-      if (isUntaggedSecret(secret) && !untaggedLookupAllowed()) return { kind: "busy" };
+      if (isUntaggedSecret(secret) && !untaggedLookups.take()) return { kind: "busy" };
       unprovenInFlight++;
       const check = lookup(hash, secret).finally(() => {
         unprovenInFlight--;
