@@ -24,6 +24,8 @@ import { benchDurability, DURABILITY_OPTION, ms, nodeCpuMs, postgresCpuMs, start
 
 const MIB = 1024 * 1024;
 const CONNECTOR = "abuse-bench";
+/** Unmeasured time between slices. */
+const SETTLE_MS = 1_000;
 
 interface Options {
   readonly seconds: number;
@@ -131,6 +133,9 @@ export default async function abuse(args: readonly string[]): Promise<void> {
       const attackSettings = { url, rate: options.rate, uploaders: options.uploaders, perConnection: MAX_UNAUTHENTICATED_PER_CONNECTION, prefix: pinning.attackerPrefix };
       /** The authorized client, one call every paceMs for `ms`, while sampling RSS into `phase`. */
       const measure = async (phase: Phase, ms: number, label: string): Promise<void> => {
+        // The last slice's attacker cut all its connections at once as it left; the server's work
+        // on that burst belongs to no phase, so it is let pass before this one starts.
+        await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
         const attack: RunningAttack | undefined = phase.mode === undefined ? undefined : await startAttack(phase.mode, attackSettings);
         const stopProfile = await profiler?.start();
         const sampler = setInterval(() => (phase.rssPeakBytes = Math.max(phase.rssPeakBytes, process.memoryUsage().rss)), 100);
