@@ -3,10 +3,11 @@
 // sent on a clock, a fresh connection every few dozen) still makes the server parse, screen and
 // refuse every call it reads. So refusals also draw on a budget, and past it a connection that was
 // just refused and never made an authorized call is not read again: its unread calls stay in the
-// kernel's buffers and cost nothing. Its answers still go out at the pace. Such a connection is
-// held until the oldest held connections are cut to make room, or it times out idle; a client
-// that got Unauthenticated then should reconnect. Connections that made an authorized call are
-// never held, and new connections are read as they come.
+// kernel's buffers and cost nothing. An answer already sent stands; refusals still waiting for
+// their turn are dropped unanswered, since a write would make Node read the socket again. Such a
+// connection is held until the oldest held connections are cut to make room, or it times out
+// idle; a client that got Unauthenticated then should reconnect. Connections that made an
+// authorized call are never held, and new connections are read as they come.
 import { createTokenBucket } from "./token-bucket.js";
 
 export interface IntakeOptions {
