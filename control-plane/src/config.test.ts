@@ -56,7 +56,8 @@ describe("loadConfig", () => {
   });
 
   it("bounds HTTP/2 connections by default", () => {
-    expect(loadConfig({}).http2).toEqual({ maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024, refusalsPerSecond: 1_000 });
+    expect(loadConfig({}).http2).toEqual({ maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024, refusalsPerSecond: 1_000, refusalBudgetPerSecond: 200 });
     expect(() => loadConfig({ KEEL_HTTP2_MAX_CONCURRENT_STREAMS: "0" })).toThrow(/KEEL_HTTP2_MAX_CONCURRENT_STREAMS/);
+    expect(() => loadConfig({ KEEL_REFUSAL_BUDGET_PER_SECOND: "0" })).toThrow(/KEEL_REFUSAL_BUDGET_PER_SECOND/);
   });
 });
