@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { createUnprovenIntake, type HeldSession } from "./unproven-intake.js";
 
 /** A connection whose socket handle records whether it is read, and the settings sent on it. */
@@ -36,10 +36,16 @@ function session(options: { readonly handle?: boolean } = {}): FakeSession {
 describe("unproven intake", () => {
   let now = 0;
   const clock = () => now;
+  beforeEach(() => {
+    now = 0;
+    vi.useFakeTimers();
+  });
+  afterEach(() => vi.useRealTimers());
+  const options = (perSecond: number, burst: number, maxHeld: number) => ({ perSecond, burst, maxHeld, holdMs: 1_000 });
 
   it("holds a refused connection only past the budget: unread and told to open no streams", () => {
     const dropped: HeldSession[] = [];
-    const intake = createUnprovenIntake({ perSecond: 10, burst: 2, maxHeld: 10 }, (s) => dropped.push(s), clock);
+    const intake = createUnprovenIntake(options(10, 2, 10), (s) => dropped.push(s), clock);
     const a = session();
     intake.refused(a);
     intake.refused(a);
@@ -61,7 +67,7 @@ describe("unproven intake", () => {
   });
 
   it("never holds a connection that made an authorized call", () => {
-    const intake = createUnprovenIntake({ perSecond: 1, burst: 1, maxHeld: 10 }, () => {}, clock);
+    const intake = createUnprovenIntake(options(1, 1, 10), () => {}, clock);
     const known = session();
     intake.proven(known);
     for (let i = 0; i < 5; i++) intake.refused(known);
@@ -70,7 +76,7 @@ describe("unproven intake", () => {
   });
 
   it("cuts the oldest held connection to make room, and forgets one that closed", () => {
-    const intake = createUnprovenIntake({ perSecond: 1, burst: 1, maxHeld: 2 }, () => {}, clock);
+    const intake = createUnprovenIntake(options(1, 1, 2), () => {}, clock);
     intake.refused(session()); // spends the budget
     const [first, second, third] = [session(), session(), session()];
     for (const s of [first, second, third]) intake.refused(s);
@@ -82,11 +88,29 @@ describe("unproven intake", () => {
   });
 
   it("cuts a connection it cannot stop reading, rather than read it on", () => {
-    const intake = createUnprovenIntake({ perSecond: 1, burst: 1, maxHeld: 2 }, () => {}, clock);
+    const intake = createUnprovenIntake(options(1, 1, 2), () => {}, clock);
     intake.refused(session());
     const opaque = session({ handle: false });
     intake.refused(opaque);
     expect(opaque.destroyed).toBe(true);
+    expect(intake.held).toBe(0);
+  });
+
+  it("cuts a held connection once it has been held for the hold time", () => {
+    const intake = createUnprovenIntake(options(1, 1, 10), () => {}, clock);
+    intake.refused(session());
+    const early = session();
+    intake.refused(early);
+    now += 500;
+    vi.advanceTimersByTime(500);
+    const late = session();
+    intake.refused(late);
+    now += 600;
+    vi.advanceTimersByTime(600);
+    expect([early.destroyed, late.destroyed]).toEqual([true, false]);
+    now += 500;
+    vi.advanceTimersByTime(500);
+    expect(late.destroyed).toBe(true);
     expect(intake.held).toBe(0);
   });
 });

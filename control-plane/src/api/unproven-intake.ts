@@ -5,8 +5,8 @@
 // just refused and never made an authorized call is not read again: its unread calls stay in the
 // kernel's buffers and cost nothing. An answer already sent stands; refusals still waiting for
 // their turn are dropped unanswered, since a write would make Node read the socket again. Such a
-// connection is held until the oldest held connections are cut to make room, or it times out
-// idle; a client that got Unauthenticated then should reconnect. Connections that made an
+// connection is held until the oldest held connections are cut to make room, or for 30 s; a
+// client that got Unauthenticated then should reconnect. Connections that made an
 // authorized call are never held, and new connections are read as they come.
 import { createTokenBucket } from "./token-bucket.js";
 
@@ -16,11 +16,13 @@ export interface IntakeOptions {
   readonly burst: number;
   /** Connections held unread at most; past it the oldest is cut. */
   readonly maxHeld: number;
+  /** How long a connection is held before it is cut (unread, it would never be seen to close). */
+  readonly holdMs: number;
 }
 
-/** The budget of `perSecond` refusals a second: a second's worth at once, 256 connections held. */
+/** The budget of `perSecond` refusals a second: a second's worth at once, 256 connections held for 30 s at most. */
 export function intakeBudget(perSecond: number): IntakeOptions {
-  return { perSecond, burst: Math.max(1, Math.ceil(perSecond)), maxHeld: 256 };
+  return { perSecond, burst: Math.max(1, Math.ceil(perSecond)), maxHeld: 256, holdMs: 30_000 };
 }
 
 export const DEFAULT_INTAKE = intakeBudget(200);
@@ -77,11 +79,27 @@ function holdOpen(session: HeldSession): boolean {
 }
 
 /** `onHold` is told of each connection held, before it is (to drop what would write to it). */
-export function createUnprovenIntake(options: IntakeOptions, onHold: (session: HeldSession) => void, clock?: () => number): UnprovenIntake {
+export function createUnprovenIntake(options: IntakeOptions, onHold: (session: HeldSession) => void, clock: () => number = () => performance.now()): UnprovenIntake {
   const budget = createTokenBucket(options.perSecond, options.burst, clock);
   const proven = new WeakSet<HeldSession>();
-  // Insertion order is age: the first is the one cut to make room.
-  const held = new Set<HeldSession>();
+  // When each was held; insertion order is age, so the first is the one cut to make room or for time.
+  const held = new Map<HeldSession, number>();
+  // Runs only while something is held, and never holds the process open.
+  let sweeper: NodeJS.Timeout | undefined;
+
+  const cut = (session: HeldSession) => {
+    held.delete(session);
+    session.destroy();
+  };
+  const sweep = () => {
+    sweeper = undefined;
+    const due = clock() - options.holdMs;
+    for (const [session, heldAt] of held) {
+      if (heldAt > due) break;
+      cut(session);
+    }
+    if (held.size > 0) sweeper = setTimeout(sweep, Math.max(10, options.holdMs / 10)).unref();
+  };
 
   const hold = (session: HeldSession) => {
     if (held.has(session) || proven.has(session) || session.closed || session.destroyed) return;
@@ -90,13 +108,10 @@ export function createUnprovenIntake(options: IntakeOptions, onHold: (session: H
       return;
     }
     onHold(session);
-    held.add(session);
+    held.set(session, clock());
     session.once("close", () => held.delete(session));
-    if (held.size > options.maxHeld) {
-      const oldest = held.values().next().value!;
-      held.delete(oldest);
-      oldest.destroy();
-    }
+    if (held.size > options.maxHeld) cut(held.keys().next().value!);
+    sweeper ??= setTimeout(sweep, Math.max(10, options.holdMs / 10)).unref();
   };
 
   return {
