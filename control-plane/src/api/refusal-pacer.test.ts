@@ -1,5 +1,6 @@
 import http2 from "node:http2";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { useFakeClock } from "../../../test/support/fake-clock.js";
 import { createRefusalPacer, type PacedStream } from "./refusal-pacer.js";
 
 /** A stream that records how it was closed. */
@@ -17,17 +18,7 @@ function stream(): PacedStream & { closedWith: number | undefined; closed: boole
 }
 
 describe("refusal pacer", () => {
-  let now = 0;
-  const clock = () => now;
-  beforeEach(() => {
-    now = 0;
-    vi.useFakeTimers();
-  });
-  afterEach(() => vi.useRealTimers());
-  const advance = (ms: number) => {
-    now += ms;
-    vi.advanceTimersByTime(ms);
-  };
+  const { now: clock, advance, move } = useFakeClock();
 
   it("answers a burst at once, then at the rate, in arrival order", () => {
     const pacer = createRefusalPacer({ perSecond: 100, burst: 3, maxHeld: 50 }, clock);
@@ -49,7 +40,7 @@ describe("refusal pacer", () => {
     const answered: string[] = [];
     pacer.answer(stream(), () => answered.push("a"));
     pacer.answer(stream(), () => answered.push("b"));
-    now += 10; // a token accrues, but the timer has not run yet
+    move(10); // a token accrues, but the timer has not run yet
     pacer.answer(stream(), () => answered.push("c"));
     expect(answered).toEqual(["a"]);
     vi.advanceTimersByTime(10); // the tick: b's turn, and c still waits
@@ -106,7 +97,7 @@ describe("refusal pacer", () => {
 
   it("refills to the burst, not past it, after a quiet spell", () => {
     const pacer = createRefusalPacer({ perSecond: 1_000, burst: 5, maxHeld: 50 }, clock);
-    now += 60_000;
+    move(60_000);
     const answered: number[] = [];
     for (let i = 0; i < 7; i++) pacer.answer(stream(), () => answered.push(i));
     expect(answered).toHaveLength(5);

@@ -1,4 +1,5 @@
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
+import { useFakeClock } from "../../../test/support/fake-clock.js";
 import { createUnprovenIntake, type HeldSession } from "./unproven-intake.js";
 
 /** A connection whose socket handle records whether it is read, and the settings sent on it. */
@@ -34,13 +35,7 @@ function session(options: { readonly handle?: boolean } = {}): FakeSession {
 }
 
 describe("unproven intake", () => {
-  let now = 0;
-  const clock = () => now;
-  beforeEach(() => {
-    now = 0;
-    vi.useFakeTimers();
-  });
-  afterEach(() => vi.useRealTimers());
+  const { now: clock, advance } = useFakeClock();
   const options = (perSecond: number, burst: number, maxHeld: number) => ({ perSecond, burst, maxHeld, holdMs: 1_000 });
 
   it("holds a refused connection only past the budget: unread and told to open no streams", () => {
@@ -58,7 +53,7 @@ describe("unproven intake", () => {
     expect(intake.held).toBe(1);
     expect(dropped).toEqual([a]);
     // The budget refills: a tenth of a second is one refusal more.
-    now += 100;
+    advance(100);
     const b = session();
     intake.refused(b);
     expect(b.handle.reading).toBe(true);
@@ -101,15 +96,12 @@ describe("unproven intake", () => {
     intake.refused(session());
     const early = session();
     intake.refused(early);
-    now += 500;
-    vi.advanceTimersByTime(500);
+    advance(500);
     const late = session();
     intake.refused(late);
-    now += 600;
-    vi.advanceTimersByTime(600);
+    advance(600);
     expect([early.destroyed, late.destroyed]).toEqual([true, false]);
-    now += 500;
-    vi.advanceTimersByTime(500);
+    advance(500);
     expect(late.destroyed).toBe(true);
     expect(intake.held).toBe(0);
   });
