@@ -17,7 +17,7 @@ import { RunService } from "../../../gen/keel/v1/run_service_pb.js";
 import { SandboxService } from "../../../gen/keel/v1/sandbox_service_pb.js";
 import { authGate, type AuthGate } from "./auth-gate.js";
 import { refusalPace } from "./refusal-pacer.js";
-import { intakeBudget } from "./unproven-intake.js";
+import { DEFAULT_REFUSAL_BUDGET_PER_SECOND, intakeBudget } from "./unproven-intake.js";
 import { dashboardAssets } from "./dashboard-assets.js";
 import { directFrames, withWire } from "./direct-frames.js";
 import { grpcUnary } from "./grpc-unary.js";
@@ -69,7 +69,7 @@ export interface ServerLimits {
   readonly http2?: Http2Limits;
 }
 
-export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024, refusalsPerSecond: 1_000, refusalBudgetPerSecond: 200 };
+export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 1_000, idleTimeoutMs: 120_000, maxHeaderBytes: 16 * 1024, maxSessionsPerAddress: 1_024, refusalsPerSecond: 1_000, refusalBudgetPerSecond: DEFAULT_REFUSAL_BUDGET_PER_SECOND };
 
 /** PEM certificate and key; with clientCa, SandboxService callers must present a certificate it signed. */
 export interface TlsMaterial {

@@ -25,7 +25,8 @@ export function intakeBudget(perSecond: number): IntakeOptions {
   return { perSecond, burst: Math.max(1, Math.ceil(perSecond)), maxHeld: 256, holdMs: 30_000 };
 }
 
-export const DEFAULT_INTAKE = intakeBudget(200);
+export const DEFAULT_REFUSAL_BUDGET_PER_SECOND = 200;
+export const DEFAULT_INTAKE = intakeBudget(DEFAULT_REFUSAL_BUDGET_PER_SECOND);
 
 /** What the intake needs of a connection. */
 export interface HeldSession {

@@ -83,12 +83,14 @@ async function commitEnd(session: RunSession, step: StepDraft | undefined, settl
 
 /**
  * Commits a step that ends the run, unless the ledger refuses it for input that came meanwhile
- * (`unlessChangedSince`), and tells `runEnded` when it did end it. Every end a worker commits goes here.
+ * (`unlessChangedSince`), and tells `runEnded` when it did end it. Every end a worker commits goes
+ * here. Returns the run's control state when the end was refused, undefined when the run ended.
  */
-export async function commitSettlement(session: RunSession, commit: StepCommit): Promise<RunControlState> {
+export async function commitSettlement(session: RunSession, commit: StepCommit): Promise<RunControlState | undefined> {
   const control = await session.store.commitStep(commit);
-  if (!refusedReply(commit.unlessChangedSince, control)) session.deps.runEnded?.(session.claimed.runId, commit.status);
-  return control;
+  if (refusedReply(commit.unlessChangedSince, control)) return control;
+  session.deps.runEnded?.(session.claimed.runId, commit.status);
+  return undefined;
 }
 
 /** Asks the conversation the call's question and parks the run until someone answers. */

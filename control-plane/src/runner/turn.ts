@@ -10,7 +10,6 @@ import { byteLength } from "../domain/ids.js";
 import { requestForStorage } from "../domain/model-request.js";
 import { evaluatorFor, profileFor } from "../domain/profile.js";
 import { costMicroUsd } from "../domain/run.js";
-import { refusedReply } from "../domain/settlement.js";
 import { buildTranscript } from "../domain/transcript-builder.js";
 import { withSideUsage } from "../domain/triage.js";
 import type { ModelMessage, ModelTurn, ToolCallRequest } from "../domain/transcript.js";
@@ -110,7 +109,7 @@ export async function takeTurn(session: RunSession): Promise<Next> {
         unlessChangedSince: { triggerCount: overrun === undefined ? session.triggerCount : undefined },
       };
       const control = await commitSettlement(session, reply);
-      if (!refusedReply(reply.unlessChangedSince, control)) return PARK;
+      if (control === undefined) return PARK;
       // Stopped, or given more input, while the model wrote this reply: nothing was committed.
       // The checkpoint handles it as if it had come a moment sooner (a stop ends the run; new
       // input goes to the model). The call still counts against the budget.
