@@ -9,6 +9,7 @@ import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_UNAUTHENTICATED_PER_CONNECTION } from "../control-plane/src/api/auth-gate.js";
 import { refusalPace } from "../control-plane/src/api/refusal-pacer.js";
+import { intakeBudget } from "../control-plane/src/api/unproven-intake.js";
 import { EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { startListeningKeel, type ListeningKeel } from "./support/tls-keel.js";
@@ -442,6 +443,37 @@ describe("the refusal budget", () => {
       expect(await rawCall(after, LIST_RUNS)).toBe(String(Code.Unauthenticated));
       expect(await rawCall(after, LIST_RUNS)).toBe(String(Code.Unauthenticated));
       expect(after.remoteSettings.maxConcurrentStreams).toBeGreaterThan(0);
+    } finally {
+      for (const session of sessions) session.destroy();
+      authorized.close();
+    }
+  });
+
+  it("parks new connections from an address with enough connections held, before any HTTP/2", async () => {
+    const { parkAfterHeld } = intakeBudget(BUDGET_PER_SECOND);
+    const authorized = new grpc.Client(keel.url.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+    const flood = await Promise.all(Array.from({ length: parkAfterHeld + 8 }, () => connectSession(keel.url)));
+    const sessions = [...flood];
+    try {
+      expect(await grpcJsListRuns(authorized, keel.tokens.operator)).toBe(grpc.status.OK);
+      // Each floods one refused call at once: past the budget's few, the connections are held.
+      await Promise.all(flood.map((session) => within(rawCall(session, LIST_RUNS), 1_000)));
+      const held = (await Promise.all(flood.map((session) => advertised(session, 0)))).filter((limit) => limit === 0);
+      expect(held.length).toBeGreaterThanOrEqual(parkAfterHeld);
+
+      // From this address a new connection is now accepted and never read: the server sends it
+      // nothing, not even its SETTINGS, and answers none of its calls.
+      const parked = http2.connect(keel.url);
+      sessions.push(parked);
+      parked.on("error", () => {});
+      const settings = await within(new Promise((resolve) => parked.once("remoteSettings", () => resolve("settings"))), 1_000);
+      expect(settings).toBe("no answer");
+      expect(await within(rawCall(parked, LIST_RUNS), 500)).toBe("no answer");
+
+      // The authorized connection made before goes on as ever. (Held connections are not read,
+      // so their clients leaving is not seen: the address's new connections stay parked until
+      // the holds end, at most 30 s; the unit tests time that.)
+      expect(await grpcJsListRuns(authorized, keel.tokens.operator)).toBe(grpc.status.OK);
     } finally {
       for (const session of sessions) session.destroy();
       authorized.close();

@@ -19,7 +19,7 @@ import { rolesFor, type TokenVerifier } from "./auth.js";
 import { quiet, refuseHttp1, refuseStream, resetSoon, type RefusalReason } from "./refusal.js";
 import { createRefusalPacer, type RefusalPacerOptions } from "./refusal-pacer.js";
 import { createTokenChecks, type TokenChecks } from "./token-checks.js";
-import { createUnprovenIntake, DEFAULT_INTAKE, type IntakeOptions } from "./unproven-intake.js";
+import { createUnprovenIntake, DEFAULT_INTAKE, type IntakeOptions, type NewConnection } from "./unproven-intake.js";
 
 /** Unauthenticated calls one HTTP/2 connection may make before it is closed. */
 export const MAX_UNAUTHENTICATED_PER_CONNECTION = 64;
@@ -56,6 +56,8 @@ export interface AuthGate {
   readonly handle: RequestHandler;
   /** Looks at a new HTTP/2 stream's headers; true when it refused the stream there and then. */
   screenStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): boolean;
+  /** Whether a new connection may be read at all; false when it was parked (unproven-intake.ts). */
+  admitConnection(connection: NewConnection): boolean;
 }
 
 /** What the headers alone say: not gated here, refused, or a secret to check. */
@@ -107,7 +109,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
     counts.refused++;
     const now = Date.now();
     if (now < summaryDue) return;
-    if (summaryDue !== 0) options.log?.warn({ refused: counts.refused, connectionsShed: counts.shed, waitingForAnswer: pacer.held, connectionsHeldUnread: intake.held }, "refused calls without a valid token");
+    if (summaryDue !== 0) options.log?.warn({ refused: counts.refused, connectionsShed: counts.shed, waitingForAnswer: pacer.held, connectionsHeldUnread: intake.held, connectionsParked: intake.parked }, "refused calls without a valid token");
     counts.refused = 0;
     counts.shed = 0;
     summaryDue = now + SUMMARY_EVERY_MS;
@@ -184,6 +186,7 @@ export function authGate(verifier: TokenVerifier, next: RequestHandler, options:
 
   return {
     handle,
+    admitConnection: (connection) => intake.admit(connection),
     screenStream(stream, headers) {
       if (stream.session !== undefined && intake.holds(stream.session)) {
         quiet(stream);

@@ -238,6 +238,13 @@ function createHttp2Server(
           },
           handler,
         );
+  // Every new connection passes the gate first: one from an address flooding refused calls is
+  // parked unread before any HTTP/2 session (or TLS handshake) is spent on it.
+  const accept = server.listeners("connection") as ((socket: Socket) => void)[];
+  server.removeAllListeners("connection");
+  server.on("connection", (socket: Socket) => {
+    if (gate.admitConnection(socket)) for (const listener of accept) listener.call(server, socket);
+  });
   const perAddress = new Map<string, number>();
   const openStreams = new WeakMap<http2.ServerHttp2Session, number>();
   server.on("session", (session: http2.ServerHttp2Session) => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { useFakeClock } from "../../../test/support/fake-clock.js";
-import { createUnprovenIntake, type HeldSession } from "./unproven-intake.js";
+import { createUnprovenIntake, type HeldSession, type NewConnection } from "./unproven-intake.js";
 
 /** A connection whose socket handle records whether it is read, and the settings sent on it. */
 interface FakeSession extends HeldSession {
@@ -10,13 +10,13 @@ interface FakeSession extends HeldSession {
   readonly sent: { maxConcurrentStreams: number }[];
 }
 
-function session(options: { readonly handle?: boolean } = {}): FakeSession {
+function session(options: { readonly handle?: boolean; readonly address?: string } = {}): FakeSession {
   const handle = { reading: true, readStop: () => ((handle.reading = false), 0) };
   const onClose: (() => void)[] = [];
   const s: FakeSession = {
     closed: false,
     destroyed: false,
-    socket: options.handle === false ? {} : { _handle: handle },
+    socket: options.handle === false ? {} : { _handle: handle, remoteAddress: options.address ?? "10.0.0.1" },
     handle,
     sent: [] as { maxConcurrentStreams: number }[],
     settings(settings: { maxConcurrentStreams: number }) {
@@ -34,9 +34,52 @@ function session(options: { readonly handle?: boolean } = {}): FakeSession {
   return s;
 }
 
+/** A new connection's socket that records whether it is read and whether it was cut. */
+interface FakeConnection extends NewConnection {
+  destroyed: boolean;
+  readonly handle: { reading: boolean };
+  readonly errorListeners: number;
+}
+
+function connection(address: string): FakeConnection {
+  const handle = { reading: true, readStop: () => ((handle.reading = false), 0) };
+  const onClose: (() => void)[] = [];
+  let errorListeners = 0;
+  const c = {
+    remoteAddress: address,
+    _handle: handle,
+    handle,
+    destroyed: false,
+    get errorListeners() {
+      return errorListeners;
+    },
+    pause: () => c,
+    destroy() {
+      c.destroyed = true;
+      for (const listener of onClose) listener();
+    },
+    once(_event: "close", listener: () => void) {
+      onClose.push(listener);
+      return c;
+    },
+    on(_event: "error") {
+      errorListeners++;
+      return c;
+    },
+  };
+  return c;
+}
+
 describe("unproven intake", () => {
   const { now: clock, advance } = useFakeClock();
-  const options = (perSecond: number, burst: number, maxHeld: number) => ({ perSecond, burst, maxHeld, holdMs: 1_000 });
+  const options = (perSecond: number, burst: number, maxHeld: number, park: { after?: number; max?: number } = {}) => ({
+    perSecond,
+    burst,
+    maxHeld,
+    holdMs: 1_000,
+    parkAfterHeld: park.after ?? 100,
+    maxParked: park.max ?? 100,
+  });
 
   it("holds a refused connection only past the budget: unread and told to open no streams", () => {
     const dropped: HeldSession[] = [];
@@ -104,5 +147,48 @@ describe("unproven intake", () => {
     advance(500);
     expect(late.destroyed).toBe(true);
     expect(intake.held).toBe(0);
+  });
+
+  it("parks new connections from an address with enough connections held, and only from it", () => {
+    const intake = createUnprovenIntake(options(1, 1, 10, { after: 2, max: 10 }), () => {}, clock);
+    intake.refused(session()); // spends the budget
+    const first = connection("10.0.0.1");
+    expect(intake.admit(first)).toBe(true);
+    const [a, b] = [session(), session()];
+    intake.refused(a);
+    expect(intake.admit(connection("10.0.0.1"))).toBe(true); // one held: still read
+    intake.refused(b);
+    const parked = connection("10.0.0.1");
+    expect(intake.admit(parked)).toBe(false);
+    expect(parked.handle.reading).toBe(false);
+    expect(parked.errorListeners).toBe(1);
+    expect(intake.parked).toBe(1);
+    // Another address is read as ever.
+    const other = connection("10.0.0.2");
+    expect(intake.admit(other)).toBe(true);
+    expect(other.handle.reading).toBe(true);
+    // Once a held connection from the address closes, its new connections are read again.
+    a.destroy();
+    expect(intake.admit(connection("10.0.0.1"))).toBe(true);
+  });
+
+  it("cuts the oldest parked connection to make room, and every parked one after the hold time", () => {
+    const intake = createUnprovenIntake(options(1, 1, 10, { after: 1, max: 2 }), () => {}, clock);
+    intake.refused(session());
+    intake.refused(session());
+    const [first, second] = [connection("10.0.0.1"), connection("10.0.0.1")];
+    intake.admit(first);
+    advance(500);
+    intake.admit(second);
+    advance(300);
+    const third = connection("10.0.0.1");
+    intake.admit(third);
+    expect([first.destroyed, second.destroyed, third.destroyed]).toEqual([true, false, false]);
+    expect(intake.parked).toBe(2);
+    advance(800); // the second has been parked 1.1 s, the third 0.8 s
+    expect([second.destroyed, third.destroyed]).toEqual([true, false]);
+    advance(300);
+    expect(third.destroyed).toBe(true);
+    expect(intake.parked).toBe(0);
   });
 });

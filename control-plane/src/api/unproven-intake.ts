@@ -7,7 +7,12 @@
 // their turn are dropped unanswered, since a write would make Node read the socket again. Such a
 // connection is held until the oldest held connections are cut to make room, or for 30 s; a
 // client that got Unauthenticated then should reconnect. Connections that made an
-// authorized call are never held, and new connections are read as they come.
+// authorized call are never held.
+// A flood that opens a fresh connection every few dozen calls would still cost an HTTP/2 session
+// and its first refusals per connection, so once an address has `parkAfterHeld` connections held,
+// its new connections are parked: accepted and never read (no HTTP/2 session is made for them),
+// then cut after the same 30 s or when the oldest parked must make room. Other addresses, and
+// connections already open, are read as before.
 import { createTokenBucket } from "./token-bucket.js";
 
 export interface IntakeOptions {
@@ -16,13 +21,21 @@ export interface IntakeOptions {
   readonly burst: number;
   /** Connections held unread at most; past it the oldest is cut. */
   readonly maxHeld: number;
-  /** How long a connection is held before it is cut (unread, it would never be seen to close). */
+  /** How long a connection is held (or parked) before it is cut (unread, it would never be seen to close). */
   readonly holdMs: number;
+  /** Connections held from one address past which its new connections are parked. */
+  readonly parkAfterHeld: number;
+  /** Connections parked at most; past it the oldest is cut. */
+  readonly maxParked: number;
 }
 
-/** The budget of `perSecond` refusals a second: a second's worth at once, 256 connections held for 30 s at most. */
+/**
+ * The budget of `perSecond` refusals a second: a second's worth at once, 256 connections held
+ * and 1,024 parked, each for 30 s at most; an address's new connections are parked once 32 of its
+ * connections are held.
+ */
 export function intakeBudget(perSecond: number): IntakeOptions {
-  return { perSecond, burst: Math.max(1, Math.ceil(perSecond)), maxHeld: 256, holdMs: 30_000 };
+  return { perSecond, burst: Math.max(1, Math.ceil(perSecond)), maxHeld: 256, holdMs: 30_000, parkAfterHeld: 32, maxParked: 1_024 };
 }
 
 export const DEFAULT_REFUSAL_BUDGET_PER_SECOND = 200;
@@ -38,7 +51,21 @@ export interface HeldSession {
   once(event: "close", listener: () => void): unknown;
 }
 
+/** What the intake needs of a new connection's socket. */
+export interface NewConnection {
+  readonly remoteAddress?: string | undefined;
+  pause(): unknown;
+  destroy(): void;
+  once(event: "close", listener: () => void): unknown;
+  on(event: "error", listener: (error: Error) => void): unknown;
+}
+
 export interface UnprovenIntake {
+  /**
+   * Whether a new connection may be read. One from an address with `parkAfterHeld` connections
+   * held is parked instead: never read, cut after `holdMs` or to make room for a newer one.
+   */
+  admit(connection: NewConnection): boolean;
   /** `session` made an authorized call: it is never held. */
   proven(session: HeldSession): void;
   /** A call on `session` was refused; past the budget an unproven session stops being read. */
@@ -51,6 +78,8 @@ export interface UnprovenIntake {
   holds(session: HeldSession): boolean;
   /** Connections held unread now. */
   readonly held: number;
+  /** New connections parked unread now. */
+  readonly parked: number;
 }
 
 /**
@@ -59,7 +88,11 @@ export interface UnprovenIntake {
  * cuts the connection instead, never leaving it read unbounded.
  */
 function stopReading(session: HeldSession): boolean {
-  const handle = (session.socket as { _handle?: { readStop?: () => number } } | null | undefined)?._handle;
+  return stopReadingSocket(session.socket);
+}
+
+function stopReadingSocket(socket: unknown): boolean {
+  const handle = (socket as { _handle?: { readStop?: () => number } } | null | undefined)?._handle;
   if (typeof handle?.readStop !== "function") return false;
   return handle.readStop() === 0;
 }
@@ -79,27 +112,45 @@ function holdOpen(session: HeldSession): boolean {
   return true;
 }
 
+/** The remote address a session's connection came from ("unknown" when the socket does not say). */
+function addressOf(socket: unknown): string {
+  return (socket as { remoteAddress?: string } | null | undefined)?.remoteAddress ?? "unknown";
+}
+
 /** `onHold` is told of each connection held, before it is (to drop what would write to it). */
 export function createUnprovenIntake(options: IntakeOptions, onHold: (session: HeldSession) => void, clock: () => number = () => performance.now()): UnprovenIntake {
   const budget = createTokenBucket(options.perSecond, options.burst, clock);
   const proven = new WeakSet<HeldSession>();
-  // When each was held; insertion order is age, so the first is the one cut to make room or for time.
+  // When each was held or parked; insertion order is age, so the first is the one cut to make room or for time.
   const held = new Map<HeldSession, number>();
-  // Runs only while something is held, and never holds the process open.
+  const parked = new Map<NewConnection, number>();
+  const heldPerAddress = new Map<string, number>();
+  // Runs only while something is held or parked, and never holds the process open.
   let sweeper: NodeJS.Timeout | undefined;
 
-  const cut = (session: HeldSession) => {
-    held.delete(session);
-    session.destroy();
+  const cut = (connection: HeldSession | NewConnection) => {
+    held.delete(connection as HeldSession);
+    parked.delete(connection as NewConnection);
+    connection.destroy();
   };
   const sweep = () => {
     sweeper = undefined;
     const due = clock() - options.holdMs;
-    for (const [session, heldAt] of held) {
-      if (heldAt > due) break;
-      cut(session);
+    for (const waiting of [held, parked] as Map<HeldSession | NewConnection, number>[]) {
+      for (const [connection, since] of waiting) {
+        if (since > due) break;
+        cut(connection);
+      }
     }
-    if (held.size > 0) sweeper = setTimeout(sweep, Math.max(10, options.holdMs / 10)).unref();
+    if (held.size + parked.size > 0) startSweeper();
+  };
+  const startSweeper = () => {
+    sweeper ??= setTimeout(sweep, Math.max(10, options.holdMs / 10)).unref();
+  };
+  const count = (address: string, by: number) => {
+    const n = (heldPerAddress.get(address) ?? 0) + by;
+    if (n <= 0) heldPerAddress.delete(address);
+    else heldPerAddress.set(address, n);
   };
 
   const hold = (session: HeldSession) => {
@@ -110,12 +161,36 @@ export function createUnprovenIntake(options: IntakeOptions, onHold: (session: H
     }
     onHold(session);
     held.set(session, clock());
-    session.once("close", () => held.delete(session));
+    const address = addressOf(session.socket);
+    count(address, 1);
+    session.once("close", () => {
+      held.delete(session);
+      count(address, -1);
+    });
     if (held.size > options.maxHeld) cut(held.keys().next().value!);
-    sweeper ??= setTimeout(sweep, Math.max(10, options.holdMs / 10)).unref();
+    startSweeper();
+  };
+
+  const park = (connection: NewConnection) => {
+    // A reset from the far end must not go unheard (an unheard 'error' would end the process).
+    connection.on("error", () => {});
+    connection.pause();
+    if (!stopReadingSocket(connection)) {
+      connection.destroy();
+      return;
+    }
+    parked.set(connection, clock());
+    connection.once("close", () => parked.delete(connection));
+    if (parked.size > options.maxParked) cut(parked.keys().next().value!);
+    startSweeper();
   };
 
   return {
+    admit(connection) {
+      if ((heldPerAddress.get(addressOf(connection)) ?? 0) < options.parkAfterHeld) return true;
+      park(connection);
+      return false;
+    },
     proven(session) {
       proven.add(session);
     },
@@ -129,6 +204,9 @@ export function createUnprovenIntake(options: IntakeOptions, onHold: (session: H
     },
     get held() {
       return held.size;
+    },
+    get parked() {
+      return parked.size;
     },
   };
 }
