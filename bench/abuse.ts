@@ -4,8 +4,9 @@
 // idle, then while a separate attacker process (bench/abuse-flood.ts) floods unauthenticated
 // 4 MiB uploads, calls with random tokens at --rate per second (a third each of no Keel shape, the
 // issued shape with a made-up tag, and the untagged shape of older secrets), and both. The phases take turns
-// in --rounds slices, each measured only once its attacker is up. Printed side by side with the
-// ratio to idle (target: p99 under 2x), the attack rates the server met, and its RSS.
+// in --rounds slices, each measured only once its attacker is up, after an unmeasured warm-up
+// round of every phase. Printed side by side with the ratio to idle (target: p99 under 2x), the
+// attack rates the server met, and its RSS.
 // With two CPUs or more the server side and the attacker are pinned to different CPUs (--pin),
 // as a remote attacker would not share the server's cores; the header says what ran where.
 //
@@ -26,6 +27,8 @@ const MIB = 1024 * 1024;
 const CONNECTOR = "abuse-bench";
 /** Unmeasured time between slices. */
 const SETTLE_MS = 1_000;
+/** Each phase's unmeasured warm-up before the measured rounds. */
+const WARM_UP_MS = 2_000;
 
 interface Options {
   readonly seconds: number;
@@ -177,7 +180,9 @@ export default async function abuse(args: readonly string[]): Promise<void> {
         phase(`${options.rate}/s random-token calls`, "tokens"),
         phase("both at once", "both"),
       ];
-      await measure(phase("warm-up", undefined), 2_000, "warm-up");
+      // An unmeasured round first, every phase for WARM_UP_MS: the first time the server meets an
+      // attack its refusal paths run unoptimized and its heap grows, which no later slice repeats.
+      for (const p of phases) await measure(phase(`warm-up: ${p.name}`, p.mode), WARM_UP_MS, `warm-up: ${p.name}`);
       const rssBefore = process.memoryUsage().rss;
       // Interleaved slices: a busy machine's noise falls on every phase alike, not on whichever
       // phase happened to run while something else did.
@@ -218,7 +223,7 @@ export default async function abuse(args: readonly string[]): Promise<void> {
         perSecond(p, "connections"),
       ]);
       const lines = [
-        `SubmitMessage latency of an authorized connector (ms), one call every ${options.paceMs} ms, ${options.seconds} s per phase in ${options.rounds} interleaved rounds`,
+        `SubmitMessage latency of an authorized connector (ms), one call every ${options.paceMs} ms, ${options.seconds} s per phase in ${options.rounds} interleaved rounds after a ${WARM_UP_MS / 1000} s unmeasured warm-up of each`,
         `CPUs: ${pinning.describe}`,
         `attacker: ${options.rate} random-token calls/s (a third each: no Keel shape, issued shape with a made-up tag, untagged older shape) on ${MAX_UNAUTHENTICATED_PER_CONNECTION} calls per connection (the server's limit), ${options.uploaders} connections of 8 concurrent 4 MiB uploads`,
         "loop p99: worst slice's event-loop delay p99 (ms); µs/call: Keel CPU beyond its idle cost per authorized call, per unauthenticated call sent",
