@@ -24,6 +24,8 @@ function session(options: { readonly handle?: boolean; readonly address?: string
     },
     destroy() {
       s.destroyed = true;
+      // As Node's does, a destroyed session lets go of its socket (and with it its address).
+      (s as { socket: unknown }).socket = undefined;
       for (const listener of onClose) listener();
     },
     once(_event: "close", listener: () => void) {
@@ -53,7 +55,6 @@ function connection(address: string): FakeConnection {
     get errorListeners() {
       return errorListeners;
     },
-    pause: () => c,
     destroy() {
       c.destroyed = true;
       for (const listener of onClose) listener();

@@ -41,22 +41,23 @@ export function intakeBudget(perSecond: number): IntakeOptions {
 export const DEFAULT_REFUSAL_BUDGET_PER_SECOND = 200;
 export const DEFAULT_INTAKE = intakeBudget(DEFAULT_REFUSAL_BUDGET_PER_SECOND);
 
-/** What the intake needs of a connection. */
-export interface HeldSession {
-  readonly closed: boolean;
-  readonly destroyed: boolean;
-  readonly socket: unknown;
+/** What a pen needs of a connection: a way to cut it, and word when it closes. */
+interface Cuttable {
   destroy(): void;
-  settings(settings: { maxConcurrentStreams: number }): void;
   once(event: "close", listener: () => void): unknown;
 }
 
+/** What the intake needs of an HTTP/2 session. */
+export interface HeldSession extends Cuttable {
+  readonly closed: boolean;
+  readonly destroyed: boolean;
+  readonly socket: unknown;
+  settings(settings: { maxConcurrentStreams: number }): void;
+}
+
 /** What the intake needs of a new connection's socket. */
-export interface NewConnection {
+export interface NewConnection extends Cuttable {
   readonly remoteAddress?: string | undefined;
-  pause(): unknown;
-  destroy(): void;
-  once(event: "close", listener: () => void): unknown;
   on(event: "error", listener: (error: Error) => void): unknown;
 }
 
@@ -117,40 +118,65 @@ function addressOf(socket: unknown): string {
   return (socket as { remoteAddress?: string } | null | undefined)?.remoteAddress ?? "unknown";
 }
 
+/**
+ * Connections kept unread, oldest first (a Map keeps insertion order): past `max` the oldest is
+ * cut, and `cutKeptSince` cuts those kept since before a time. A connection's `left` runs once when
+ * it leaves, cut or closed.
+ */
+function createPen<T extends Cuttable>(max: number) {
+  const kept = new Map<T, { readonly at: number; readonly left: () => void }>();
+  const forget = (connection: T) => {
+    const entry = kept.get(connection);
+    if (entry === undefined) return;
+    kept.delete(connection);
+    entry.left();
+  };
+  const cut = (connection: T) => {
+    forget(connection);
+    connection.destroy();
+  };
+  return {
+    has: (connection: T) => kept.has(connection),
+    get size() {
+      return kept.size;
+    },
+    keep(connection: T, at: number, left: () => void = () => {}) {
+      kept.set(connection, { at, left });
+      connection.once("close", () => forget(connection));
+      if (kept.size > max) cut(kept.keys().next().value!);
+    },
+    cutKeptSince(due: number) {
+      for (const [connection, { at }] of kept) {
+        if (at > due) break;
+        cut(connection);
+      }
+    },
+  };
+}
+
 /** `onHold` is told of each connection held, before it is (to drop what would write to it). */
 export function createUnprovenIntake(options: IntakeOptions, onHold: (session: HeldSession) => void, clock: () => number = () => performance.now()): UnprovenIntake {
   const budget = createTokenBucket(options.perSecond, options.burst, clock);
   const proven = new WeakSet<HeldSession>();
-  // When each was held or parked; insertion order is age, so the first is the one cut to make room or for time.
-  const held = new Map<HeldSession, number>();
-  const parked = new Map<NewConnection, number>();
   const heldPerAddress = new Map<string, number>();
-  // Runs only while something is held or parked, and never holds the process open.
-  let sweeper: NodeJS.Timeout | undefined;
-
-  const cut = (connection: HeldSession | NewConnection) => {
-    held.delete(connection as HeldSession);
-    parked.delete(connection as NewConnection);
-    connection.destroy();
-  };
-  const sweep = () => {
-    sweeper = undefined;
-    const due = clock() - options.holdMs;
-    for (const waiting of [held, parked] as Map<HeldSession | NewConnection, number>[]) {
-      for (const [connection, since] of waiting) {
-        if (since > due) break;
-        cut(connection);
-      }
-    }
-    if (held.size + parked.size > 0) startSweeper();
-  };
-  const startSweeper = () => {
-    sweeper ??= setTimeout(sweep, Math.max(10, options.holdMs / 10)).unref();
-  };
   const count = (address: string, by: number) => {
     const n = (heldPerAddress.get(address) ?? 0) + by;
     if (n <= 0) heldPerAddress.delete(address);
     else heldPerAddress.set(address, n);
+  };
+  const held = createPen<HeldSession>(options.maxHeld);
+  const parked = createPen<NewConnection>(options.maxParked);
+  // Runs only while something is held or parked, and never holds the process open.
+  let sweeper: NodeJS.Timeout | undefined;
+  const sweep = () => {
+    sweeper = undefined;
+    const due = clock() - options.holdMs;
+    held.cutKeptSince(due);
+    parked.cutKeptSince(due);
+    if (held.size + parked.size > 0) startSweeper();
+  };
+  const startSweeper = () => {
+    sweeper ??= setTimeout(sweep, Math.max(10, options.holdMs / 10)).unref();
   };
 
   const hold = (session: HeldSession) => {
@@ -160,28 +186,21 @@ export function createUnprovenIntake(options: IntakeOptions, onHold: (session: H
       return;
     }
     onHold(session);
-    held.set(session, clock());
+    // Read now: a destroyed session no longer says where it came from.
     const address = addressOf(session.socket);
     count(address, 1);
-    session.once("close", () => {
-      held.delete(session);
-      count(address, -1);
-    });
-    if (held.size > options.maxHeld) cut(held.keys().next().value!);
+    held.keep(session, clock(), () => count(address, -1));
     startSweeper();
   };
 
   const park = (connection: NewConnection) => {
     // A reset from the far end must not go unheard (an unheard 'error' would end the process).
     connection.on("error", () => {});
-    connection.pause();
     if (!stopReadingSocket(connection)) {
       connection.destroy();
       return;
     }
-    parked.set(connection, clock());
-    connection.once("close", () => parked.delete(connection));
-    if (parked.size > options.maxParked) cut(parked.keys().next().value!);
+    parked.keep(connection, clock());
     startSweeper();
   };
 
