@@ -1,6 +1,7 @@
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import type { Clock } from "../domain/clock.js";
+import type { ProgressCandidate } from "../domain/progress.js";
 import { DEMO_AGENT } from "../fixtures/demo-agent.js";
 import { createProgressSupervisors, type NoticeReservation, type ProgressLedger, type ProgressSnapshot, type SupervisedRun } from "./progress-supervisor.js";
 
@@ -16,7 +17,7 @@ class ManualClock implements Clock {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 async function until(condition: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 1_000; i++) {
+  for (let i = 0; i < 400; i++) {
     if (condition()) return;
     await sleep(5);
   }
@@ -27,18 +28,24 @@ async function until(condition: () => boolean, what: string): Promise<void> {
 function fakeLedger() {
   const notices: NoticeReservation[] = [];
   const pending: { notice: NoticeReservation; settle: (ok: boolean) => void }[] = [];
+  const candidates: ProgressCandidate[] = [];
+  /** While set, a load reads the ledger at once but answers only when the test lets it. */
+  const loads = { gated: false, waiting: [] as (() => void)[] };
   const ledger: ProgressLedger = {
     load(): Promise<ProgressSnapshot> {
       const last = notices.at(-1);
-      return Promise.resolve({
+      const covered = new Set(notices.flatMap((n) => n.covers));
+      const snapshot: ProgressSnapshot = {
         subject: "req",
         triage: "default",
         ackText: undefined,
         lastSeq: notices.length,
         lastNoticeAt: last?.at,
-        candidates: [],
+        candidates: candidates.filter((c) => !covered.has(c.ref)),
         activity: { kind: "unknown" },
-      });
+      };
+      if (!loads.gated) return Promise.resolve(snapshot);
+      return new Promise((resolve) => loads.waiting.push(() => resolve(snapshot)));
     },
     reserve(notice) {
       return new Promise<boolean>((resolve) => {
@@ -52,7 +59,7 @@ function fakeLedger() {
       });
     },
   };
-  return { ledger, notices, pending };
+  return { ledger, notices, pending, candidates, loads };
 }
 
 function run(signal: AbortSignal): SupervisedRun {
@@ -129,6 +136,25 @@ describe("progress supervisor", () => {
     // The next look is a tick (5 s) away, however loaded the machine.
     await sleep(100);
     expect(pending).toHaveLength(1);
+    await progress.stop();
+  });
+
+  it("a checkpoint announced while a look at the ledger is in flight is not lost until the cadence", async () => {
+    const clock = new ManualClock();
+    const { ledger, pending, candidates, loads } = fakeLedger();
+    const supervisors = createProgressSupervisors({ ledger, clock, log: pino({ level: "silent" }), options: { tickMs: 5 } });
+    loads.gated = true;
+    const progress = supervisors.supervise(run(new AbortController().signal));
+    await until(() => loads.waiting.length === 1, "the first look");
+    // The checkpoint commits and is announced after the look read the ledger, before it answers.
+    candidates.push({ ref: "call-1", kind: "plan", text: "read the parser" });
+    supervisors.checkpoint("run-1");
+    loads.gated = false;
+    loads.waiting.shift()!();
+    // The clock stands still: only the announcement can bring the notice.
+    await until(() => pending.length === 1, "the checkpoint's notice");
+    expect(pending[0]!.notice).toMatchObject({ source: "checkpoint", covers: ["call-1"] });
+    pending[0]!.settle(true);
     await progress.stop();
   });
 });

@@ -136,8 +136,11 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
       let reserving: Promise<unknown> = Promise.resolve();
       let wake: (() => void) | undefined;
       let dirty = true;
+      /** A poke since the last look began: the next wait ends at once, since that look may have missed it. */
+      let poked = false;
       const poke = (): void => {
         dirty = true;
+        poked = true;
         wake?.();
       };
       const stopping = new AbortController();
@@ -155,8 +158,8 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
        */
       const waitFor = (arm: (ring: () => void) => () => void): Promise<void> =>
         new Promise((resolve) => {
-          // Stopped between two looks: the loop ends without waiting.
-          if (stopped) return resolve();
+          // Stopped, or poked while the loop was busy reading: no waiting.
+          if (stopped || poked) return resolve();
           const cancel = arm(done);
           function done(): void {
             cancel();
@@ -186,6 +189,7 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
           const fresh = dirty || snapshot === undefined;
           if (fresh) {
             dirty = false;
+            poked = false;
             snapshot = await deps.ledger.load(run.runId).catch((error: unknown) => {
               log.warn({ err: error }, "progress state could not be read; trying again");
               return undefined;
