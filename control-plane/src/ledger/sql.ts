@@ -30,6 +30,12 @@ export interface Sql {
    */
   runLast<P, R>(statement: Statement<P, R>, params: P): Promise<R[]>;
   /**
+   * runLast for several: the statement once for each params, in order, then COMMIT, all in one
+   * round trip (group commit: one transaction, one WAL flush). One that fails fails them all and
+   * nothing is committed. Outside a transaction, each is a statement on its own.
+   */
+  runEachLast<P, R>(statement: Statement<P, R>, params: readonly P[]): Promise<R[][]>;
+  /**
    * BEGIN … COMMIT on one connection; ROLLBACK when `work` throws, or when `keep` says its result
    * is not to be kept (an attempt that must be tried again). Inside a transaction, runs `work` in
    * it (with the outer transaction's options).
@@ -55,9 +61,25 @@ export interface TransactionOptions {
    * (test/ledger-statements.test.ts checks admission's).
    */
   readonly plans?: "generic";
+  /**
+   * Fail with lock_not_available (55P03) instead of waiting longer than this for a row lock: for
+   * a transaction that would rather be retried in smaller parts than wait, or deadlock, with another.
+   */
+  readonly lockTimeoutMs?: number;
 }
 
 const GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan";
+
+function openingOf(options: TransactionOptions | undefined): string[] {
+  const opening = ["BEGIN"];
+  if (options?.plans === "generic") opening.push(GENERIC_PLANS);
+  const lockTimeout = options?.lockTimeoutMs;
+  if (lockTimeout !== undefined) {
+    if (!Number.isSafeInteger(lockTimeout) || lockTimeout < 1) throw new Error(`lockTimeoutMs must be a positive whole number, not ${lockTimeout}`);
+    opening.push(`SET LOCAL lock_timeout = ${lockTimeout}`);
+  }
+  return opening;
+}
 
 /** The same interface, bound to one connection inside BEGIN … COMMIT. */
 export type SqlTransaction = Sql;
@@ -106,9 +128,14 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
   return {
     ...pooled,
     runLast: pooled.run,
+    async runEachLast(statement, params) {
+      const results = [];
+      for (const one of params) results.push(await pooled.run(statement, one));
+      return results;
+    },
     notify: (channel, payload) => notifyAll([[channel, payload]]),
     async transaction(work, keep, options) {
-      const opening = options?.plans === "generic" ? ["BEGIN", GENERIC_PLANS] : ["BEGIN"];
+      const opening = openingOf(options);
       const client = await pool.connect();
       // A checked-out client has no pool listener: a connection the server ends between two
       // statements (a restart) would emit an unhandled 'error' and end the process. The next
@@ -146,6 +173,13 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
           const [last] = await pipeline(client, [prepared(statement, params)], opened(), ["COMMIT"]);
           committed = true;
           return last!.rows as R[];
+        },
+        async runEachLast<P, R>(statement: Statement<P, R>, params: readonly P[]): Promise<R[][]> {
+          notCommitted();
+          if (params.length === 0) return [];
+          const results = await pipeline(client, params.map((one) => prepared(statement, one)), opened(), ["COMMIT"]);
+          committed = true;
+          return results.map((result) => result.rows as R[]);
         },
         transaction: (inner) => inner(trx),
         notify: (channel, payload) => void notices.push([channel, payload]),

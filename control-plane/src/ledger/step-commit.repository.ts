@@ -13,10 +13,37 @@ import {
   fencedCommitParams,
   type ControlRow,
   type Durability,
+  type FenceRow,
   type FencedChange,
+  type FencedCommitParams,
 } from "./step-commit.sql.js";
+import { DEFAULT_GROUP_COMMIT, groupCommits, type GroupCommitOptions } from "./group-commit.js";
 
-export function createStepCommitRepository(sql: Sql, durability: Durability): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
+/** How long a batch of commits waits for a row lock before its commits are retried one by one. */
+const BATCH_LOCK_TIMEOUT_MS = 100;
+
+export function createStepCommitRepository(
+  sql: Sql,
+  durability: Durability,
+  grouping: GroupCommitOptions = DEFAULT_GROUP_COMMIT,
+): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
+  /**
+   * Runs' commits that arrive while others are being written go together (group-commit.ts):
+   * each still its own fenced statement, in one transaction that flushes once. It waits for its
+   * WAL flush if any of them must.
+   */
+  const write = groupCommits<FencedCommitParams, FenceRow>(
+    {
+      together: (batch) => {
+        const synchronousCommit = batch.some((params) => params.synchronousCommit === "on") ? "on" : "off";
+        const statements = batch.map((params) => ({ ...params, synchronousCommit }) as const);
+        return sql.transaction((trx) => trx.runEachLast(fencedCommit, statements), undefined, { plans: "generic", lockTimeoutMs: BATCH_LOCK_TIMEOUT_MS });
+      },
+      alone: (params) => sql.transaction((trx) => trx.runLast(fencedCommit, params), undefined, { plans: "generic" }),
+    },
+    grouping,
+  );
+
   /**
    * One fenced commit, as ONE statement (step-commit.sql.ts), its emissions included: a worker
    * that lost its lease matches nothing, writes nothing and gets LeaseLostError. It goes out in one
@@ -26,7 +53,7 @@ export function createStepCommitRepository(sql: Sql, durability: Durability): Pi
    */
   const commitFenced = async (fence: Fence, settlement: Settlement, change: FencedChange): Promise<RunControlState> => {
     const params = fencedCommitParams(fence, settlement, change, durability);
-    const [run] = await sql.transaction((trx) => trx.runLast(fencedCommit, params), undefined, { plans: "generic" });
+    const [run] = await write(params);
     if (run !== undefined) {
       sql.notify("keel_run_events", fence.runId);
       if (run.emitted > 0) sql.notify("keel_emissions", run.connector);

@@ -1,0 +1,126 @@
+import { describe, expect, it } from "vitest";
+import { groupCommits, rolledBack, type GroupCommitWriter } from "./group-commit.js";
+
+/** A writer the test finishes by hand: what was written, and how (together or alone). */
+function manualWriter(fail: (params: string) => Error | undefined = () => undefined) {
+  const writes: { kind: "together" | "alone"; params: string[]; finish: () => void }[] = [];
+  const rows = (params: string) => {
+    const error = fail(params);
+    if (error !== undefined) throw error;
+    return [`row of ${params}`];
+  };
+  const writer: GroupCommitWriter<string, string> = {
+    together: (batch) =>
+      new Promise((resolve, reject) =>
+        writes.push({
+          kind: "together",
+          params: [...batch],
+          finish: () => {
+            // As one transaction: one failure fails them all.
+            try {
+              resolve(batch.map(rows));
+            } catch (error) {
+              reject(error instanceof Error ? error : new Error(String(error)));
+            }
+          },
+        }),
+      ),
+    alone: (params) =>
+      new Promise((resolve, reject) =>
+        writes.push({
+          kind: "alone",
+          params: [params],
+          finish: () => {
+            try {
+              resolve(rows(params));
+            } catch (error) {
+              reject(error instanceof Error ? error : new Error(String(error)));
+            }
+          },
+        }),
+      ),
+  };
+  return { writer, writes };
+}
+
+const settle = <T>(promise: Promise<T>) => promise.then((value) => ({ value }), (error: unknown) => ({ error }));
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+describe("group commit", () => {
+  it("writes a commit at once while a slot is free, and those arriving meanwhile together, in order", async () => {
+    const { writer, writes } = manualWriter();
+    const commit = groupCommits(writer, { maxInFlight: 1, maxBatch: 32 });
+    const first = commit("a");
+    const later = ["b", "c", "d"].map((params) => commit(params));
+    expect(writes.map((w) => [w.kind, w.params])).toEqual([["alone", ["a"]]]);
+    writes[0]!.finish();
+    expect(await first).toEqual(["row of a"]);
+    await tick();
+    expect(writes.map((w) => [w.kind, w.params])).toEqual([
+      ["alone", ["a"]],
+      ["together", ["b", "c", "d"]],
+    ]);
+    writes[1]!.finish();
+    expect(await Promise.all(later)).toEqual([["row of b"], ["row of c"], ["row of d"]]);
+  });
+
+  it("keeps batches within maxBatch and writes maxInFlight of them at once", async () => {
+    const { writer, writes } = manualWriter();
+    const commit = groupCommits(writer, { maxInFlight: 2, maxBatch: 2 });
+    const all = ["a", "b", "c", "d", "e", "f"].map((params) => commit(params));
+    expect(writes.map((w) => w.params)).toEqual([["a"], ["b"]]);
+    writes[0]!.finish();
+    await tick();
+    expect(writes.map((w) => w.params)).toEqual([["a"], ["b"], ["c", "d"]]);
+    writes[1]!.finish();
+    await tick();
+    expect(writes.map((w) => w.params)).toEqual([["a"], ["b"], ["c", "d"], ["e", "f"]]);
+    writes[2]!.finish();
+    writes[3]!.finish();
+    expect(await Promise.all(all)).toHaveLength(6);
+  });
+
+  it("retries a batch PostgreSQL rolled back one commit at a time: only the bad one fails", async () => {
+    const duplicate = Object.assign(new Error("duplicate key value violates unique constraint"), { code: "23505" });
+    const { writer, writes } = manualWriter((params) => (params === "c" ? duplicate : undefined));
+    const commit = groupCommits(writer, { maxInFlight: 1, maxBatch: 32 });
+    const first = commit("a");
+    const later = ["b", "c", "d"].map((params) => settle(commit(params)));
+    writes[0]!.finish();
+    await first;
+    await tick();
+    writes[1]!.finish();
+    await tick();
+    // Retried all at once, each on its own.
+    expect(writes).toHaveLength(5);
+    for (const write of writes.slice(2)) write.finish();
+    expect(await Promise.all(later)).toEqual([{ value: ["row of b"] }, { error: duplicate }, { value: ["row of d"] }]);
+    expect(writes.map((w) => [w.kind, w.params])).toEqual([
+      ["alone", ["a"]],
+      ["together", ["b", "c", "d"]],
+      ["alone", ["b"]],
+      ["alone", ["c"]],
+      ["alone", ["d"]],
+    ]);
+  });
+
+  it("does not retry a batch whose outcome is unknown (the connection was lost): each gets that error", async () => {
+    const lost = new Error("Connection terminated unexpectedly");
+    const { writer, writes } = manualWriter((params) => (params === "c" ? lost : undefined));
+    const commit = groupCommits(writer, { maxInFlight: 1, maxBatch: 32 });
+    const first = commit("a");
+    const later = ["b", "c"].map((params) => settle(commit(params)));
+    writes[0]!.finish();
+    await first;
+    await tick();
+    writes[1]!.finish();
+    expect(await Promise.all(later)).toEqual([{ error: lost }, { error: lost }]);
+    expect(writes).toHaveLength(2);
+  });
+
+  it("tells a rolled-back transaction's errors from the rest", () => {
+    for (const code of ["23505", "23503", "40P01", "40001", "55P03", "22P02", "42P01", "P0001"]) expect(rolledBack({ code })).toBe(true);
+    for (const code of [undefined, "57P01", "08006", "53300", "ECONNRESET"]) expect(rolledBack({ code })).toBe(false);
+    expect(rolledBack(new Error("no code"))).toBe(false);
+  });
+});
