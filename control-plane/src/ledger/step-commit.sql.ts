@@ -131,7 +131,7 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       AND (NOT ${p("guarded")}::boolean OR (r.cancel_requested_by_actor_id IS NULL AND (${guardTriggerCount}::int IS NULL OR r.trigger_count = ${guardTriggerCount}::int)))
     RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
       c.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
-      a.spec -> 'policy' AS policy, r.side_usage),
+      a.policy, r.side_usage),
   new_step AS (
     INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
     SELECT ${stepId}::uuid, fence.id, ${p("stepIndex")}::int, ${p("replayability")}::text, ${status}::text, ${p("actorId")}::text,
@@ -185,7 +185,7 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
     (SELECT count(*)::int FROM inserted) AS emitted
   FROM fence`;
 
-const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.spec -> 'policy' AS policy, r.side_usage";
+const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.policy, r.side_usage";
 
 export const controlOfRun = statement<{ runId: string }, ControlRow>("run_control")`
   SELECT ${raw(CONTROL_COLUMNS)} FROM runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = ${(q) => q.runId}::uuid`;

@@ -9,6 +9,11 @@ export const AgentEntity = defineEntity({
   properties: {
     id: p.text().primary(),
     spec: p.json<Record<string, unknown>>(),
+    /**
+     * The spec's policy, kept beside it: every step commit reads a run's policy, and a spec of a
+     * few KiB is stored compressed, so reading it from the spec decompressed the whole spec each time.
+     */
+    policy: p.json<Record<string, unknown>>().generated("(spec -> 'policy') stored").nullable(),
     revision: p.integer(),
     createdAt: p.datetime().defaultRaw("now()"),
     updatedAt: p.datetime().defaultRaw("now()"),
