@@ -10,7 +10,7 @@
 // With two CPUs or more the server side and the attacker are pinned to different CPUs (--pin),
 // as a remote attacker would not share the server's cores; the header says what ran where.
 //
-//   npm run bench -- abuse [--seconds 10] [--rate 5000] [--uploaders 8] [--pace-ms 20] [--rounds 3] [--durability strict|relaxed] [--pin auto|on|off] [--profile DIR]
+//   npm run bench -- abuse [--seconds 30] [--rate 5000] [--uploaders 8] [--pace-ms 20] [--rounds 3] [--durability strict|relaxed] [--pin auto|on|off] [--profile DIR]
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -46,7 +46,7 @@ function parseOptions(args: readonly string[]): Options & { durability: string |
   const { values } = parseArgs({
     args: [...args],
     options: {
-      seconds: { type: "string", default: "10" },
+      seconds: { type: "string", default: "30" },
       rate: { type: "string", default: "5000" },
       uploaders: { type: "string", default: "8" },
       "pace-ms": { type: "string", default: "20" },
