@@ -31,11 +31,11 @@ export interface IntakeOptions {
 
 /**
  * The budget of `perSecond` refusals a second: a second's worth at once, 256 connections held
- * and 1,024 parked, each for 30 s at most; an address's new connections are parked once 32 of its
+ * and 1,024 parked, each for 30 s at most; an address's new connections are parked once 8 of its
  * connections are held.
  */
 export function intakeBudget(perSecond: number): IntakeOptions {
-  return { perSecond, burst: Math.max(1, Math.ceil(perSecond)), maxHeld: 256, holdMs: 30_000, parkAfterHeld: 32, maxParked: 1_024 };
+  return { perSecond, burst: Math.max(1, Math.ceil(perSecond)), maxHeld: 256, holdMs: 30_000, parkAfterHeld: 8, maxParked: 1_024 };
 }
 
 export const DEFAULT_REFUSAL_BUDGET_PER_SECOND = 200;
