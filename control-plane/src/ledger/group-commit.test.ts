@@ -9,36 +9,24 @@ function manualWriter(fail: (params: string) => Error | undefined = () => undefi
     if (error !== undefined) throw error;
     return [`row of ${params}`];
   };
+  /** A write the test finishes by hand; as one transaction, one failure fails it all. */
+  const pending = <T>(kind: "together" | "alone", params: string[], result: () => T) =>
+    new Promise<T>((resolve, reject) =>
+      writes.push({
+        kind,
+        params,
+        finish: () => {
+          try {
+            resolve(result());
+          } catch (error) {
+            reject(error instanceof Error ? error : new Error(String(error)));
+          }
+        },
+      }),
+    );
   const writer: GroupCommitWriter<string, string> = {
-    together: (batch) =>
-      new Promise((resolve, reject) =>
-        writes.push({
-          kind: "together",
-          params: [...batch],
-          finish: () => {
-            // As one transaction: one failure fails them all.
-            try {
-              resolve(batch.map(rows));
-            } catch (error) {
-              reject(error instanceof Error ? error : new Error(String(error)));
-            }
-          },
-        }),
-      ),
-    alone: (params) =>
-      new Promise((resolve, reject) =>
-        writes.push({
-          kind: "alone",
-          params: [params],
-          finish: () => {
-            try {
-              resolve(rows(params));
-            } catch (error) {
-              reject(error instanceof Error ? error : new Error(String(error)));
-            }
-          },
-        }),
-      ),
+    together: (batch) => pending("together", [...batch], () => batch.map(rows)),
+    alone: (params) => pending("alone", [params], () => rows(params)),
   };
   return { writer, writes };
 }

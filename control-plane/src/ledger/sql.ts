@@ -158,6 +158,13 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
         begun = true;
         return opening;
       };
+      const runEachLast = async <P, R>(statement: Statement<P, R>, params: readonly P[]): Promise<R[][]> => {
+        notCommitted();
+        if (params.length === 0) return [];
+        const results = await pipeline(client, params.map((one) => prepared(statement, one)), opened(), ["COMMIT"]);
+        committed = true;
+        return results.map((result) => result.rows as R[]);
+      };
       const trx: Sql = {
         ...over(async (config) => {
           notCommitted();
@@ -168,19 +175,8 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
           const [one, two] = await pipeline(client, [prepared(first, firstParams), prepared(second, secondParams)], opened());
           return [one!.rows, two!.rows];
         },
-        async runLast<P, R>(statement: Statement<P, R>, params: P): Promise<R[]> {
-          notCommitted();
-          const [last] = await pipeline(client, [prepared(statement, params)], opened(), ["COMMIT"]);
-          committed = true;
-          return last!.rows as R[];
-        },
-        async runEachLast<P, R>(statement: Statement<P, R>, params: readonly P[]): Promise<R[][]> {
-          notCommitted();
-          if (params.length === 0) return [];
-          const results = await pipeline(client, params.map((one) => prepared(statement, one)), opened(), ["COMMIT"]);
-          committed = true;
-          return results.map((result) => result.rows as R[]);
-        },
+        runLast: async (statement, params) => (await runEachLast(statement, [params]))[0]!,
+        runEachLast,
         transaction: (inner) => inner(trx),
         notify: (channel, payload) => void notices.push([channel, payload]),
       };
