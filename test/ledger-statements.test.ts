@@ -10,6 +10,8 @@ import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { EXECUTING_SQL } from "../control-plane/src/ledger/run-start.sql.js";
 import { FOLLOW_UP_PROGRESS_RECORDS } from "../control-plane/src/domain/transcript-builder.js";
 import { registeredStatements } from "../control-plane/src/ledger/sql.js";
+import { fencedCommit, fencedCommitParams } from "../control-plane/src/ledger/step-commit.sql.js";
+import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
 const LEDGER = path.resolve(import.meta.dirname, "../control-plane/src/ledger");
@@ -153,6 +155,52 @@ describe("admission's statements with generic plans", () => {
       expect(read.runs).toBeLessThan(20);
       expect(read.progress_events).toBeGreaterThan(0);
       expect(read.progress_events).toBeLessThanOrEqual(FOLLOW_UP_PROGRESS_RECORDS);
+    } finally {
+      await db.query("ROLLBACK");
+    }
+  });
+
+  it("keel_step_commit_fenced settles a long run's call by its key, not by reading every call the run made", async () => {
+    await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
+      VALUES (md5('long-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1)`);
+    await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
+      SELECT md5('long-t' || i)::uuid, md5('long-run')::uuid, 'call-' || i, 0, 'bench.read.v1', '1', 'read', '{}'::jsonb,
+        CASE WHEN i = 3000 THEN 'pending' ELSE 'succeeded' END FROM generate_series(1, 3000) i`);
+    await db.query("ANALYZE runs, tool_invocations");
+    const [{ id: runId }] = (await db.query<{ id: string }>("SELECT md5('long-run')::uuid::text AS id")).rows as [{ id: string }];
+    const [{ id: invocationId }] = (await db.query<{ id: string }>("SELECT md5('long-t3000')::uuid::text AS id")).rows as [{ id: string }];
+    const outcome = { invocationId, effect: "read", outcome: "succeeded", resultText: "value", artifacts: [] } as const;
+    const params = fencedCommitParams(
+      { runId, workerId: "worker-1", epoch: 1 },
+      { status: "running", usage: ZERO_USAGE, emissions: [], summary: "settled" },
+      { step: undefined, outcomes: [outcome], crossesCommitBoundary: false, writes: false, events: [], unlessChangedSince: undefined },
+      "strict",
+    );
+    await db.query("BEGIN");
+    try {
+      await db.query("SET LOCAL plan_cache_mode = force_generic_plan");
+      await db.query(`PREPARE settle_long_run AS ${fencedCommit.text}`);
+      const literal = (value: unknown): string => {
+        if (value === null) return "NULL";
+        if (value instanceof Date) return db.escapeLiteral(value.toISOString());
+        if (Array.isArray(value)) return db.escapeLiteral(`{${value.join(",")}}`);
+        if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") return db.escapeLiteral(String(value));
+        throw new Error(`no literal for ${typeof value}`);
+      };
+      const { rows } = await db.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(
+        `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE settle_long_run(${fencedCommit.bind(params).map(literal).join(", ")})`,
+      );
+      let read = 0;
+      const walk = (node: Record<string, unknown>) => {
+        if (node["Relation Name"] === "tool_invocations" && node["Node Type"] !== "ModifyTable") {
+          read += (Number(node["Actual Rows"] ?? 0) + Number(node["Rows Removed by Filter"] ?? 0) + Number(node["Rows Removed by Index Recheck"] ?? 0)) * Number(node["Actual Loops"] ?? 1);
+        }
+        for (const child of (node["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(child);
+      };
+      walk(rows[0]!["QUERY PLAN"][0]!.Plan);
+      expect(read).toBe(1);
+      const { rows: settled } = await db.query<{ status: string }>("SELECT status FROM tool_invocations WHERE id = $1", [invocationId]);
+      expect(settled[0]?.status).toBe("succeeded");
     } finally {
       await db.query("ROLLBACK");
     }

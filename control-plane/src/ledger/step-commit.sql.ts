@@ -93,6 +93,8 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
   /** JSON arrays: the step's intents, the results settled, their artifacts, the events. */
   readonly intents: string;
   readonly outcomes: string;
+  /** The settled calls' ids again, as an array: the update finds them by primary key, not by scanning the run's calls. */
+  readonly outcomeIds: readonly string[];
   readonly artifacts: string;
   readonly events: string;
   readonly eventCount: number;
@@ -126,7 +128,7 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       lease_expires_at = CASE WHEN ${keepsLease}::boolean THEN r.lease_expires_at ELSE NULL END,
       event_seq = r.event_seq + ${p("eventCount")}::int + CASE WHEN previous.status <> ${status}::text THEN 1 ELSE 0 END
     FROM previous, durability, conversations c, agents a
-    WHERE r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
+    WHERE r.id = ${p("runId")}::uuid AND r.id = previous.id AND c.id = r.conversation_id AND a.id = r.agent_id
       AND r.lease_epoch = ${epoch}::bigint AND r.lease_owner = ${p("workerId")}::text
       AND (NOT ${p("guarded")}::boolean OR (r.cancel_requested_by_actor_id IS NULL AND (${guardTriggerCount}::int IS NULL OR r.trigger_count = ${guardTriggerCount}::int)))
     RETURNING r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
@@ -151,13 +153,16 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       x.status, x.refusal_reason, CASE WHEN x.status = 'refused' THEN now() END
     FROM fence, jsonb_to_recordset(${p("intents")}::jsonb) AS x(id uuid, provider_call_id text, ordinal int, tool_name text,
       tool_version text, effect text, arguments jsonb, status text, refusal_reason text)),
+  -- The settled calls are found by key. The run test is kept off the run_id index on purpose
+  -- (IS TRUE): a generic plan that found them through it read every call of the run on each
+  -- commit, so a long run's commits grew slower with every step.
   settled AS (
     UPDATE tool_invocations t SET status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason),
       exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(),
       resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)
     FROM fence, jsonb_to_recordset(${p("outcomes")}::jsonb) AS x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int,
       duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)
-    WHERE t.id = x.id AND t.run_id = fence.id
+    WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE
     RETURNING t.id, x.outcome, x.result_text, x.truncated, x.observation_id),
   result_observation AS (
     INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
@@ -296,6 +301,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
         observation_id: randomUUID(),
       })),
     ),
+    outcomeIds: change.outcomes.map((outcome) => outcome.invocationId),
     artifacts: JSON.stringify(
       artifacts.map((artifact) => ({
         id: artifact.id,
