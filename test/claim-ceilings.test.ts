@@ -13,6 +13,7 @@ import { randomUUID } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRunClaimRepository } from "../control-plane/src/ledger/run-claim.repository.js";
+import { ADMISSION_LOCK } from "../control-plane/src/ledger/run-start.sql.js";
 import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
@@ -155,5 +156,51 @@ describe("claims under the start locks", () => {
     expect(outcome.violations).toEqual([]);
     expect(outcome.claimed).toBe(72);
     expect(outcome.maxActive).toBeLessThanOrEqual(14);
+  });
+  it("a claim held back only by another start's margin looks again and starts the run: room is not left empty", { timeout: 60_000 }, async () => {
+    // Ceiling 16, 8 running: a claim counts 8, takes a slot (8 + 8 slots fit) and waits for the
+    // admission lock, which another start holds while it starts a 9th. After that commit the
+    // claim counts 9 and, counting the other 7 slots as taken, 16: no room. There is room.
+    await db.query("UPDATE install_settings SET root_run_ceiling = 64, updated_by = 'claim-ceilings test' WHERE id = 1");
+    const agentId = "margin-a";
+    await keel.app.agents.put({ ...DEMO_AGENT, id: agentId, maxConcurrentRootRuns: 16 });
+    await db.query("INSERT INTO actors (id) VALUES ('someone') ON CONFLICT DO NOTHING");
+    const insertRun = async (status: "running" | "queued"): Promise<string> => {
+      const conversationId = randomUUID();
+      const id = randomUUID();
+      await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, $3, 'test')", [conversationId, agentId, conversationId]);
+      await db.query(
+        `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_expires_at)
+         VALUES ($1, $2, $3, 'test', $4, 'someone', '{}', '{}', $5, $6)`,
+        [id, agentId, conversationId, status, status === "running" ? "elsewhere" : null, status === "running" ? new Date(Date.now() + LEASE_MS) : null],
+      );
+      return id;
+    };
+    for (let i = 0; i < 8; i++) await insertRun("running");
+    const queued = await insertRun("queued");
+    const ninth = await insertRun("queued");
+
+    const other = await db.connect();
+    try {
+      await other.query("BEGIN");
+      await other.query("SELECT pg_advisory_xact_lock($1)", [ADMISSION_LOCK]);
+      await other.query("UPDATE runs SET status = 'running', lease_owner = 'elsewhere', lease_expires_at = now() + interval '2 minutes' WHERE id = $1", [ninth]);
+      const claims = createRunClaimRepository(pools[0]!);
+      const claiming = claims.claimNext("margin-worker", LEASE_MS);
+      // The claim is waiting for the admission lock: only then does the other start commit.
+      for (let waited = 0; ; waited += 10) {
+        const { rows } = await db.query<{ n: string }>("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+        if (Number(rows[0]?.n) > 0) break;
+        if (waited > 10_000) throw new Error("the claim never waited for the admission lock");
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      await other.query("COMMIT");
+      const claimed = await claiming;
+      expect(claimed?.runId).toBe(queued);
+    } finally {
+      other.release();
+    }
+    const { rows } = await db.query<{ n: string }>("SELECT count(*) AS n FROM runs WHERE agent_id = $1 AND status = 'running'", [agentId]);
+    expect(Number(rows[0]?.n)).toBe(10);
   });
 });

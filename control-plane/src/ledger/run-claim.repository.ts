@@ -173,11 +173,24 @@ export async function claimQueuedRoot(
  */
 const CLAIM_PLANS = { plans: "generic" } as const;
 
+/** A candidate the start rule let through that the claim, under the start locks, did not start. */
+const HELD_BACK = Symbol("held back");
+
+/**
+ * How often a worker looks again after its candidate was held back. Near a ceiling a start
+ * holding a slot counts every other slot as taken (the margin), so a start that committed while
+ * it waited for the admission lock can hold it back though room is left; looking again counts
+ * exactly (the exclusive lock). Without it the run waited for some other run to end, up to the
+ * idle poll: in the peers bench one of 16 runs started 1.8 s late. A start really held back (its
+ * conversation, a full ceiling) is no longer a candidate, so the next look finds another or none.
+ */
+const CLAIM_ATTEMPTS = 3;
+
 export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}): Pick<RunStore, "claimNext" | "nextDueAt"> {
   const clock = options.clock ?? systemClock;
   const synchronousCommit = replayableCommit(options.durability ?? "strict");
   const claimInTransaction = (workerId: string, leaseMs: number) =>
-    sql.transaction(async (trx): Promise<ClaimedRun | undefined> => {
+    sql.transaction(async (trx): Promise<ClaimedRun | typeof HELD_BACK | undefined> => {
       const at = clock.now();
       const [candidate] = await trx.run(selectCandidate, { now: at, synchronousCommit });
       if (candidate === undefined) return undefined;
@@ -193,14 +206,18 @@ export function createRunClaimRepository(sql: Sql, options: RunClaimOptions = {}
         summary: queued ? `claimed by ${workerId}` : `lease expired while ${candidate.status}; reclaimed by ${workerId}`,
         previousStatus: candidate.status,
       });
-      // Another start got in first (the conversation, or a ceiling): leave it; a settle wakes a worker.
-      if (claimed === undefined) return undefined;
+      // Held back under the start locks: another start got in first, or only seemed to (below).
+      if (claimed === undefined) return HELD_BACK;
       trx.notify("keel_run_events", claimed.id);
       return claimedRun(claimed);
     }, undefined, CLAIM_PLANS);
   return {
     async claimNext(workerId, leaseMs) {
-      return claimInTransaction(workerId, leaseMs);
+      for (let attempt = 1; ; attempt++) {
+        const claimed = await claimInTransaction(workerId, leaseMs);
+        if (claimed !== HELD_BACK) return claimed;
+        if (attempt === CLAIM_ATTEMPTS) return undefined;
+      }
     },
 
     async nextDueAt() {
