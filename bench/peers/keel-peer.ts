@@ -47,6 +47,10 @@ export function keelPeer(url: string, concurrent: number): PeerKind {
       const pool = new pg.Pool({ connectionString: url, max: concurrent });
       try {
         await app.agents.put(benchAgent(iterations));
+        // The submitting connections are opened now, not inside the timed phase: the peers' clients
+        // (DBOS's pool, Restate's HTTP client) are warm too.
+        const clients = await Promise.all(Array.from({ length: concurrent }, () => pool.connect()));
+        for (const client of clients) client.release();
         app.startWorkers();
       } catch (error) {
         await app.stop();
