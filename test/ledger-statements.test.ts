@@ -160,6 +160,53 @@ describe("admission's statements with generic plans", () => {
     }
   });
 
+  /** A fenced commit by worker-1 at epoch 1 that settles one read call of the run. */
+  const settleParams = (runId: string, invocationId: string) =>
+    fencedCommitParams(
+      { runId, workerId: "worker-1", epoch: 1 },
+      { status: "running", usage: ZERO_USAGE, emissions: [], summary: "settled" },
+      {
+        step: undefined,
+        outcomes: [{ invocationId, effect: "read", outcome: "succeeded", resultText: "value", artifacts: [] }],
+        crossesCommitBoundary: false,
+        writes: false,
+        events: [],
+        unlessChangedSince: undefined,
+      },
+      "strict",
+    );
+  const literal = (value: unknown): string => {
+    if (value === null) return "NULL";
+    if (value instanceof Date) return db.escapeLiteral(value.toISOString());
+    if (Array.isArray(value)) return db.escapeLiteral(`{${value.join(",")}}`);
+    if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") return db.escapeLiteral(String(value));
+    throw new Error(`no literal for ${typeof value}`);
+  };
+
+  it("keel_step_commit_fenced settles a call with a HOT update: no index entry is written", async () => {
+    await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
+      VALUES (md5('hot-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1)`);
+    await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
+      VALUES (md5('hot-t')::uuid, md5('hot-run')::uuid, 'call-hot', 0, 'bench.read.v1', '1', 'read', '{}'::jsonb, 'pending')`);
+    const [{ run, call }] = (await db.query<{ run: string; call: string }>("SELECT md5('hot-run')::uuid::text AS run, md5('hot-t')::uuid::text AS call")).rows as [
+      { run: string; call: string },
+    ];
+    // This backend's table counters reach the shared statistics once it is idle after a forced flush.
+    const updates = async (): Promise<{ all: number; hot: number }> => {
+      await db.query("SELECT pg_stat_force_next_flush()");
+      const { rows } = await db.query<{ n_tup_upd: string; n_tup_hot_upd: string }>(
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tool_invocations'",
+      );
+      return { all: Number(rows[0]?.n_tup_upd), hot: Number(rows[0]?.n_tup_hot_upd) };
+    };
+    const before = await updates();
+    const { rows: fenced } = await db.query<{ id: string }>({ text: fencedCommit.text, values: fencedCommit.bind(settleParams(run, call)) });
+    expect(fenced.map((row) => row.id)).toEqual([run]);
+    const after = await updates();
+    expect(after.all - before.all).toBe(1);
+    expect(after.hot - before.hot).toBe(1);
+  });
+
   it("keel_step_commit_fenced settles a long run's call by its key, not by reading every call the run made", async () => {
     await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
       VALUES (md5('long-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1)`);
@@ -169,24 +216,11 @@ describe("admission's statements with generic plans", () => {
     await db.query("ANALYZE runs, tool_invocations");
     const [{ id: runId }] = (await db.query<{ id: string }>("SELECT md5('long-run')::uuid::text AS id")).rows as [{ id: string }];
     const [{ id: invocationId }] = (await db.query<{ id: string }>("SELECT md5('long-t3000')::uuid::text AS id")).rows as [{ id: string }];
-    const outcome = { invocationId, effect: "read", outcome: "succeeded", resultText: "value", artifacts: [] } as const;
-    const params = fencedCommitParams(
-      { runId, workerId: "worker-1", epoch: 1 },
-      { status: "running", usage: ZERO_USAGE, emissions: [], summary: "settled" },
-      { step: undefined, outcomes: [outcome], crossesCommitBoundary: false, writes: false, events: [], unlessChangedSince: undefined },
-      "strict",
-    );
+    const params = settleParams(runId, invocationId);
     await db.query("BEGIN");
     try {
       await db.query("SET LOCAL plan_cache_mode = force_generic_plan");
       await db.query(`PREPARE settle_long_run AS ${fencedCommit.text}`);
-      const literal = (value: unknown): string => {
-        if (value === null) return "NULL";
-        if (value instanceof Date) return db.escapeLiteral(value.toISOString());
-        if (Array.isArray(value)) return db.escapeLiteral(`{${value.join(",")}}`);
-        if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") return db.escapeLiteral(String(value));
-        throw new Error(`no literal for ${typeof value}`);
-      };
       const { rows } = await db.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(
         `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE settle_long_run(${fencedCommit.bind(params).map(literal).join(", ")})`,
       );

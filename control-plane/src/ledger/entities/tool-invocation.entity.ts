@@ -10,7 +10,9 @@ const p = defineEntity.properties;
 export const ToolInvocationEntity = defineEntity({
   name: "ToolInvocation",
   tableName: "tool_invocations",
-  indexes: [{ properties: ["runId", "status"] }, { properties: ["stepId"] }, { name: "tool_invocations_model_call_id_index", expression: 'create index "tool_invocations_model_call_id_index" on "tool_invocations" ("model_call_id") where "model_call_id" is not null' }],
+  // No index holds status: settling a call (status, result) is then a HOT update that writes no
+  // index entry (Migration20261222000000 also leaves room on each page for it).
+  indexes: [{ properties: ["runId"] }, { properties: ["stepId"] }, { name: "tool_invocations_model_call_id_index", expression: 'create index "tool_invocations_model_call_id_index" on "tool_invocations" ("model_call_id") where "model_call_id" is not null' }],
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),
