@@ -7,7 +7,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pipelinedBeginUnsupportedReason } from "../control-plane/src/ledger/pg-pipelined-begin.js";
 import { NOTIFY_SPACING_MS } from "../control-plane/src/ledger/notification-hub.js";
-import { createSqlPool, sql as sqlText, statement, type SqlPool, type SqlTransaction } from "../control-plane/src/ledger/sql.js";
+import { createSqlPool, registeredStatements, sql as sqlText, statement, type SqlPool, type SqlTransaction } from "../control-plane/src/ledger/sql.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
 type Seen = { xid: string; at: string };
@@ -322,6 +322,24 @@ describe("Sql.notify: wake-ups sent after the commit", () => {
     sql.notify("keel_runs", "marker");
     await until(() => heard.some((n) => n.payload === "marker"), "the marker");
     expect(heard.filter((n) => n.payload === "rolled-back-run")).toEqual([]);
+  });
+
+  it("sends notifications in a transaction that does not wait for its WAL flush", async () => {
+    // A notifying transaction gets a transaction id and a commit record; what it announces has committed already.
+    const notify = registeredStatements().find((s) => s.name === "keel_ledger_notify")!;
+    await listener.query("SET synchronous_commit = on");
+    await listener.query("BEGIN");
+    try {
+      await listener.query({ text: notify.text, values: notify.bind({ channels: ["keel_runs"], payloads: ["flush-check"] } as never) });
+      const { rows } = await listener.query<{ synchronous_commit: string }>("SHOW synchronous_commit");
+      expect(rows[0]?.synchronous_commit).toBe("off");
+    } finally {
+      await listener.query("COMMIT");
+    }
+    const { rows } = await listener.query<{ synchronous_commit: string }>("SHOW synchronous_commit");
+    expect(rows[0]?.synchronous_commit).toBe("on");
+    await listener.query("RESET synchronous_commit");
+    await until(() => heard.some((n) => n.payload === "flush-check"), "the notice");
   });
 
   it("spaces a spaced channel's sends and carries what waited in the next one", async () => {
