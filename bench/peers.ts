@@ -4,10 +4,12 @@
 // system flushes what it records before going on) and relaxed (Keel's relaxed mode, PostgreSQL's
 // synchronous_commit off for DBOS and raw, Restate's log fsync off). Per system: p50/p99 of one
 // iteration with one loop running alone, and iterations/s with --concurrent loops at once.
-// A peer that cannot start is skipped with its reason.
+// A peer that cannot start is skipped with its reason. With --sittings N, every system is
+// measured N times in turn and the table gives each figure's median, each sitting's beside it:
+// one sitting's throughput moves by about a tenth between runs on a 2-core machine.
 //
 //   npm run bench -- peers [--iterations 100] [--concurrent 16] [--warmup 1] [--durability strict|relaxed|both]
-//                          [--peers keel,restate,dbos,raw]
+//                          [--peers keel,restate,dbos,raw] [--sittings 3]
 import { parseArgs } from "node:util";
 import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { dbosPeer, shutDownDbos } from "./peers/dbos-peer.js";
@@ -29,6 +31,7 @@ interface Options {
   readonly warmup: number;
   readonly modes: readonly Durability[];
   readonly peers: readonly Name[];
+  readonly sittings: number;
 }
 
 function parseOptions(args: readonly string[]): Options {
@@ -40,6 +43,7 @@ function parseOptions(args: readonly string[]): Options {
       warmup: { type: "string", default: "1" },
       durability: { type: "string", default: "both" },
       peers: { type: "string", default: NAMES.join(",") },
+      sittings: { type: "string", default: "3" },
     },
   });
   const peers = values.peers.split(",").map((name) => name.trim());
@@ -50,10 +54,32 @@ function parseOptions(args: readonly string[]): Options {
     warmup: integerOption("warmup", values.warmup, 0),
     modes: values.durability === "both" ? ["strict", "relaxed"] : [benchDurability(values.durability)],
     peers: peers as Name[],
+    sittings: integerOption("sittings", values.sittings, 1),
   };
 }
 
 type Outcome = { readonly figures: PeerFigures; readonly setup: string } | { readonly skipped: string };
+
+/** Each figure's median over the sittings; a peer skipped in any sitting is skipped. */
+function medianOutcome(sittings: readonly Outcome[]): Outcome {
+  const skipped = sittings.find((outcome): outcome is { readonly skipped: string } => "skipped" in outcome);
+  if (skipped !== undefined) return skipped;
+  const measured = sittings as readonly { readonly figures: PeerFigures; readonly setup: string }[];
+  const median = (pick: (figures: PeerFigures) => number): number => {
+    const sorted = measured.map((outcome) => pick(outcome.figures)).sort((a, b) => a - b);
+    const middle = sorted.length >> 1;
+    return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+  };
+  const first = measured[0]!;
+  return {
+    setup: first.setup,
+    figures: {
+      single: { n: first.figures.single.n, p50: median((f) => f.single.p50), p99: median((f) => f.single.p99) },
+      perSecond: median((f) => f.perSecond),
+      iterations: first.figures.iterations,
+    },
+  };
+}
 
 export default async function peersBench(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
@@ -80,13 +106,16 @@ export default async function peersBench(args: readonly string[]): Promise<void>
     const lines: string[] = [];
     try {
       for (const mode of options.modes) {
-        const outcomes = new Map<Name, Outcome>();
-        for (const name of options.peers) {
-          const kind = kinds[name];
-          progress(`${mode}: ${kind.name} (${kind.describe(mode)})`);
-          outcomes.set(name, await run(kind, mode, options, progress));
+        const sittings = new Map<Name, Outcome[]>(options.peers.map((name) => [name, []]));
+        for (let sitting = 1; sitting <= options.sittings; sitting++) {
+          for (const name of options.peers) {
+            const kind = kinds[name];
+            progress(`${mode}${options.sittings > 1 ? `, sitting ${sitting}/${options.sittings}` : ""}: ${kind.name} (${kind.describe(mode)})`);
+            sittings.get(name)!.push(await run(kind, mode, options, progress));
+          }
         }
-        lines.push(...report(mode, outcomes, options, settings));
+        const outcomes = new Map<Name, Outcome>([...sittings].map(([name, each]) => [name, medianOutcome(each)]));
+        lines.push(...report(mode, outcomes, options, settings, sittings));
       }
     } finally {
       await shutDownDbos().catch((error: unknown) => progress(`stopping DBOS: ${String(error)}`));
@@ -117,7 +146,7 @@ async function run(kind: PeerKind, mode: Durability, options: Options, progress:
   }
 }
 
-function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options: Options, settings: string): string[] {
+function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options: Options, settings: string, sittings: ReadonlyMap<Name, readonly Outcome[]>): string[] {
   const figures = (name: Name): PeerFigures | undefined => {
     const outcome = outcomes.get(name);
     return outcome !== undefined && "figures" in outcome ? outcome.figures : undefined;
@@ -143,9 +172,11 @@ function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options:
   return [
     "",
     `peers, mode=${mode}: ${options.iterations} iterations per loop (one instant model turn + one instant read tool), 1 loop alone, then ${options.concurrent} at once; ` +
-      `${options.warmup} warm-up loop(s) each; embedded PostgreSQL 17 (${settings})`,
+      `${options.warmup} warm-up loop(s) each; embedded PostgreSQL 17 (${settings})` +
+      (options.sittings > 1 ? `; each figure the median of ${options.sittings} sittings` : ""),
     "",
     ...table(["system", "p50_ms", "p99_ms", `iterations/s, ${options.concurrent} loops`, "setup"], rows),
+    ...(options.sittings > 1 ? ["", ...eachSitting(sittings)] : []),
     "",
     `targets (keel against each peer): ${verdicts.join("; ")}`,
     `RESULT mode=${mode} keel_p50_ms=${value(keel?.single.p50, 2)} restate_p50_ms=${value(restate?.single.p50, 2)} dbos_p50_ms=${value(dbos?.single.p50, 2)} ` +
@@ -153,4 +184,12 @@ function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options:
       `vs_restate_p50=${ratio(keel?.single.p50, restate?.single.p50)} vs_restate_tput=${ratio(keel?.perSecond, restate?.perSecond)} ` +
       `vs_dbos_p50=${ratio(keel?.single.p50, dbos?.single.p50)} vs_dbos_tput=${ratio(keel?.perSecond, dbos?.perSecond)}`,
   ];
+}
+
+/** Each system's figures sitting by sitting (p50 ms / iterations/s), beside the medians. */
+function eachSitting(sittings: ReadonlyMap<Name, readonly Outcome[]>): string[] {
+  return [...sittings].map(
+    ([name, each]) =>
+      `${name} by sitting: ${each.map((outcome) => ("figures" in outcome ? `${ms(outcome.figures.single.p50)} ms / ${outcome.figures.perSecond.toFixed(1)}/s` : "skipped")).join(", ")}`,
+  );
 }

@@ -34,10 +34,13 @@ export interface MeasureOptions {
 /**
  * p50/p99 of the gap between consecutive iteration starts of one loop run alone (each gap is
  * one whole iteration), then iterations per second with `concurrent` loops at once (wall clock
- * from the first start to the last loop's end).
+ * from the first start to the last loop's end). The warm-up runs each phase's shape untimed
+ * first (its loops alone, then one round of `concurrent` at once), so no system is timed while
+ * its process still compiles the concurrent path.
  */
 export async function measure(peer: Peer, options: MeasureOptions): Promise<PeerFigures> {
   for (let i = 0; i < options.warmupLoops; i++) await peer.runLoop(() => {});
+  if (options.warmupLoops > 0) await Promise.all(Array.from({ length: options.concurrent }, () => peer.runLoop(() => {})));
   const starts: number[] = [];
   await peer.runLoop(() => starts.push(performance.now()));
   const gaps = starts.slice(1).map((t, i) => t - starts[i]!);
