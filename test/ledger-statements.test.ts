@@ -86,6 +86,16 @@ describe("admission's statements with generic plans", () => {
     await db.query("ANALYZE");
   });
 
+  /** The rows an executed plan's scans of `table` read, kept or filtered out (not the rows it wrote). */
+  const rowsRead = (node: Record<string, unknown>, table: string): number => {
+    const own =
+      node["Relation Name"] === table && node["Node Type"] !== "ModifyTable"
+        ? (Number(node["Actual Rows"] ?? 0) + Number(node["Rows Removed by Filter"] ?? 0) + Number(node["Rows Removed by Index Recheck"] ?? 0)) *
+          Number(node["Actual Loops"] ?? 1)
+        : 0;
+    return own + ((node["Plans"] as Record<string, unknown>[] | undefined) ?? []).reduce((sum, child) => sum + rowsRead(child, table), 0);
+  };
+
   /** Each growing table the generic plan reads whole. */
   const scans = async (text: string): Promise<string[]> => {
     const { rows } = await db.query<{ "QUERY PLAN": unknown }>(`EXPLAIN (GENERIC_PLAN, FORMAT JSON) ${text}`);
@@ -138,16 +148,8 @@ describe("admission's statements with generic plans", () => {
       const { rows } = await db.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(
         `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE long_conversation(${params.map((value) => db.escapeLiteral(String(value))).join(", ")})`,
       );
-      const read = { runs: 0, progress_events: 0 };
-      const walk = (node: Record<string, unknown>) => {
-        const table = node["Relation Name"];
-        if (table === "runs" || table === "progress_events") {
-          const loops = Number(node["Actual Loops"] ?? 1);
-          read[table] += (Number(node["Actual Rows"] ?? 0) + Number(node["Rows Removed by Filter"] ?? 0) + Number(node["Rows Removed by Index Recheck"] ?? 0)) * loops;
-        }
-        for (const child of (node["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(child);
-      };
-      walk(rows[0]!["QUERY PLAN"][0]!.Plan);
+      const plan = rows[0]!["QUERY PLAN"][0]!.Plan;
+      const read = { runs: rowsRead(plan, "runs"), progress_events: rowsRead(plan, "progress_events") };
       // The running run (also the latest), found by two index lookups and fetched by its key; the
       // newest notices from the end of the conversation's index.
       expect(rows[0]!["QUERY PLAN"][0]!.Plan["Actual Rows"]).toBe(1);
@@ -224,15 +226,7 @@ describe("admission's statements with generic plans", () => {
       const { rows } = await db.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(
         `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE settle_long_run(${fencedCommit.bind(params).map(literal).join(", ")})`,
       );
-      let read = 0;
-      const walk = (node: Record<string, unknown>) => {
-        if (node["Relation Name"] === "tool_invocations" && node["Node Type"] !== "ModifyTable") {
-          read += (Number(node["Actual Rows"] ?? 0) + Number(node["Rows Removed by Filter"] ?? 0) + Number(node["Rows Removed by Index Recheck"] ?? 0)) * Number(node["Actual Loops"] ?? 1);
-        }
-        for (const child of (node["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(child);
-      };
-      walk(rows[0]!["QUERY PLAN"][0]!.Plan);
-      expect(read).toBe(1);
+      expect(rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan, "tool_invocations")).toBe(1);
       const { rows: settled } = await db.query<{ status: string }>("SELECT status FROM tool_invocations WHERE id = $1", [invocationId]);
       expect(settled[0]?.status).toBe("succeeded");
     } finally {

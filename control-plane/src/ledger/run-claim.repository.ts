@@ -180,9 +180,9 @@ const HELD_BACK = Symbol("held back");
  * How often a worker looks again after its candidate was held back. Near a ceiling a start
  * holding a slot counts every other slot as taken (the margin), so a start that committed while
  * it waited for the admission lock can hold it back though room is left; looking again counts
- * exactly (the exclusive lock). Without it the run waited for some other run to end, up to the
- * idle poll: in the peers bench one of 16 runs started 1.8 s late. A start really held back (its
- * conversation, a full ceiling) is no longer a candidate, so the next look finds another or none.
+ * exactly (the exclusive lock); otherwise the run would wait for another run to end or the idle
+ * poll. A start really held back (its conversation, a full ceiling) is no longer a candidate, so
+ * the next look finds another or none. Admission's held-back starts stay queued and come here.
  */
 const CLAIM_ATTEMPTS = 3;
 

@@ -4,8 +4,9 @@ import { Migration } from '@mikro-orm/migrations';
  * Settling a tool call changes its status and result. With status in an index, every settle
  * wrote a new entry into each of the table's four indexes; with the run's calls indexed by
  * run_id alone, and a fifth of each page left free for the settle, the update is a HOT update
- * that writes no index entry. Nothing read a run's calls by status through the index in a way
- * run_id alone does not serve: a run's calls are few next to the table.
+ * that writes no index entry. The statements that filter a run's calls by status (a stopped
+ * run's work done, its open unknown outcomes, a graph's rejected plans) are off the step path
+ * and read one run's calls through the run_id index.
  */
 export class Migration20261222000000 extends Migration {
 
