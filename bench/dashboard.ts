@@ -10,7 +10,7 @@
 // Node over the same HTTP/1.1 port (the first page of steps, then all of them), and the browser's
 // frame cadence on the same page with nothing moving.
 //
-//   npm run bench -- dashboard [--steps 1000] [--opens 5] [--scroll-px 120] [--trace FILE]
+//   npm run bench -- dashboard [--steps 1000] [--opens 5] [--scroll-px 120] [--trace FILE] [--durability strict|relaxed]
 // (--trace writes a Chromium performance trace of the scroll, to open in chrome://tracing or Perfetto.)
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -29,7 +29,7 @@ import { loadConfig } from "../control-plane/src/config.js";
 import { longRunAgent } from "../control-plane/src/fixtures/long-run-agent.js";
 import { defineTool } from "../control-plane/src/tools/tool-registry.js";
 import { ensureDashboardBuilt } from "../dashboard/ensure-built.js";
-import { integerOption, ms, pick, summarize, table, withBenchPostgres } from "./support.js";
+import { benchDurability, DURABILITY_OPTION, integerOption, ms, pick, summarize, table, withBenchPostgres, type Durability } from "./support.js";
 
 const READ_TOOL = "bench.read_path.v1";
 const AGENT_ID = "bench-long";
@@ -53,18 +53,20 @@ interface Options {
   readonly opens: number;
   readonly scrollPx: number;
   readonly trace: string | undefined;
+  readonly durability: Durability;
 }
 
 function parseOptions(args: readonly string[]): Options {
   const { values } = parseArgs({
     args: [...args],
-    options: { steps: { type: "string", default: "1000" }, opens: { type: "string", default: "5" }, "scroll-px": { type: "string", default: "120" }, trace: { type: "string" } },
+    options: { steps: { type: "string", default: "1000" }, opens: { type: "string", default: "5" }, "scroll-px": { type: "string", default: "120" }, trace: { type: "string" }, ...DURABILITY_OPTION },
   });
   return {
     steps: integerOption("steps", values.steps, 2),
     opens: integerOption("opens", values.opens, 1),
     scrollPx: integerOption("scroll-px", values["scroll-px"], 1),
     trace: values.trace,
+    durability: benchDurability(values.durability),
   };
 }
 
@@ -88,7 +90,8 @@ export default async function dashboard(args: readonly string[]): Promise<void> 
     const env = {
       DATABASE_URL: postgres.url,
       KEEL_LOG_LEVEL: "warn",
-      ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS", "KEEL_DURABILITY"]),
+      ...pick(process.env, ["KEEL_WORKERS", "KEEL_DB_POOL_MAX", "KEEL_IDLE_POLL_MS", "KEEL_LEASE_MS"]),
+      KEEL_DURABILITY: options.durability,
     };
     const app = await buildApp(loadConfig(env), env, { log: pino({ level: "warn" }, pino.destination(2)), tools: [readPath] });
     try {
@@ -228,7 +231,7 @@ export default async function dashboard(args: readonly string[]): Promise<void> 
         const row3 = (name: string, s: { n: number; p50: number; p99: number }) => [name, String(s.n), ms(s.p50), ms(s.p99)];
         const lines = [
           "",
-          `Dashboard, a run of ${stepCount} steps (chromium headless, 1280×800; the run page loads every step as a summary, 500 to a page)`,
+          `Dashboard, a run of ${stepCount} steps (chromium headless, 1280×800; the run page loads every step as a summary, 500 to a page); Keel durability=${options.durability}`,
           "",
           ...table(
             ["measure", "n", "p50 ms", "p99 ms"],
@@ -245,7 +248,7 @@ export default async function dashboard(args: readonly string[]): Promise<void> 
           `scroll: ${gaps.length} frames, ${dropped} dropped (gap > ${ms(DROPPED_OVER_MS)} ms), longest ${ms(Math.max(0, ...gaps))} ms; idle: ${idleGaps.length} frames, ${idleDropped} dropped`,
           `open vs its data: ${ms(open.p50 - fetchFirst.p50)} ms of p50 is the page's own (render, and the browser's fetches)`,
           "",
-          `RESULT run_${options.steps}_steps_open_ms=${Math.round(open.p50)} dropped_frames=${dropped} scroll_frames=${gaps.length} idle_frame_ms=${ms(idle.p50)} idle_dropped_frames=${idleDropped} open_p99_ms=${Math.round(open.p99)} all_rows_ms=${Math.round(load.p50)} baseline_first_page_ms=${Math.round(fetchFirst.p50)} baseline_all_steps_ms=${Math.round(fetchAll.p50)}`,
+          `RESULT mode=${options.durability} run_${options.steps}_steps_open_ms=${Math.round(open.p50)} dropped_frames=${dropped} scroll_frames=${gaps.length} idle_frame_ms=${ms(idle.p50)} idle_dropped_frames=${idleDropped} open_p99_ms=${Math.round(open.p99)} all_rows_ms=${Math.round(load.p50)} baseline_first_page_ms=${Math.round(fetchFirst.p50)} baseline_all_steps_ms=${Math.round(fetchAll.p50)}`,
         ];
         process.stdout.write(`${lines.join("\n")}\n`);
       } finally {

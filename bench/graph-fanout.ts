@@ -16,7 +16,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import type { ModelProvider } from "../control-plane/src/models/model-provider.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
-import { startBenchKeel, withBenchPostgres } from "./support.js";
+import { beginRaw, startBenchKeel, withBenchPostgres, type Durability } from "./support.js";
 
 const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 const QUIET = scriptedModel([turn("")]);
@@ -78,12 +78,12 @@ export interface FanoutFigures {
 }
 
 /** Runs each shape `rounds` times, alternating, and returns the end-to-end times (submit to settled). */
-export async function measureFanout(branches: number, callMs: number, rounds: number, progress: (line: string) => void): Promise<FanoutFigures> {
+export async function measureFanout(branches: number, callMs: number, rounds: number, durability: Durability, progress: (line: string) => void): Promise<FanoutFigures> {
   // The root parks while its children run: one worker per branch lets all of them run at once.
   process.env["KEEL_WORKERS"] ??= String(branches + 1);
   return withBenchPostgres("graph", progress, async (postgres) => {
     const { graph, loop } = agents(branches, callMs);
-    const keel = await startBenchKeel(postgres, graph, "strict", { wrapRunnerDeps: slowChildren(callMs) });
+    const keel = await startBenchKeel(postgres, graph, durability, { wrapRunnerDeps: slowChildren(callMs) });
     const db = new pg.Client({ connectionString: postgres.url });
     try {
       await keel.app.agents.put(loop);
@@ -143,7 +143,7 @@ export interface ChainFigures {
  * is the scheduler's own: the pass that starts it, the claim, the child's reply commit and the
  * pass that readies the next. The baseline writes the same rows in one raw transaction.
  */
-export async function measureChain(length: number, samples: number, progress: (line: string) => void): Promise<ChainFigures> {
+export async function measureChain(length: number, samples: number, durability: Durability, progress: (line: string) => void): Promise<ChainFigures> {
   process.env["KEEL_WORKERS"] ??= "2";
   return withBenchPostgres("graph-chain", progress, async (postgres) => {
     // Sized so a chain of up to 45 nodes fits the root's default budget (wall clock adds up along the chain).
@@ -159,7 +159,7 @@ export async function measureChain(length: number, samples: number, progress: (l
       models: { primary: scriptedModel([turn("", [toolCall("keel.propose_work_graph.v1", proposal)]), turn("done")]), fast: QUIET, decision: QUIET },
       graph: { maxNodes: length, maxDepth: length, maxParallelism: 1, maxRevisions: 0, maxReplans: 1 },
     };
-    const keel = await startBenchKeel(postgres, agent, "strict", { wrapRunnerDeps: slowChildren(0) });
+    const keel = await startBenchKeel(postgres, agent, durability, { wrapRunnerDeps: slowChildren(0) });
     const db = new pg.Client({ connectionString: postgres.url });
     try {
       await db.connect();
@@ -221,7 +221,7 @@ export async function measureChain(length: number, samples: number, progress: (l
       const rawMs: number[] = [];
       for (let i = 0; i < samples; i++) {
         const started = performance.now();
-        await db.query("BEGIN");
+        await beginRaw(db, durability);
         await db.query(
           `WITH node AS (
              INSERT INTO work_nodes (id, graph_id, key, kind, status, objective, depends_on, ordinal)

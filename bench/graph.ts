@@ -13,7 +13,7 @@
 // of one of its inputs. Write tools are gated, so every rule of admission runs on every node.
 //
 //   npm run bench -- graph [--nodes 1000] [--admissions 200] [--branches 8] [--call-ms 200] [--rounds 5]
-//                          [--chain 40] [--raw-samples 20] [--skip-fanout] [--skip-chain]
+//                          [--chain 40] [--raw-samples 20] [--skip-fanout] [--skip-chain] [--durability strict|relaxed]
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import type { RunBudget } from "../control-plane/src/domain/agent.js";
@@ -22,7 +22,7 @@ import type { AdmissionContext, WorkGraphProposal } from "../control-plane/src/d
 import { topologicalOrder } from "../control-plane/src/domain/work-graph-order.js";
 import { parseWorkGraphProposal } from "../control-plane/src/models/work-graph-proposal.js";
 import { measureChain, measureFanout } from "./graph-fanout.js";
-import { integerOption, ms, summarize, table, type Stats } from "./support.js";
+import { benchDurability, DURABILITY_OPTION, durabilityLabel, integerOption, ms, summarize, table, type Stats } from "./support.js";
 
 const LAYERS = 9;
 const TARGET_P50_MS = 50;
@@ -109,8 +109,10 @@ export default async function run(args: readonly string[]): Promise<void> {
       chain: { type: "string", default: "40" },
       "raw-samples": { type: "string", default: "20" },
       "skip-chain": { type: "boolean", default: false },
+      ...DURABILITY_OPTION,
     },
   });
+  const durability = benchDurability(values.durability);
   const nodeCount = integerOption("nodes", values.nodes, 2);
   const admissions = integerOption("admissions", values.admissions, 1);
   const branches = integerOption("branches", values.branches, 2);
@@ -140,9 +142,9 @@ export default async function run(args: readonly string[]): Promise<void> {
     if (topologicalOrder(successors).length !== proposal.nodes.length) throw new Error("sort lost nodes");
   });
 
-  const fanout = values["skip-fanout"] ? undefined : await measureFanout(branches, callMs, rounds, (line) => process.stderr.write(`${line}\n`));
+  const fanout = values["skip-fanout"] ? undefined : await measureFanout(branches, callMs, rounds, durability, (line) => process.stderr.write(`${line}\n`));
   const median = (xs: readonly number[]): number => summarize(xs).p50;
-  const chain = values["skip-chain"] ? undefined : await measureChain(chainLength, rawSamples, (line) => process.stderr.write(`${line}\n`));
+  const chain = values["skip-chain"] ? undefined : await measureChain(chainLength, rawSamples, durability, (line) => process.stderr.write(`${line}\n`));
   const overhead = chain === undefined ? undefined : median(chain.perNodeMs) / median(chain.rawMs);
   const chainLines =
     chain === undefined || overhead === undefined
@@ -173,7 +175,7 @@ export default async function run(args: readonly string[]): Promise<void> {
         ];
   const { graph } = verdict;
   const lines = [
-    `WorkGraph bench: ${proposal.nodes.length} nodes, ${proposal.edges.length} edges, depth ${graph.depth}, width ${graph.width}, ${admissions} admissions each`,
+    `WorkGraph bench: ${proposal.nodes.length} nodes, ${proposal.edges.length} edges, depth ${graph.depth}, width ${graph.width}, ${admissions} admissions each; ${durabilityLabel(durability)}`,
     "",
     ...table(
       ["(a) figure", "p50 ms", "p99 ms", "p50 / admission"],
@@ -188,7 +190,7 @@ export default async function run(args: readonly string[]): Promise<void> {
     ...chainLines,
     ...fanoutLines,
     "",
-    `RESULT admit_1000_p50_ms=${ms(admit.p50)} admit_1000_p99_ms=${ms(admit.p99)} parse_1000_p50_ms=${ms(read.p50)} ` +
+    `RESULT mode=${durability} admit_1000_p50_ms=${ms(admit.p50)} admit_1000_p99_ms=${ms(admit.p99)} parse_1000_p50_ms=${ms(read.p50)} ` +
       `toposort_1000_p50_ms=${ms(sort.p50)} node_overhead_ratio=${overhead === undefined ? "skipped" : overhead.toFixed(2)} fanout_speedup=${speedup === undefined ? "skipped" : speedup.toFixed(2)}`,
   ];
   process.stdout.write(`${lines.join("\n")}\n`);
