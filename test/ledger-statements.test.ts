@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { EXECUTING_SQL } from "../control-plane/src/ledger/run-start.sql.js";
 import { FOLLOW_UP_PROGRESS_RECORDS } from "../control-plane/src/domain/transcript-builder.js";
-import { registeredStatements } from "../control-plane/src/ledger/sql.js";
+import { GENERIC_PLAN_SETTINGS, registeredStatements } from "../control-plane/src/ledger/sql.js";
 import { fencedCommit, fencedCommitParams } from "../control-plane/src/ledger/step-commit.sql.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
@@ -31,6 +31,39 @@ afterAll(async () => {
   await db?.end();
 });
 
+/** A fenced commit by worker-1 at epoch 1 that settles one read call of the run. */
+const settleParams = (runId: string, invocationId: string) =>
+  fencedCommitParams(
+    { runId, workerId: "worker-1", epoch: 1 },
+    { status: "running", usage: ZERO_USAGE, emissions: [], summary: "settled" },
+    {
+      step: undefined,
+      outcomes: [{ invocationId, effect: "read", outcome: "succeeded", resultText: "value", artifacts: [] }],
+      crossesCommitBoundary: false,
+      writes: false,
+      events: [],
+      unlessChangedSince: undefined,
+    },
+    "strict",
+  );
+const literal = (value: unknown): string => {
+  if (value === null) return "NULL";
+  if (value instanceof Date) return db.escapeLiteral(value.toISOString());
+  if (Array.isArray(value)) return db.escapeLiteral(`{${value.join(",")}}`);
+  if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") return db.escapeLiteral(String(value));
+  throw new Error(`no literal for ${typeof value}`);
+};
+
+/** The rows an executed plan's scans of `table` read, kept or filtered out (not the rows it wrote). */
+const rowsRead = (node: Record<string, unknown>, table: string): number => {
+  const own =
+    node["Relation Name"] === table && node["Node Type"] !== "ModifyTable"
+      ? (Number(node["Actual Rows"] ?? 0) + Number(node["Rows Removed by Filter"] ?? 0) + Number(node["Rows Removed by Index Recheck"] ?? 0)) *
+        Number(node["Actual Loops"] ?? 1)
+      : 0;
+  return own + ((node["Plans"] as Record<string, unknown>[] | undefined) ?? []).reduce((sum, child) => sum + rowsRead(child, table), 0);
+};
+
 describe("the ledger's statements against the migrated schema", () => {
   it("every registered statement prepares", async () => {
     const statements = registeredStatements();
@@ -45,6 +78,46 @@ describe("the ledger's statements against the migrated schema", () => {
       }
     }
     expect(failures, `statements that do not prepare:\n${failures.join("\n")}`).toEqual([]);
+  });
+});
+
+describe("generic plans made while the ledger is empty", () => {
+  // A connection plans each statement once and keeps the plan until the table is analyzed, which
+  // autovacuum does a minute or more later: a plan made on a new install's empty tables must still
+  // find rows by key once they hold thousands.
+  it("keel_step_commit_fenced settles a call by its key after the run's calls grew from one to thousands", async () => {
+    const url = await createTestDatabase();
+    await migrateLedger({ url });
+    const fresh = new pg.Client({ connectionString: url });
+    await fresh.connect();
+    try {
+      await fresh.query(`INSERT INTO agents (id, spec, revision) VALUES ('agent-1', '{}'::jsonb, 1);
+        INSERT INTO actors (id) VALUES ('actor-1');
+        INSERT INTO conversations (id, agent_id, external_id, connector) VALUES (md5('c1')::uuid, 'agent-1', 'conversation-1', 'bench');
+        INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
+          VALUES (md5('fresh-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1);`);
+      const calls = (from: number, to: number) => `INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
+        SELECT md5('fresh-t' || i)::uuid, md5('fresh-run')::uuid, 'call-' || i, 0, 'bench.read.v1', '1', 'read', '{}'::jsonb, 'pending'
+        FROM generate_series(${from}, ${to}) i`;
+      const ids = (await fresh.query<{ run: string; first: string; last: string }>(
+        "SELECT md5('fresh-run')::uuid::text AS run, md5('fresh-t0')::uuid::text AS first, md5('fresh-t3000')::uuid::text AS last",
+      )).rows[0]!;
+      await fresh.query(calls(0, 0));
+      await fresh.query("BEGIN");
+      for (const setting of GENERIC_PLAN_SETTINGS) await fresh.query(setting);
+      await fresh.query(`PREPARE settle_fresh AS ${fencedCommit.text}`);
+      const execute = (invocationId: string) => `EXECUTE settle_fresh(${fencedCommit.bind(settleParams(ids.run, invocationId)).map(literal).join(", ")})`;
+      // Planned now, with one call in the table; the plan is kept for the next execution.
+      await fresh.query(execute(ids.first));
+      await fresh.query(calls(1, 3000));
+      const { rows } = await fresh.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${execute(ids.last)}`);
+      expect(rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan, "tool_invocations")).toBe(1);
+      const { rows: settled } = await fresh.query<{ status: string }>("SELECT status FROM tool_invocations WHERE id = $1", [ids.last]);
+      expect(settled[0]?.status).toBe("succeeded");
+      await fresh.query("ROLLBACK");
+    } finally {
+      await fresh.end();
+    }
   });
 });
 
@@ -85,16 +158,6 @@ describe("admission's statements with generic plans", () => {
     await db.query(`INSERT INTO work_graphs (id, root_run_id, aggregate_usage) SELECT md5('g' || i)::uuid, md5('r' || i)::uuid, '{}'::jsonb FROM generate_series(1, ${rows}, 10) i`);
     await db.query("ANALYZE");
   });
-
-  /** The rows an executed plan's scans of `table` read, kept or filtered out (not the rows it wrote). */
-  const rowsRead = (node: Record<string, unknown>, table: string): number => {
-    const own =
-      node["Relation Name"] === table && node["Node Type"] !== "ModifyTable"
-        ? (Number(node["Actual Rows"] ?? 0) + Number(node["Rows Removed by Filter"] ?? 0) + Number(node["Rows Removed by Index Recheck"] ?? 0)) *
-          Number(node["Actual Loops"] ?? 1)
-        : 0;
-    return own + ((node["Plans"] as Record<string, unknown>[] | undefined) ?? []).reduce((sum, child) => sum + rowsRead(child, table), 0);
-  };
 
   /** Each growing table the generic plan reads whole. */
   const scans = async (text: string): Promise<string[]> => {
@@ -161,29 +224,6 @@ describe("admission's statements with generic plans", () => {
       await db.query("ROLLBACK");
     }
   });
-
-  /** A fenced commit by worker-1 at epoch 1 that settles one read call of the run. */
-  const settleParams = (runId: string, invocationId: string) =>
-    fencedCommitParams(
-      { runId, workerId: "worker-1", epoch: 1 },
-      { status: "running", usage: ZERO_USAGE, emissions: [], summary: "settled" },
-      {
-        step: undefined,
-        outcomes: [{ invocationId, effect: "read", outcome: "succeeded", resultText: "value", artifacts: [] }],
-        crossesCommitBoundary: false,
-        writes: false,
-        events: [],
-        unlessChangedSince: undefined,
-      },
-      "strict",
-    );
-  const literal = (value: unknown): string => {
-    if (value === null) return "NULL";
-    if (value instanceof Date) return db.escapeLiteral(value.toISOString());
-    if (Array.isArray(value)) return db.escapeLiteral(`{${value.join(",")}}`);
-    if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") return db.escapeLiteral(String(value));
-    throw new Error(`no literal for ${typeof value}`);
-  };
 
   it("keel_step_commit_fenced settles a call with a HOT update: no index entry is written", async () => {
     await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
