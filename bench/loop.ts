@@ -265,20 +265,19 @@ interface RawRun {
 /**
  * The rows one iteration of the loop writes, in one transaction: the run row (status, usage,
  * step count, event sequence), the step, its model call, the tool call (intent and result),
- * the result's observation, and the five events Keel records (tool invoked, step committed,
- * status change, tool settled, status change).
+ * the result's observation, and the two events Keel records (step committed, tool settled).
  */
 async function rawIteration(db: pg.Client, run: RawRun, durability: Durability): Promise<void> {
   const stepId = randomUUID();
   const invocationId = randomUUID();
   const index = run.iteration++;
   const firstSeq = run.eventSeq + 1;
-  run.eventSeq += 5;
+  run.eventSeq += 2;
   await beginRaw(db, durability);
   try {
     await db.query(
       `UPDATE runs SET status = $2, usage = $3::jsonb, step_count = step_count + 1, event_seq = $4, updated_at = now() WHERE id = $1`,
-      [run.runId, index % 2 === 0 ? "awaiting_tool" : "running", JSON.stringify({ ...ZERO_USAGE, iterations: index + 1, modelCalls: index + 1 }), run.eventSeq],
+      [run.runId, "running", JSON.stringify({ ...ZERO_USAGE, iterations: index + 1, modelCalls: index + 1 }), run.eventSeq],
     );
     await db.query(
       `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at)
@@ -303,11 +302,8 @@ async function rawIteration(db: pg.Client, run: RawRun, durability: Durability):
     );
     await db.query(
       `INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary) VALUES
-         ($1, $2, 'tool_invoked', NULL, $3, $4, 'bench.read.v1 intent recorded'),
-         ($1, $2 + 1, 'step_committed', 'awaiting_tool', $3, NULL, 'step'),
-         ($1, $2 + 2, 'status_changed', 'awaiting_tool', NULL, NULL, '1 tool call(s) to dispatch'),
-         ($1, $2 + 3, 'tool_settled', NULL, NULL, $4, 'succeeded: value of k: 42'),
-         ($1, $2 + 4, 'status_changed', 'running', NULL, NULL, 'bench.read.v1 succeeded')`,
+         ($1, $2, 'tool_settled', NULL, NULL, $4, 'succeeded: value of k: 42'),
+         ($1, $2 + 1, 'step_committed', 'running', $3, NULL, 'step 1: 1 tool call(s) to dispatch (bench.read.v1)')`,
       [run.runId, firstSeq, stepId, invocationId],
     );
     await db.query("COMMIT");

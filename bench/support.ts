@@ -176,7 +176,7 @@ async function statementReport(url: string, top: number): Promise<string> {
   const scans = await queryOnce(
     url,
     `SELECT relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-      WHERE seq_scan > 0 OR idx_scan > 0 ORDER BY seq_tup_read DESC LIMIT 12`,
+      WHERE seq_scan > 0 OR idx_scan > 0 ORDER BY seq_tup_read DESC, n_tup_ins DESC LIMIT 16`,
   );
   const tables = scans.rows.map((r: Record<string, unknown>) => `  ${String(r["relname"]).padEnd(24)} seq ${String(r["seq_scan"]).padStart(7)} read ${String(r["seq_tup_read"]).padStart(9)}  idx ${String(r["idx_scan"]).padStart(7)} fetched ${String(r["idx_tup_fetch"]).padStart(9)}  ins ${String(r["n_tup_ins"]).padStart(7)} upd ${String(r["n_tup_upd"]).padStart(7)} hot ${String(r["n_tup_hot_upd"]).padStart(7)}`);
   return ["statements by PostgreSQL time (plans: how many times PostgreSQL planned it):", "  total_ms   calls   plans  mean_ms  plan_ms  query", ...lines, "tables by rows read in sequential scans:", ...tables].join("\n");

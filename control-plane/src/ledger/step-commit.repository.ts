@@ -75,15 +75,16 @@ export function createStepCommitRepository(
       const prior = commit.priorOutcomes ?? [];
       const events: RunEventDraft[] = settledEvents(prior);
       if (step !== undefined) {
+        // The step's event names the calls it records: a tool_invoked event a call would only say
+        // the same again, one more row, index entry and key check per call on the hottest path.
+        // A refused call is settled here, so it gets its tool_settled event.
+        const invoked = step.invocations.filter((intent) => intent.status !== "refused").map((intent) => intent.toolName);
         for (const intent of step.invocations) {
-          events.push({
-            kind: intent.status === "refused" ? "tool_settled" : "tool_invoked",
-            toolInvocationId: intent.id,
-            stepId: step.id,
-            summary: intent.status === "refused" ? `${intent.toolName} refused: ${intent.refusalReason ?? ""}` : `${intent.toolName} intent recorded`,
-          });
+          if (intent.status !== "refused") continue;
+          events.push({ kind: "tool_settled", toolInvocationId: intent.id, stepId: step.id, summary: `${intent.toolName} refused: ${intent.refusalReason ?? ""}` });
         }
-        events.push({ kind: "step_committed", stepId: step.id, status: commit.status, summary: `step ${step.index}: ${commit.summary}` });
+        const calls = invoked.length === 0 ? "" : ` (${invoked.join(", ")})`;
+        events.push({ kind: "step_committed", stepId: step.id, status: commit.status, summary: `step ${step.index}: ${commit.summary}${calls}` });
       }
       return commitFenced(commit, commit, {
         step,

@@ -1,0 +1,99 @@
+// The events a step commit writes for WatchRun: one step_committed naming the calls it records
+// (no tool_invoked row per call, which only said the same again), a tool_settled for each result
+// and each refusal. run_events keeps its foreign key to the run only.
+import { randomUUID } from "node:crypto";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
+import { migrateLedger } from "../control-plane/src/ledger/orm.js";
+import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js";
+import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
+import type { InvocationIntent, StepCommit } from "../control-plane/src/runner/run-store.js";
+import { createTestDatabase } from "./support/keel-fixture.js";
+
+let db: pg.Client;
+let sql: SqlPool;
+
+beforeAll(async () => {
+  const url = await createTestDatabase();
+  await migrateLedger({ url });
+  db = new pg.Client({ connectionString: url });
+  await db.connect();
+  await db.query(
+    `WITH agent AS (INSERT INTO agents (id, spec, revision) VALUES ('ev-agent', '{"policy": {}}', 1)),
+       actor AS (INSERT INTO actors (id) VALUES ('ev-actor'))
+     INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ('00000000-0000-4000-8000-000000000002', 'ev-agent', 'ev', 'test')`,
+  );
+  sql = createSqlPool({ url, max: 2 });
+});
+
+afterAll(async () => {
+  await sql?.close();
+  await db?.end();
+});
+
+const intent = (toolName: string, status: "pending" | "refused", ordinal: number): InvocationIntent => ({
+  id: randomUUID(),
+  providerCallId: `call-${ordinal}`,
+  ordinal,
+  toolName,
+  toolVersion: "1",
+  effect: "read",
+  argumentsJson: "{}",
+  status,
+  ...(status === "refused" ? { refusalReason: "not allowed" } : {}),
+});
+
+describe("a step commit's run events", () => {
+  it("name the step's calls on its step_committed event, and settle each result and refusal", async () => {
+    const runId = randomUUID();
+    await db.query(
+      `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch, lease_expires_at)
+       VALUES ($1, 'ev-agent', '00000000-0000-4000-8000-000000000002', 'test', 'running', 'ev-actor', '{}', '{}', 'w', 1, now() + interval '1 minute')`,
+      [runId],
+    );
+    const repository = createStepCommitRepository(sql, "strict");
+    const [read, refused] = [intent("kv.read", "pending", 0), intent("kv.write", "refused", 1)];
+    const step = (index: number, invocations: readonly InvocationIntent[]): StepCommit["step"] => ({
+      id: randomUUID(),
+      index,
+      replayability: "replayable",
+      actorId: undefined,
+      startedAt: new Date(),
+      modelCall: undefined,
+      invocations,
+    });
+    const base = { runId, workerId: "w", epoch: 1, status: "running" as const, usage: ZERO_USAGE, emissions: [] };
+    await repository.commitStep({ ...base, step: step(0, [read, refused]), summary: "2 tool call(s)" });
+    // The read's result rides on the next step's commit, as the runner batches reads.
+    await repository.commitStep({
+      ...base,
+      step: step(1, []),
+      priorOutcomes: [{ invocationId: read.id, effect: "read", outcome: "succeeded", resultText: "v", artifacts: [] }],
+      summary: "replied",
+    });
+
+    const { rows } = await db.query<{ seq: number; kind: string; tool_invocation_id: string | null; summary: string }>(
+      "SELECT seq, kind, tool_invocation_id, summary FROM run_events WHERE run_id = $1 ORDER BY seq",
+      [runId],
+    );
+    expect(rows.map((row) => [row.seq, row.kind, row.tool_invocation_id])).toEqual([
+      [1, "tool_settled", refused.id],
+      [2, "step_committed", null],
+      [3, "tool_settled", read.id],
+      [4, "step_committed", null],
+    ]);
+    expect(rows[0]?.summary).toBe("kv.write refused: not allowed");
+    expect(rows[1]?.summary).toBe("step 0: 2 tool call(s) (kv.read)");
+    expect(rows[3]?.summary).toBe("step 1: replied");
+    const { rows: run } = await db.query<{ event_seq: number }>("SELECT event_seq FROM runs WHERE id = $1", [runId]);
+    expect(run[0]?.event_seq).toBe(4);
+  });
+
+  it("keep a foreign key to their run and none to the steps and calls written beside them", async () => {
+    const { rows } = await db.query<{ definition: string }>(
+      "SELECT pg_get_constraintdef(oid) AS definition FROM pg_constraint WHERE conrelid = 'run_events'::regclass AND contype = 'f'",
+    );
+    expect(rows.map((row) => row.definition)).toEqual([expect.stringMatching(/^FOREIGN KEY \(run_id\) REFERENCES runs\(id\)/)]);
+  });
+});
