@@ -11,7 +11,9 @@ import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js"
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
 import type { StepCommit } from "../control-plane/src/runner/run-store.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
+import { seedConversation, seedHeldRun } from "./support/run-seed.js";
 
+const OWNERS = { agent: "gc-agent", actor: "gc-actor", conversation: "00000000-0000-4000-8000-000000000001" };
 let url: string;
 let db: pg.Client;
 let sql: SqlPool;
@@ -21,11 +23,7 @@ beforeAll(async () => {
   await migrateLedger({ url });
   db = new pg.Client({ connectionString: url });
   await db.connect();
-  await db.query(
-    `WITH agent AS (INSERT INTO agents (id, spec, revision) VALUES ('gc-agent', '{"policy": {}}', 1)),
-       actor AS (INSERT INTO actors (id) VALUES ('gc-actor'))
-     INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ('00000000-0000-4000-8000-000000000001', 'gc-agent', 'gc', 'test')`,
-  );
+  await seedConversation(db, OWNERS);
   sql = createSqlPool({ url, max: 4 });
 });
 
@@ -34,16 +32,7 @@ afterAll(async () => {
   await db?.end();
 });
 
-/** A run held by worker `w` at epoch 1, as a claim leaves it. */
-async function heldRun(): Promise<string> {
-  const runId = randomUUID();
-  await db.query(
-    `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch, lease_expires_at)
-     VALUES ($1, 'gc-agent', '00000000-0000-4000-8000-000000000001', 'test', 'running', 'gc-actor', '{}', '{}', 'w', 1, now() + interval '1 minute')`,
-    [runId],
-  );
-  return runId;
-}
+const heldRun = (): Promise<string> => seedHeldRun(db, OWNERS);
 
 function stepCommit(runId: string, options: { epoch?: number; stepId?: string } = {}): StepCommit {
   return {

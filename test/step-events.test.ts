@@ -10,7 +10,9 @@ import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js"
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
 import type { InvocationIntent, StepCommit } from "../control-plane/src/runner/run-store.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
+import { seedConversation, seedHeldRun } from "./support/run-seed.js";
 
+const OWNERS = { agent: "ev-agent", actor: "ev-actor", conversation: "00000000-0000-4000-8000-000000000002" };
 let db: pg.Client;
 let sql: SqlPool;
 
@@ -19,11 +21,7 @@ beforeAll(async () => {
   await migrateLedger({ url });
   db = new pg.Client({ connectionString: url });
   await db.connect();
-  await db.query(
-    `WITH agent AS (INSERT INTO agents (id, spec, revision) VALUES ('ev-agent', '{"policy": {}}', 1)),
-       actor AS (INSERT INTO actors (id) VALUES ('ev-actor'))
-     INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ('00000000-0000-4000-8000-000000000002', 'ev-agent', 'ev', 'test')`,
-  );
+  await seedConversation(db, OWNERS);
   sql = createSqlPool({ url, max: 2 });
 });
 
@@ -46,12 +44,7 @@ const intent = (toolName: string, status: "pending" | "refused", ordinal: number
 
 describe("a step commit's run events", () => {
   it("name the step's calls on its step_committed event, and settle each result and refusal", async () => {
-    const runId = randomUUID();
-    await db.query(
-      `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch, lease_expires_at)
-       VALUES ($1, 'ev-agent', '00000000-0000-4000-8000-000000000002', 'test', 'running', 'ev-actor', '{}', '{}', 'w', 1, now() + interval '1 minute')`,
-      [runId],
-    );
+    const runId = await seedHeldRun(db, OWNERS);
     const repository = createStepCommitRepository(sql, "strict");
     const [read, refused] = [intent("kv.read", "pending", 0), intent("kv.write", "refused", 1)];
     const step = (index: number, invocations: readonly InvocationIntent[]): StepCommit["step"] => ({

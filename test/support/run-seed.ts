@@ -68,3 +68,24 @@ export async function seedEmissionTarget(
     VALUES (${target.runId}, ${target.agentId}, ${target.conversationId}, ${connector}, ${options.status ?? "succeeded"}, ${options.actor}, '{}', '{}')`);
   return target;
 }
+
+/** An agent, an actor and one conversation of theirs: what a run row needs to point at. */
+export async function seedConversation(db: pg.Client, ids: { readonly agent: string; readonly actor: string; readonly conversation: string }): Promise<void> {
+  await db.query(
+    `WITH agent AS (INSERT INTO agents (id, spec, revision) VALUES ($1, '{"policy": {}}', 1)),
+       actor AS (INSERT INTO actors (id) VALUES ($2))
+     INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($3::uuid, $1, $3::text, 'test')`,
+    [ids.agent, ids.actor, ids.conversation],
+  );
+}
+
+/** A running run held by worker `w` at epoch 1, as a claim leaves it. */
+export async function seedHeldRun(db: pg.Client, ids: { readonly agent: string; readonly actor: string; readonly conversation: string }): Promise<string> {
+  const runId = randomUUID();
+  await db.query(
+    `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch, lease_expires_at)
+     VALUES ($1, $2, $3, 'test', 'running', $4, '{}', '{}', 'w', 1, now() + interval '1 minute')`,
+    [runId, ids.agent, ids.conversation, ids.actor],
+  );
+  return runId;
+}
