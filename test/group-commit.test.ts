@@ -120,3 +120,77 @@ describe("group commit of fenced step commits", () => {
     }
   });
 });
+
+describe("a batch as one set-oriented statement", () => {
+  /** Everything a run's commits left in the ledger, ids and times left out, to compare two runs. */
+  async function ledgerOf(runId: string): Promise<unknown> {
+    const rows = async (text: string): Promise<unknown[]> =>
+      (await db.query<Record<string, unknown>>(text, [runId])).rows.map((row) => JSON.parse(JSON.stringify(row).replaceAll(runId, "RUN")) as unknown);
+    return {
+      run: await rows("SELECT status, step_count, event_seq, final_reply, lease_owner FROM runs WHERE id = $1"),
+      events: await rows("SELECT seq, kind, status, summary, step_id IS NOT NULL AS on_step, tool_invocation_id IS NOT NULL AS on_call FROM run_events WHERE run_id = $1 ORDER BY seq"),
+      steps: await rows("SELECT index, run_status_after, lease_epoch FROM run_steps WHERE run_id = $1 ORDER BY index"),
+      calls: await rows("SELECT s.index, m.model, m.input_tokens, m.request FROM model_calls m JOIN run_steps s ON s.id = m.step_id WHERE m.run_id = $1 ORDER BY s.index"),
+      tools: await rows("SELECT provider_call_id, tool_name, status, result_text FROM tool_invocations WHERE run_id = $1 ORDER BY provider_call_id"),
+      observations: await rows("SELECT o.seq, o.stream, o.text FROM observations o WHERE o.run_id = $1 ORDER BY o.text"),
+      emissions: await rows("SELECT kind, text, idempotency_key FROM emissions WHERE run_id = $1"),
+    };
+  }
+
+  const modelCall = (n: number) => ({
+    id: randomUUID(),
+    role: "primary" as const,
+    provider: "scripted",
+    model: `m${n}`,
+    request: { messages: [{ role: "user", content: `turn ${n}` }], tools: [] },
+    responseText: "",
+    toolCalls: [],
+    inputTokens: 10 + n,
+    outputTokens: 1,
+    latencyMs: 0,
+    finishReason: "tool_calls",
+    costMicroUsd: 0,
+  });
+  const read = (n: number) => ({ id: randomUUID(), providerCallId: `call-${n}`, ordinal: 0, toolName: "kv.read", toolVersion: "1", effect: "read" as const, argumentsJson: "{}", status: "pending" as const });
+
+  /** Each run's second step, settling its first step's read; the last run replies and ends instead. */
+  async function iterate(repository: ReturnType<typeof createStepCommitRepository>, runs: readonly string[], slot: string): Promise<void> {
+    const first = await Promise.all(runs.map(async (runId) => {
+      const intent = read(0);
+      await repository.commitStep({ ...stepCommit(runId), step: { ...stepCommit(runId).step!, modelCall: modelCall(0), invocations: [intent] }, summary: "1 tool call(s) to dispatch" });
+      return intent.id;
+    }));
+    const busy = repository.commitStep(stepCommit(slot));
+    const second = runs.map((runId, i) => {
+      const last = i === runs.length - 1;
+      const prior = [{ invocationId: first[i]!, effect: "read" as const, outcome: "succeeded" as const, resultText: `value ${i}`, artifacts: [] }];
+      return repository.commitStep({
+        ...stepCommit(runId),
+        step: { ...stepCommit(runId).step!, index: 1, modelCall: modelCall(1), invocations: last ? [] : [read(1)] },
+        priorOutcomes: prior,
+        status: last ? "succeeded" : "running",
+        finalReply: last ? "done" : undefined,
+        emissions: last ? [{ idempotencyKey: `reply-${runId}`, kind: "reply", text: "done", addressedActorIds: [] }] : [],
+        summary: last ? "replied" : "1 tool call(s) to dispatch",
+      } as StepCommit);
+    });
+    await busy;
+    await Promise.all(second);
+  }
+
+  it("writes each run's rows exactly as that run's commit alone would", async () => {
+    const alone = await Promise.all(Array.from({ length: 3 }, heldRun));
+    await iterate(createStepCommitRepository(sql, "strict", { maxInFlight: 1, maxBatch: 1 }), alone, await heldRun());
+    const batched = await Promise.all(Array.from({ length: 3 }, heldRun));
+    await iterate(createStepCommitRepository(sql, "strict", { maxInFlight: 1, maxBatch: 32 }), batched, await heldRun());
+
+    // The three second steps went as one transaction; alone, as three.
+    const { rows } = await db.query<{ run_id: string; xmin: string }>("SELECT run_id, xmin::text AS xmin FROM run_steps WHERE run_id = ANY($1::uuid[]) AND index = 1", [[...alone, ...batched]]);
+    const xmins = (runs: readonly string[]) => new Set(rows.filter((row) => runs.includes(row.run_id)).map((row) => row.xmin)).size;
+    expect([xmins(alone), xmins(batched)]).toEqual([3, 1]);
+    for (const [i, runId] of batched.entries()) expect(await ledgerOf(runId)).toEqual(await ledgerOf(alone[i]!));
+    const ended = (await ledgerOf(batched[2]!)) as { run: { status: string }[]; emissions: unknown[]; events: { kind: string }[] };
+    expect(ended.run[0]?.status).toBe("succeeded");
+    expect(ended.emissions).toHaveLength(1);
+  });
+});

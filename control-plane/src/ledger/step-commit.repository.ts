@@ -18,6 +18,7 @@ import {
   type FencedCommitParams,
 } from "./step-commit.sql.js";
 import { DEFAULT_GROUP_COMMIT, groupCommits, type GroupCommitOptions } from "./group-commit.js";
+import { fencedBatchCommit, fencedBatchParams } from "./step-commit-batch.sql.js";
 
 /** How long a batch of commits waits for a row lock before its commits are retried one by one. */
 const BATCH_LOCK_TIMEOUT_MS = 100;
@@ -28,16 +29,27 @@ export function createStepCommitRepository(
   grouping: GroupCommitOptions = DEFAULT_GROUP_COMMIT,
 ): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
   /**
-   * Runs' commits that arrive while others are being written go together (group-commit.ts):
-   * each still its own fenced statement, in one transaction that flushes once. It waits for its
-   * WAL flush if any of them must.
+   * Runs' commits that arrive while others are being written go together (group-commit.ts): as
+   * one set-oriented statement (step-commit-batch.sql.ts), each commit fenced on its own, in one
+   * transaction that flushes once. It waits for its WAL flush if any of them must.
    */
   const write = groupCommits<FencedCommitParams, FenceRow>(
     {
-      together: (batch) => {
+      together: async (batch) => {
         const synchronousCommit = batch.some((params) => params.synchronousCommit === "on") ? "on" : "off";
-        const statements = batch.map((params) => ({ ...params, synchronousCommit }) as const);
-        return sql.transaction((trx) => trx.runEachLast(fencedCommit, statements), undefined, { plans: "generic", lockTimeoutMs: BATCH_LOCK_TIMEOUT_MS });
+        const options = { plans: "generic", lockTimeoutMs: BATCH_LOCK_TIMEOUT_MS } as const;
+        // A run's commits wait for each other, so a batch holds each run once; if one ever came
+        // twice, the set form could not tell its commits apart, and they go one statement each.
+        if (new Set(batch.map((params) => params.runId)).size < batch.length) {
+          const statements = batch.map((params) => ({ ...params, synchronousCommit }) as const);
+          return sql.transaction((trx) => trx.runEachLast(fencedCommit, statements), undefined, options);
+        }
+        const rows = await sql.transaction((trx) => trx.runLast(fencedBatchCommit, fencedBatchParams(batch, synchronousCommit)), undefined, options);
+        const byCommit = new Map(rows.map((row) => [Number(row.ord), row]));
+        return batch.map((_, ord) => {
+          const row = byCommit.get(ord);
+          return row === undefined ? [] : [row];
+        });
       },
       alone: (params) => sql.transaction((trx) => trx.runLast(fencedCommit, params), undefined, { plans: "generic" }),
     },
