@@ -70,12 +70,17 @@ const JSON_VALUED = {
   emissions: "emissions",
 } as const satisfies Record<string, keyof FencedCommitParams>;
 
-/** One commit as a row of the batch's JSON array. */
+const SCALAR_ENTRIES = Object.entries(SCALARS);
+/** `,"column":` before each JSON-valued field, spliced after the scalars' object. */
+const JSON_VALUED_ENTRIES = Object.entries(JSON_VALUED).map(([column, key]) => [`,${JSON.stringify(column)}:`, key] as const);
+
+/** One commit as a row of the batch's JSON array: its scalars in one stringify, its JSON parts as serialised. */
 export function batchRow(params: FencedCommitParams, ord: number): string {
-  const fields = [`"ord":${ord}`];
-  for (const [column, key] of Object.entries(SCALARS)) fields.push(`${JSON.stringify(column)}:${JSON.stringify(params[key]) ?? "null"}`);
-  for (const [column, key] of Object.entries(JSON_VALUED)) fields.push(`${JSON.stringify(column)}:${params[key] ?? "null"}`);
-  return `{${fields.join(",")}}`;
+  const scalars: Record<string, unknown> = { ord };
+  for (const [column, key] of SCALAR_ENTRIES) scalars[column] = params[key];
+  let row = JSON.stringify(scalars).slice(0, -1);
+  for (const [prefix, key] of JSON_VALUED_ENTRIES) row += prefix + (params[key] ?? "null");
+  return `${row}}`;
 }
 
 /** The batch's parameters: its commits in order, their runs and settled calls. */
