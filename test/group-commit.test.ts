@@ -9,6 +9,8 @@ import { LeaseLostError } from "../control-plane/src/domain/errors.js";
 import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js";
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
+import { fencedBatchCommit, fencedBatchParams } from "../control-plane/src/ledger/step-commit-batch.sql.js";
+import { fencedCommitParams } from "../control-plane/src/ledger/step-commit.sql.js";
 import type { StepCommit } from "../control-plane/src/runner/run-store.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 import { seedConversation, seedHeldRun } from "./support/run-seed.js";
@@ -192,5 +194,26 @@ describe("a batch as one set-oriented statement", () => {
     const ended = (await ledgerOf(batched[2]!)) as { run: { status: string }[]; emissions: unknown[]; events: { kind: string }[] };
     expect(ended.run[0]?.status).toBe("succeeded");
     expect(ended.emissions).toHaveLength(1);
+  });
+
+  it("answers each commit with its own run's emissions and wake-up, and nothing for one whose lease is gone", async () => {
+    const [quiet, replying, stale] = await Promise.all(Array.from({ length: 3 }, heldRun));
+    const params = (runId: string, epoch: number, extra: Partial<StepCommit>) => {
+      const commit = { ...stepCommit(runId, { epoch }), ...extra };
+      return fencedCommitParams(commit, commit, { step: commit.step, outcomes: [], crossesCommitBoundary: false, writes: false, events: [], unlessChangedSince: undefined }, "strict");
+    };
+    const batch = [
+      params(quiet!, 1, {}),
+      params(replying!, 1, { status: "succeeded", finalReply: "done", emissions: [{ idempotencyKey: `reply-${replying!}`, kind: "reply", text: "done", addressedActorIds: [] }] }),
+      params(stale!, 0, { status: "queued" }),
+    ];
+    const { rows } = await db.query<{ ord: number; id: string; emitted: number; woken: boolean }>({
+      text: fencedBatchCommit.text,
+      values: fencedBatchCommit.bind(fencedBatchParams(batch, "on")),
+    });
+    expect(rows.map((row) => [row.ord, row.id, row.emitted, row.woken])).toEqual([
+      [0, quiet, 0, false],
+      [1, replying, 1, false],
+    ]);
   });
 });
