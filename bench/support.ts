@@ -178,7 +178,19 @@ async function statementReport(url: string, top: number): Promise<string> {
     `SELECT relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
       WHERE seq_scan > 0 OR idx_scan > 0 ORDER BY seq_tup_read DESC, n_tup_ins DESC LIMIT 16`,
   );
-  const tables = scans.rows.map((r: Record<string, unknown>) => `  ${String(r["relname"]).padEnd(24)} seq ${String(r["seq_scan"]).padStart(7)} read ${String(r["seq_tup_read"]).padStart(9)}  idx ${String(r["idx_scan"]).padStart(7)} fetched ${String(r["idx_tup_fetch"]).padStart(9)}  ins ${String(r["n_tup_ins"]).padStart(7)} upd ${String(r["n_tup_upd"]).padStart(7)} hot ${String(r["n_tup_hot_upd"]).padStart(7)}`);
+  const column = (r: Record<string, unknown>, name: string, label: string, width: number) => `${label} ${String(r[name]).padStart(width)}`;
+  const tables = scans.rows.map(
+    (r: Record<string, unknown>) =>
+      `  ${String(r["relname"]).padEnd(24)} ${[
+        column(r, "seq_scan", "seq", 7),
+        column(r, "seq_tup_read", "read", 9),
+        column(r, "idx_scan", "idx", 7),
+        column(r, "idx_tup_fetch", "fetched", 9),
+        column(r, "n_tup_ins", "ins", 7),
+        column(r, "n_tup_upd", "upd", 7),
+        column(r, "n_tup_hot_upd", "hot", 7),
+      ].join("  ")}`,
+  );
   return ["statements by PostgreSQL time (plans: how many times PostgreSQL planned it):", "  total_ms   calls   plans  mean_ms  plan_ms  query", ...lines, "tables by rows read in sequential scans:", ...tables].join("\n");
 }
 

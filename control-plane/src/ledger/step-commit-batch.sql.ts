@@ -3,7 +3,7 @@
 // write joins that row to its own run's fence, so a commit whose lease is gone matches nothing and
 // writes nothing while the others in the batch go on. PostgreSQL sets up the plan, opens the
 // tables and their indexes, and parses the parameters once for the batch instead of once per run.
-import type { FenceRow, FencedCommitParams } from "./step-commit.sql.js";
+import { ARTIFACT_RECORD, EVENT_RECORD, INTENT_RECORD, OUTCOME_RECORD, SETTLE_CALL, type FenceRow, type FencedCommitParams } from "./step-commit.sql.js";
 import { EMISSION_RECORD, EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
 import { raw, statement } from "./sql.js";
 
@@ -142,15 +142,11 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
       effect, arguments, status, refusal_reason, finished_at)
     SELECT x.id, h.id, h.step_id, h.call_id, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,
       x.status, x.refusal_reason, CASE WHEN x.status = 'refused' THEN now() END
-    FROM held h, jsonb_to_recordset(h.intents) AS x(id uuid, provider_call_id text, ordinal int, tool_name text,
-      tool_version text, effect text, arguments jsonb, status text, refusal_reason text)),
+    FROM held h, jsonb_to_recordset(h.intents) AS ${raw(INTENT_RECORD)}),
   -- Found by key, the run test kept off the run_id index (IS TRUE), as in fencedCommit.
   settled AS (
-    UPDATE tool_invocations t SET status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason),
-      exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(),
-      resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)
-    FROM held h, jsonb_to_recordset(h.outcomes) AS x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int,
-      duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)
+    UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}
+    FROM held h, jsonb_to_recordset(h.outcomes) AS ${raw(OUTCOME_RECORD)}
     WHERE t.id = ANY(${(p) => p.outcomeIds}::uuid[]) AND t.id = x.id AND (t.run_id = h.id) IS TRUE
     RETURNING t.id, t.run_id, x.outcome, x.result_text, x.truncated, x.observation_id),
   result_observation AS (
@@ -163,14 +159,12 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
       subject_artifact_id, conclusion)
     SELECT x.id, h.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
-    FROM held h, jsonb_to_recordset(h.artifacts) AS x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text,
-      inline_data text, reference text, subject_artifact_id uuid, conclusion text)),
+    FROM held h, jsonb_to_recordset(h.artifacts) AS ${raw(ARTIFACT_RECORD)}),
   new_events AS (
     INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
     SELECT h.id, h.event_seq - count(*) OVER (PARTITION BY h.id) + row_number() OVER (PARTITION BY h.id ORDER BY e.ord), e.kind, e.status,
       e.step_id, e.tool_invocation_id, e.summary
-    FROM held h, jsonb_to_recordset(h.events) AS e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid,
-      summary text, only_on_change boolean)
+    FROM held h, jsonb_to_recordset(h.events) AS ${raw(EVENT_RECORD)}
     WHERE NOT e.only_on_change OR h.previous_status <> h.status),
   ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS taken
     WHERE EXISTS (SELECT 1 FROM held h WHERE h.emissions <> '[]'::jsonb)),

@@ -102,6 +102,17 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
   readonly freesSlot: boolean;
 }
 
+/**
+ * The JSON records a fenced commit reads its parts from, and how a call is settled: shared by the
+ * commit of one run (below) and a batch's (step-commit-batch.sql.ts), which must write alike.
+ */
+export const INTENT_RECORD = "x(id uuid, provider_call_id text, ordinal int, tool_name text, tool_version text, effect text, arguments jsonb, status text, refusal_reason text)";
+export const OUTCOME_RECORD = "x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int, duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)";
+export const ARTIFACT_RECORD = "x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text, inline_data text, reference text, subject_artifact_id uuid, conclusion text)";
+export const EVENT_RECORD = "e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text, only_on_change boolean)";
+/** The SET list of a settled call `t` from its outcome record `x`. */
+export const SETTLE_CALL = "status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason), exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(), resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)";
+
 const p = <K extends keyof FencedCommitParams>(key: K) => (params: FencedCommitParams) => params[key];
 const status = p("status");
 const keepsLease = p("keepsLease");
@@ -151,17 +162,13 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       effect, arguments, status, refusal_reason, finished_at)
     SELECT x.id, fence.id, ${stepId}::uuid, ${callId}::uuid, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,
       x.status, x.refusal_reason, CASE WHEN x.status = 'refused' THEN now() END
-    FROM fence, jsonb_to_recordset(${p("intents")}::jsonb) AS x(id uuid, provider_call_id text, ordinal int, tool_name text,
-      tool_version text, effect text, arguments jsonb, status text, refusal_reason text)),
+    FROM fence, jsonb_to_recordset(${p("intents")}::jsonb) AS ${raw(INTENT_RECORD)}),
   -- The settled calls are found by key. The run test is kept off the run_id index on purpose
   -- (IS TRUE): a generic plan that found them through it read every call of the run on each
   -- commit, so a long run's commits grew slower with every step.
   settled AS (
-    UPDATE tool_invocations t SET status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason),
-      exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(),
-      resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)
-    FROM fence, jsonb_to_recordset(${p("outcomes")}::jsonb) AS x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int,
-      duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)
+    UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}
+    FROM fence, jsonb_to_recordset(${p("outcomes")}::jsonb) AS ${raw(OUTCOME_RECORD)}
     WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE
     RETURNING t.id, x.outcome, x.result_text, x.truncated, x.observation_id),
   result_observation AS (
@@ -174,14 +181,12 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       subject_artifact_id, conclusion)
     SELECT x.id, fence.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
-    FROM fence, jsonb_to_recordset(${p("artifacts")}::jsonb) AS x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text,
-      inline_data text, reference text, subject_artifact_id uuid, conclusion text)),
+    FROM fence, jsonb_to_recordset(${p("artifacts")}::jsonb) AS ${raw(ARTIFACT_RECORD)}),
   new_events AS (
     INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
     SELECT fence.id, fence.event_seq - count(*) OVER () + row_number() OVER (ORDER BY e.ord), e.kind, e.status, e.step_id,
       e.tool_invocation_id, e.summary
-    FROM fence, jsonb_to_recordset(${p("events")}::jsonb) AS e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid,
-      summary text, only_on_change boolean)
+    FROM fence, jsonb_to_recordset(${p("events")}::jsonb) AS ${raw(EVENT_RECORD)}
     WHERE NOT e.only_on_change OR fence.previous_status <> ${status}::text),
   target AS (SELECT id, agent_id, conversation_id, external_id AS external_conversation_id, connector FROM fence),
   ${emissionInsert}
