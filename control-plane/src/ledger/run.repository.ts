@@ -60,7 +60,10 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
  */
 function observationLog(sql: Sql, fence: Fence, invocationId: string): ObservationLog {
   const { runId, workerId, epoch } = fence;
-  const fencedOut = (): never => {
+  // No row stored: the lease is gone, or (a bug, which the call's foreign key used to catch) the call is not this run's.
+  const fencedOut = async (): Promise<never> => {
+    const [call] = await sql.run(callOfRun, { runId, invocationId });
+    if (call === undefined) throw new Error(`an observation names tool call ${invocationId}, which run ${runId} does not have`);
     throw new LeaseLostError(runId, epoch);
   };
   let appended = 0;
@@ -73,19 +76,26 @@ function observationLog(sql: Sql, fence: Fence, invocationId: string): Observati
       const value = typeof text === "string" || Buffer.isBuffer(text) ? text : Buffer.from(text.buffer, text.byteOffset, text.byteLength);
       const params = { id: randomUUID(), runId, workerId, epoch, invocationId, stream, text: value };
       if (firstSeq === undefined) {
-        firstSeq = sql.run(appendFirstObservation, params).then(([row]) => (row === undefined ? fencedOut() : Number(row.seq)));
+        firstSeq = sql.run(appendFirstObservation, params).then(async ([row]) => (row === undefined ? fencedOut() : Number(row.seq)));
         return firstSeq.then(() => undefined);
       }
       return firstSeq.then(async (first) => {
         const [stored] = await sql.run(appendObservation, { ...params, seq: first + offset });
-        if (stored === undefined) fencedOut();
+        if (stored === undefined) await fencedOut();
       });
     },
   };
 }
 
-/** Joined into an observation's insert: no row (nothing stored) once the claim's lease is gone. */
-const heldLease = fragment<ObservationParams>`runs r WHERE r.id = ${runId}::uuid AND r.lease_epoch = ${(p) => p.epoch}::bigint AND r.lease_owner = ${(p) => p.workerId}::text`;
+/**
+ * Joined into an observation's insert: no row (nothing stored) once the claim's lease is gone, nor
+ * for a call the run does not have (observations carry no foreign key to their call).
+ */
+const heldLease = fragment<ObservationParams>`runs r JOIN tool_invocations i ON i.id = ${invocation}::uuid AND i.run_id = r.id
+  WHERE r.id = ${runId}::uuid AND r.lease_epoch = ${(p) => p.epoch}::bigint AND r.lease_owner = ${(p) => p.workerId}::text`;
+
+const callOfRun = statement<{ runId: string; invocationId: string }, { id: string }>("observation_call_of_run")`
+  SELECT id FROM tool_invocations WHERE id = ${invocation}::uuid AND run_id = ${runId}::uuid`;
 
 /**
  * One streamed observation, committed asynchronously (synchronous_commit off for this

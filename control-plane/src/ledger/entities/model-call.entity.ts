@@ -1,7 +1,6 @@
 import { defineEntity } from "@mikro-orm/core";
 import { references } from "./references.js";
 import { RunEntity } from "./run.entity.js";
-import { RunStepEntity } from "./run-step.entity.js";
 
 const p = defineEntity.properties;
 
@@ -13,8 +12,11 @@ export const ModelCallEntity = defineEntity({
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),
-    /** No step for a fast- or decision-model call made beside the loop (triage, classification). */
-    stepId: () => references(RunStepEntity, "step_id").nullable(),
+    /**
+     * No step for a fast- or decision-model call made beside the loop (triage, classification). A
+     * step's call is written by the statement that writes the step: no foreign key (Migration20261224000000).
+     */
+    stepId: p.uuid().fieldName("step_id").nullable(),
     /** What a call beside the loop was for: triage, follow_up or consent; null for step calls. */
     purpose: p.text().nullable(),
     role: p.text(),

@@ -1,11 +1,14 @@
 import { defineEntity } from "@mikro-orm/core";
 import { references } from "./references.js";
 import { RunEntity } from "./run.entity.js";
-import { ToolInvocationEntity } from "./tool-invocation.entity.js";
 
 const p = defineEntity.properties;
 
-/** A chunk a tool observed, stored as it arrived; compaction points back here by id. */
+/**
+ * A chunk a tool observed, stored as it arrived; compaction points back here by id. Every writer
+ * selects the call it names (the fenced commit settles it by key, a streamed append finds it in its
+ * run), so tool_invocation_id carries no foreign key (Migration20261224000000).
+ */
 export const ObservationEntity = defineEntity({
   name: "Observation",
   tableName: "observations",
@@ -14,7 +17,7 @@ export const ObservationEntity = defineEntity({
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),
-    toolInvocationId: () => references(ToolInvocationEntity, "tool_invocation_id"),
+    toolInvocationId: p.uuid().fieldName("tool_invocation_id"),
     seq: p.integer(),
     stream: p.text(),
     text: p.text(),

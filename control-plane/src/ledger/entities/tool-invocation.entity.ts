@@ -1,23 +1,25 @@
 import { defineEntity } from "@mikro-orm/core";
 import { references } from "./references.js";
-import { ModelCallEntity } from "./model-call.entity.js";
 import { RunEntity } from "./run.entity.js";
-import { RunStepEntity } from "./run-step.entity.js";
 
 const p = defineEntity.properties;
 
-/** A tool call. Its row (the intent) commits before dispatch; status says what became of it. */
+/**
+ * A tool call. Its row (the intent) commits before dispatch; status says what became of it.
+ * step_id and model_call_id name rows the same fenced statement writes, so they carry no foreign
+ * key (Migration20261224000000); the key to the run stays.
+ */
 export const ToolInvocationEntity = defineEntity({
   name: "ToolInvocation",
   tableName: "tool_invocations",
   // No index holds status: settling a call (status, result) is then a HOT update that writes no
   // index entry (Migration20261222000000 also leaves room on each page for it).
-  indexes: [{ properties: ["runId"] }, { properties: ["stepId"] }, { name: "tool_invocations_model_call_id_index", expression: 'create index "tool_invocations_model_call_id_index" on "tool_invocations" ("model_call_id") where "model_call_id" is not null' }],
+  indexes: [{ properties: ["runId"] }, { properties: ["stepId"] }],
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),
-    stepId: () => references(RunStepEntity, "step_id").nullable(),
-    modelCallId: () => references(ModelCallEntity, "model_call_id").nullable(),
+    stepId: p.uuid().fieldName("step_id").nullable(),
+    modelCallId: p.uuid().fieldName("model_call_id").nullable(),
     providerCallId: p.text(),
     ordinal: p.integer(),
     toolName: p.text(),
