@@ -8,7 +8,7 @@
 // measured N times in turn and the table gives each figure's median, each sitting's beside it:
 // one sitting's throughput moves by about a tenth between runs on a 2-core machine.
 //
-//   npm run bench -- peers [--iterations 100] [--concurrent 16] [--warmup 1] [--durability strict|relaxed|both]
+//   npm run bench -- peers [--iterations 100] [--concurrent 16] [--warmup 3] [--durability strict|relaxed|both]
 //                          [--peers keel,restate,dbos,raw] [--sittings 3]
 import { parseArgs } from "node:util";
 import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
@@ -40,7 +40,7 @@ function parseOptions(args: readonly string[]): Options {
     options: {
       iterations: { type: "string", default: "100" },
       concurrent: { type: "string", default: "16" },
-      warmup: { type: "string", default: "1" },
+      warmup: { type: "string", default: "3" },
       durability: { type: "string", default: "both" },
       peers: { type: "string", default: NAMES.join(",") },
       sittings: { type: "string", default: "3" },
@@ -138,7 +138,7 @@ async function run(kind: PeerKind, mode: Durability, options: Options, progress:
     return { skipped: reason.split("\n")[0] ?? reason };
   }
   try {
-    const figures = await measure(peer, { iterations: options.iterations, concurrent: options.concurrent, warmupLoops: options.warmup });
+    const figures = await measure(peer, { iterations: options.iterations, concurrent: options.concurrent, warmupRounds: options.warmup });
     progress(`${kind.name}: p50 ${ms(figures.single.p50)} ms, ${figures.perSecond.toFixed(1)} iterations/s`);
     return { figures, setup: kind.describe(mode) };
   } finally {
@@ -172,7 +172,7 @@ function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options:
   return [
     "",
     `peers, mode=${mode}: ${options.iterations} iterations per loop (one instant model turn + one instant read tool), 1 loop alone, then ${options.concurrent} at once; ` +
-      `${options.warmup} warm-up loop(s) each; embedded PostgreSQL 17 (${settings})` +
+      `${options.warmup} warm-up round(s) of both shapes each; embedded PostgreSQL 17 (${settings})` +
       (options.sittings > 1 ? `; each figure the median of ${options.sittings} sittings` : ""),
     "",
     ...table(["system", "p50_ms", "p99_ms", `iterations/s, ${options.concurrent} loops`, "setup"], rows),
