@@ -84,3 +84,25 @@ describe("buildTranscript", () => {
     expect(buildTranscript({ systemPrompt: "", requests: [{ actorId: "a", text: "hi" }], steps: [], progress: [] }).map((m) => m.role)).toEqual(["user"]);
   });
 });
+
+describe("buildTranscript with the caller's built step messages", () => {
+  it("builds each step once, hands back the same messages for it, and rebuilds a step replaced by a settled call", () => {
+    const built = new WeakMap<TranscriptStep, readonly ReturnType<typeof buildTranscript>[number][]>();
+    const first = step("call_1", "one");
+    const pending: TranscriptStep = { ...step("call_2", ""), invocations: [{ ...step("call_2", "").invocations[0]!, status: "pending", resultText: undefined }] };
+    const input = { systemPrompt: "sys", requests: [{ actorId: "ana", text: "go" }], stepMessages: built };
+    const before = buildTranscript({ ...input, steps: [first, pending] });
+    const settled = step("call_2", "two");
+    const after = buildTranscript({ ...input, steps: [first, settled] });
+
+    // The same as built without the map, turn by turn.
+    expect(before).toEqual(buildTranscript({ systemPrompt: "sys", requests: input.requests, steps: [first, pending] }));
+    expect(after).toEqual(buildTranscript({ systemPrompt: "sys", requests: input.requests, steps: [first, settled] }));
+    // The unchanged step's messages are the very objects of the turn before; the replaced step's are new.
+    expect(after[2]).toBe(before[2]);
+    expect(after[3]).toBe(before[3]);
+    expect(after[5]).not.toBe(before[5]);
+    expect(roles(before).slice(4)).toEqual(["assistant:", "tool:Pending: no result yet."]);
+    expect(roles(after).slice(4)).toEqual(["assistant:", "tool:two"]);
+  });
+});

@@ -53,6 +53,13 @@ export interface TranscriptInput {
    * shown first, labelled as progress, so the model never takes them for replies it gave.
    */
   readonly progress?: readonly TranscriptProgress[] | undefined;
+  /**
+   * The messages already built for each step, kept by the caller from one turn to the next. A
+   * step never changes once built (settling a call replaces its step), so each turn builds only
+   * the steps that are new or replaced, and hands back the same message objects for the rest:
+   * comparing them with the previous request's is then a reference check, not a walk.
+   */
+  readonly stepMessages?: WeakMap<TranscriptStep, readonly ModelMessage[]>;
 }
 
 /** The text the model sees as one call's result, synthetic where the call never finished. */
@@ -90,12 +97,12 @@ export function buildTranscript(input: TranscriptInput): ModelMessage[] {
     messages.push({ role: "user", content: multipleActors ? `${request.actorId}: ${text}` : text, actorId: request.actorId });
   };
   const pushStep = (step: TranscriptStep): void => {
-    messages.push({ role: "assistant", content: step.responseText, toolCalls: step.toolCalls });
-    for (const call of step.toolCalls) {
-      const invocation = step.invocations.find((i) => i.providerCallId === call.id);
-      messages.push({ role: "tool", toolCallId: call.id, content: toolResultText(invocation) });
+    let built = input.stepMessages?.get(step);
+    if (built === undefined) {
+      built = stepMessages(step);
+      input.stepMessages?.set(step, built);
     }
-    if (step.feedback !== undefined) messages.push({ role: "user", content: `[keel] ${step.feedback}` });
+    for (const message of built) messages.push(message);
   };
   const progress = (input.progress ?? []).slice(-FOLLOW_UP_PROGRESS_RECORDS);
   if (progress.length > 0) messages.push({ role: "user", content: progressContext(progress) });
@@ -107,6 +114,17 @@ export function buildTranscript(input: TranscriptInput): ModelMessage[] {
     pushStep(step);
     at(i + 1).forEach(pushRequest);
   });
+  return messages;
+}
+
+/** A step as the model saw it: its reply and calls, each call's result, and any feedback on the turn. */
+function stepMessages(step: TranscriptStep): ModelMessage[] {
+  const messages: ModelMessage[] = [{ role: "assistant", content: step.responseText, toolCalls: step.toolCalls }];
+  for (const call of step.toolCalls) {
+    const invocation = step.invocations.find((i) => i.providerCallId === call.id);
+    messages.push({ role: "tool", toolCallId: call.id, content: toolResultText(invocation) });
+  }
+  if (step.feedback !== undefined) messages.push({ role: "user", content: `[keel] ${step.feedback}` });
   return messages;
 }
 

@@ -10,7 +10,7 @@ import { byteLength } from "../domain/ids.js";
 import { requestForStorage } from "../domain/model-request.js";
 import { evaluatorFor, profileFor } from "../domain/profile.js";
 import { costMicroUsd } from "../domain/run.js";
-import { buildTranscript } from "../domain/transcript-builder.js";
+import { buildTranscript, type TranscriptStep } from "../domain/transcript-builder.js";
 import { withSideUsage } from "../domain/triage.js";
 import type { ModelMessage, ModelTurn, ToolCallRequest } from "../domain/transcript.js";
 import type { ModelRequest } from "../models/model-provider.js";
@@ -37,6 +37,7 @@ export async function takeTurn(session: RunSession): Promise<Next> {
     steps: history.steps,
     inherited: { requests: session.messages.filter((m) => m.inherited), steps: history.inherited },
     progress: history.progress,
+    stepMessages: stepMessagesOf(session),
   });
   const refs = callRefs(session);
   const messages = compactToolResults(transcript, refs, deps.compaction ?? DEFAULT_COMPACTION);
@@ -142,6 +143,18 @@ export async function takeTurn(session: RunSession): Promise<Next> {
     summary: `${pending.length} tool call(s) to dispatch`,
   });
   return dispatchCalls(session, pending);
+}
+
+const stepMessagesBySession = new WeakMap<RunSession, WeakMap<TranscriptStep, readonly ModelMessage[]>>();
+
+/** The session's built step messages (buildTranscript's stepMessages): each turn builds only new or settled steps. */
+function stepMessagesOf(session: RunSession): WeakMap<TranscriptStep, readonly ModelMessage[]> {
+  let built = stepMessagesBySession.get(session);
+  if (built === undefined) {
+    built = new WeakMap();
+    stepMessagesBySession.set(session, built);
+  }
+  return built;
 }
 
 interface CallRefs {
