@@ -4,37 +4,19 @@
 // commit, so only that one fails. Also: a batch does not wait long behind another's row lock.
 import { randomUUID } from "node:crypto";
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { LeaseLostError } from "../control-plane/src/domain/errors.js";
-import { migrateLedger } from "../control-plane/src/ledger/orm.js";
-import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js";
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
 import { fencedBatchCommit, fencedBatchParams } from "../control-plane/src/ledger/step-commit-batch.sql.js";
 import { fencedCommitParams } from "../control-plane/src/ledger/step-commit.sql.js";
 import type { StepCommit } from "../control-plane/src/runner/run-store.js";
-import { createTestDatabase } from "./support/keel-fixture.js";
-import { seedConversation, seedHeldRun } from "./support/run-seed.js";
+import { seedHeldRun } from "./support/run-seed.js";
+import { seededLedger } from "./support/seeded-ledger.js";
 
 const OWNERS = { agent: "gc-agent", actor: "gc-actor", conversation: "00000000-0000-4000-8000-000000000001" };
-let url: string;
-let db: pg.Client;
-let sql: SqlPool;
+const ledger = seededLedger(OWNERS, 4);
 
-beforeAll(async () => {
-  url = await createTestDatabase();
-  await migrateLedger({ url });
-  db = new pg.Client({ connectionString: url });
-  await db.connect();
-  await seedConversation(db, OWNERS);
-  sql = createSqlPool({ url, max: 4 });
-});
-
-afterAll(async () => {
-  await sql?.close();
-  await db?.end();
-});
-
-const heldRun = (): Promise<string> => seedHeldRun(db, OWNERS);
+const heldRun = (): Promise<string> => seedHeldRun(ledger.db, OWNERS);
 
 function stepCommit(runId: string, options: { epoch?: number; stepId?: string } = {}): StepCommit {
   return {
@@ -53,13 +35,13 @@ const settle = <T>(promise: Promise<T>) => promise.then((value) => ({ value }), 
 const errorOf = (outcome: { value: unknown } | { error: unknown } | undefined): unknown => (outcome !== undefined && "error" in outcome ? outcome.error : undefined);
 
 async function stepsOf(runIds: readonly string[]): Promise<Map<string, string>> {
-  const { rows } = await db.query<{ run_id: string; xmin: string }>("SELECT run_id, xmin::text AS xmin FROM run_steps WHERE run_id = ANY($1::uuid[])", [runIds]);
+  const { rows } = await ledger.db.query<{ run_id: string; xmin: string }>("SELECT run_id, xmin::text AS xmin FROM run_steps WHERE run_id = ANY($1::uuid[])", [runIds]);
   return new Map(rows.map((row) => [row.run_id, row.xmin]));
 }
 
 describe("group commit of fenced step commits", () => {
   it("commits runs arriving behind a busy slot in one transaction, each fenced on its own", async () => {
-    const repository = createStepCommitRepository(sql, "strict", { maxInFlight: 1, maxBatch: 32 });
+    const repository = createStepCommitRepository(ledger.sql, "strict", { maxInFlight: 1, maxBatch: 32 });
     const [first, ...rest] = await Promise.all(Array.from({ length: 5 }, heldRun));
     const stale = rest[1]!;
     const firstCommit = repository.commitStep(stepCommit(first!));
@@ -75,12 +57,12 @@ describe("group commit of fenced step commits", () => {
     const together = rest.filter((runId) => runId !== stale).map((runId) => steps.get(runId));
     expect(new Set(together).size).toBe(1);
     expect(together[0]).not.toBe(steps.get(first!));
-    const { rows } = await db.query<{ id: string; step_count: number; event_seq: number }>("SELECT id, step_count, event_seq FROM runs WHERE id = ANY($1::uuid[])", [rest]);
+    const { rows } = await ledger.db.query<{ id: string; step_count: number; event_seq: number }>("SELECT id, step_count, event_seq FROM runs WHERE id = ANY($1::uuid[])", [rest]);
     for (const row of rows) expect([row.step_count, row.event_seq]).toEqual(row.id === stale ? [0, 0] : [1, 1]);
   });
 
   it("retries a batch that one commit breaks commit by commit: the others are kept, that one fails", async () => {
-    const repository = createStepCommitRepository(sql, "strict", { maxInFlight: 1, maxBatch: 32 });
+    const repository = createStepCommitRepository(ledger.sql, "strict", { maxInFlight: 1, maxBatch: 32 });
     const [first, ...rest] = await Promise.all(Array.from({ length: 4 }, heldRun));
     const taken = randomUUID();
     const firstCommit = repository.commitStep(stepCommit(first!, { stepId: taken }));
@@ -98,9 +80,9 @@ describe("group commit of fenced step commits", () => {
   });
 
   it("gives up a row lock another transaction holds for long, then commits once it is free", async () => {
-    const repository = createStepCommitRepository(sql, "strict", { maxInFlight: 1, maxBatch: 32 });
+    const repository = createStepCommitRepository(ledger.sql, "strict", { maxInFlight: 1, maxBatch: 32 });
     const [first, locked, free] = await Promise.all(Array.from({ length: 3 }, heldRun));
-    const holder = new pg.Client({ connectionString: url });
+    const holder = new pg.Client({ connectionString: ledger.url });
     await holder.connect();
     try {
       await holder.query("BEGIN");
@@ -127,7 +109,7 @@ describe("a batch as one set-oriented statement", () => {
   /** Everything a run's commits left in the ledger, ids and times left out, to compare two runs. */
   async function ledgerOf(runId: string): Promise<unknown> {
     const rows = async (text: string): Promise<unknown[]> =>
-      (await db.query<Record<string, unknown>>(text, [runId])).rows.map((row) => JSON.parse(JSON.stringify(row).replaceAll(runId, "RUN")) as unknown);
+      (await ledger.db.query<Record<string, unknown>>(text, [runId])).rows.map((row) => JSON.parse(JSON.stringify(row).replaceAll(runId, "RUN")) as unknown);
     return {
       run: await rows("SELECT status, step_count, event_seq, final_reply, lease_owner FROM runs WHERE id = $1"),
       events: await rows("SELECT seq, kind, status, summary, step_id IS NOT NULL AS on_step, tool_invocation_id IS NOT NULL AS on_call FROM run_events WHERE run_id = $1 ORDER BY seq"),
@@ -182,12 +164,12 @@ describe("a batch as one set-oriented statement", () => {
 
   it("writes each run's rows exactly as that run's commit alone would", async () => {
     const alone = await Promise.all(Array.from({ length: 3 }, heldRun));
-    await iterate(createStepCommitRepository(sql, "strict", { maxInFlight: 1, maxBatch: 1 }), alone, await heldRun());
+    await iterate(createStepCommitRepository(ledger.sql, "strict", { maxInFlight: 1, maxBatch: 1 }), alone, await heldRun());
     const batched = await Promise.all(Array.from({ length: 3 }, heldRun));
-    await iterate(createStepCommitRepository(sql, "strict", { maxInFlight: 1, maxBatch: 32 }), batched, await heldRun());
+    await iterate(createStepCommitRepository(ledger.sql, "strict", { maxInFlight: 1, maxBatch: 32 }), batched, await heldRun());
 
     // The three second steps went as one transaction; alone, as three.
-    const { rows } = await db.query<{ run_id: string; xmin: string }>("SELECT run_id, xmin::text AS xmin FROM run_steps WHERE run_id = ANY($1::uuid[]) AND index = 1", [[...alone, ...batched]]);
+    const { rows } = await ledger.db.query<{ run_id: string; xmin: string }>("SELECT run_id, xmin::text AS xmin FROM run_steps WHERE run_id = ANY($1::uuid[]) AND index = 1", [[...alone, ...batched]]);
     const xmins = (runs: readonly string[]) => new Set(rows.filter((row) => runs.includes(row.run_id)).map((row) => row.xmin)).size;
     expect([xmins(alone), xmins(batched)]).toEqual([3, 1]);
     for (const [i, runId] of batched.entries()) expect(await ledgerOf(runId)).toEqual(await ledgerOf(alone[i]!));
@@ -207,7 +189,7 @@ describe("a batch as one set-oriented statement", () => {
       params(replying!, 1, { status: "succeeded", finalReply: "done", emissions: [{ idempotencyKey: `reply-${replying!}`, kind: "reply", text: "done", addressedActorIds: [] }] }),
       params(stale!, 0, { status: "queued" }),
     ];
-    const { rows } = await db.query<{ ord: number; id: string; emitted: number; woken: boolean }>({
+    const { rows } = await ledger.db.query<{ ord: number; id: string; emitted: number; woken: boolean }>({
       text: fencedBatchCommit.text,
       values: fencedBatchCommit.bind(fencedBatchParams(batch, "on")),
     });

@@ -2,33 +2,15 @@
 // (no tool_invoked row per call, which only said the same again), a tool_settled for each result
 // and each refusal. run_events keeps its foreign key to the run only.
 import { randomUUID } from "node:crypto";
-import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
-import { migrateLedger } from "../control-plane/src/ledger/orm.js";
-import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js";
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
 import type { InvocationIntent, StepCommit } from "../control-plane/src/runner/run-store.js";
-import { createTestDatabase } from "./support/keel-fixture.js";
-import { seedConversation, seedHeldRun } from "./support/run-seed.js";
+import { seedHeldRun } from "./support/run-seed.js";
+import { seededLedger } from "./support/seeded-ledger.js";
 
 const OWNERS = { agent: "ev-agent", actor: "ev-actor", conversation: "00000000-0000-4000-8000-000000000002" };
-let db: pg.Client;
-let sql: SqlPool;
-
-beforeAll(async () => {
-  const url = await createTestDatabase();
-  await migrateLedger({ url });
-  db = new pg.Client({ connectionString: url });
-  await db.connect();
-  await seedConversation(db, OWNERS);
-  sql = createSqlPool({ url, max: 2 });
-});
-
-afterAll(async () => {
-  await sql?.close();
-  await db?.end();
-});
+const ledger = seededLedger(OWNERS);
 
 const intent = (toolName: string, status: "pending" | "refused", ordinal: number): InvocationIntent => ({
   id: randomUUID(),
@@ -44,8 +26,8 @@ const intent = (toolName: string, status: "pending" | "refused", ordinal: number
 
 describe("a step commit's run events", () => {
   it("name the step's calls on its step_committed event, and settle each result and refusal", async () => {
-    const runId = await seedHeldRun(db, OWNERS);
-    const repository = createStepCommitRepository(sql, "strict");
+    const runId = await seedHeldRun(ledger.db, OWNERS);
+    const repository = createStepCommitRepository(ledger.sql, "strict");
     const [read, refused] = [intent("kv.read", "pending", 0), intent("kv.write", "refused", 1)];
     const step = (index: number, invocations: readonly InvocationIntent[]): StepCommit["step"] => ({
       id: randomUUID(),
@@ -66,7 +48,7 @@ describe("a step commit's run events", () => {
       summary: "replied",
     });
 
-    const { rows } = await db.query<{ seq: number; kind: string; tool_invocation_id: string | null; summary: string }>(
+    const { rows } = await ledger.db.query<{ seq: number; kind: string; tool_invocation_id: string | null; summary: string }>(
       "SELECT seq, kind, tool_invocation_id, summary FROM run_events WHERE run_id = $1 ORDER BY seq",
       [runId],
     );
@@ -79,12 +61,12 @@ describe("a step commit's run events", () => {
     expect(rows[0]?.summary).toBe("kv.write refused: not allowed");
     expect(rows[1]?.summary).toBe("step 0: 2 tool call(s) (kv.read)");
     expect(rows[3]?.summary).toBe("step 1: replied");
-    const { rows: run } = await db.query<{ event_seq: number }>("SELECT event_seq FROM runs WHERE id = $1", [runId]);
+    const { rows: run } = await ledger.db.query<{ event_seq: number }>("SELECT event_seq FROM runs WHERE id = $1", [runId]);
     expect(run[0]?.event_seq).toBe(4);
   });
 
   it("keep a foreign key to their run and none to the steps and calls written beside them", async () => {
-    const { rows } = await db.query<{ definition: string }>(
+    const { rows } = await ledger.db.query<{ definition: string }>(
       "SELECT pg_get_constraintdef(oid) AS definition FROM pg_constraint WHERE conrelid = 'run_events'::regclass AND contype = 'f'",
     );
     expect(rows.map((row) => row.definition)).toEqual([expect.stringMatching(/^FOREIGN KEY \(run_id\) REFERENCES runs\(id\)/)]);

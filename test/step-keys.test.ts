@@ -3,35 +3,17 @@
 // together, settling a call writes its result observation by the call's key, and a streamed
 // observation stores nothing for a call its run does not have (and says so).
 import { randomUUID } from "node:crypto";
-import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { LeaseLostError } from "../control-plane/src/domain/errors.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
-import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { createRunRepository } from "../control-plane/src/ledger/run.repository.js";
-import { createSqlPool, type SqlPool } from "../control-plane/src/ledger/sql.js";
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
 import type { InvocationIntent, StepCommit } from "../control-plane/src/runner/run-store.js";
-import { createTestDatabase } from "./support/keel-fixture.js";
-import { seedConversation, seedHeldRun } from "./support/run-seed.js";
+import { seedHeldRun } from "./support/run-seed.js";
+import { seededLedger } from "./support/seeded-ledger.js";
 
 const OWNERS = { agent: "keys-agent", actor: "keys-actor", conversation: "00000000-0000-4000-8000-000000000003" };
-let db: pg.Client;
-let sql: SqlPool;
-
-beforeAll(async () => {
-  const url = await createTestDatabase();
-  await migrateLedger({ url });
-  db = new pg.Client({ connectionString: url });
-  await db.connect();
-  await seedConversation(db, OWNERS);
-  sql = createSqlPool({ url, max: 2 });
-});
-
-afterAll(async () => {
-  await sql?.close();
-  await db?.end();
-});
+const ledger = seededLedger(OWNERS);
 
 const read = (ordinal: number): InvocationIntent => ({
   id: randomUUID(),
@@ -68,7 +50,7 @@ const stepWith = (index: number, invocations: readonly InvocationIntent[]): Step
 });
 
 async function foreignKeys(table: string): Promise<string[]> {
-  const { rows } = await db.query<{ definition: string }>(
+  const { rows } = await ledger.db.query<{ definition: string }>(
     "SELECT pg_get_constraintdef(oid) AS definition FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f' ORDER BY 1",
     [table],
   );
@@ -83,8 +65,8 @@ describe("a step's rows", () => {
   });
 
   it("name the step, model call and call the same commit wrote, in batches and alone", async () => {
-    const runs = [await seedHeldRun(db, OWNERS), await seedHeldRun(db, OWNERS), await seedHeldRun(db, OWNERS)];
-    const repository = createStepCommitRepository(sql, "strict");
+    const runs = [await seedHeldRun(ledger.db, OWNERS), await seedHeldRun(ledger.db, OWNERS), await seedHeldRun(ledger.db, OWNERS)];
+    const repository = createStepCommitRepository(ledger.sql, "strict");
     const commit = async (runId: string) => {
       const base = { runId, workerId: "w", epoch: 1, usage: ZERO_USAGE, emissions: [] };
       const first = read(0);
@@ -101,7 +83,7 @@ describe("a step's rows", () => {
     // At once, so some of them share a batch statement; the rest go alone.
     await Promise.all(runs.map(commit));
 
-    const { rows } = await db.query<{ run_id: string; calls: number; matched_calls: number; invocations: number; matched_invocations: number; observations: number; matched_observations: number }>(
+    const { rows } = await ledger.db.query<{ run_id: string; calls: number; matched_calls: number; invocations: number; matched_invocations: number; observations: number; matched_observations: number }>(
       `SELECT r.id AS run_id,
          (SELECT count(*)::int FROM model_calls m WHERE m.run_id = r.id) AS calls,
          (SELECT count(*)::int FROM model_calls m JOIN run_steps s ON s.id = m.step_id AND s.run_id = r.id WHERE m.run_id = r.id) AS matched_calls,
@@ -121,14 +103,14 @@ describe("a step's rows", () => {
   });
 
   it("store a streamed observation only for a call of its run, and say why not otherwise", async () => {
-    const runId = await seedHeldRun(db, OWNERS);
-    const other = await seedHeldRun(db, OWNERS);
-    const repository = createStepCommitRepository(sql, "strict");
+    const runId = await seedHeldRun(ledger.db, OWNERS);
+    const other = await seedHeldRun(ledger.db, OWNERS);
+    const repository = createStepCommitRepository(ledger.sql, "strict");
     const mine = read(0);
     const theirs = read(0);
     await repository.commitStep({ runId, workerId: "w", epoch: 1, usage: ZERO_USAGE, emissions: [], status: "awaiting_tool", step: stepWith(0, [mine]), summary: "1" });
     await repository.commitStep({ runId: other, workerId: "w", epoch: 1, usage: ZERO_USAGE, emissions: [], status: "awaiting_tool", step: stepWith(0, [theirs]), summary: "1" });
-    const store = createRunRepository(sql);
+    const store = createRunRepository(ledger.sql);
     const fence = { runId, workerId: "w", epoch: 1 };
 
     await store.observationLog(fence, mine.id).append("stdout", "line one\n");
@@ -139,7 +121,7 @@ describe("a step's rows", () => {
     // A lost lease is still told apart: the call is the run's, the lease is not.
     await expect(store.observationLog({ ...fence, epoch: 2 }, mine.id).append("stdout", "fenced out\n")).rejects.toBeInstanceOf(LeaseLostError);
 
-    const { rows } = await db.query<{ tool_invocation_id: string; text: string }>("SELECT tool_invocation_id, text FROM observations WHERE run_id = ANY($1::uuid[]) ORDER BY seq", [
+    const { rows } = await ledger.db.query<{ tool_invocation_id: string; text: string }>("SELECT tool_invocation_id, text FROM observations WHERE run_id = ANY($1::uuid[]) ORDER BY seq", [
       [runId, other],
     ]);
     expect(rows).toEqual([{ tool_invocation_id: mine.id, text: "line one\n" }]);
