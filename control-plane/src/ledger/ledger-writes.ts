@@ -67,6 +67,9 @@ export interface EmissionRowsParams {
 
 /** The rows emissionRows writes, read back as `e` from jsonb_to_recordset. */
 export const EMISSION_RECORD = "e(id uuid, idempotency_key text, kind text, reply_to_message_id text, text text, ack_state text, addressed_actor_ids jsonb)";
+/** The insert every emission reservation shares: the SELECT after it gives the columns in this order. */
+export const EMISSION_INSERT = `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
+      external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)`;
 
 export function emissionRows(drafts: readonly EmissionDraft[]): string {
   return JSON.stringify(
@@ -94,8 +97,7 @@ export const emissionInsert = fragment<EmissionRowsParams>`
   ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held
     FROM target WHERE ${(p) => p.emissions}::jsonb <> '[]'::jsonb),
   inserted AS (
-    INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
-      external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
+    ${raw(EMISSION_INSERT)}
     SELECT e.id, e.idempotency_key, t.connector, e.kind, t.id, t.agent_id, t.conversation_id, t.external_conversation_id,
       e.reply_to_message_id, e.text, e.ack_state, e.addressed_actor_ids
     FROM target t, ordered, jsonb_to_recordset(${(p) => p.emissions}::jsonb) AS ${raw(EMISSION_RECORD)}

@@ -2,7 +2,7 @@
 import { randomUUID } from "node:crypto";
 import type { ConversationAddress, ConversationLedger, IncomingMessage, NewRunDraft, RunStopDraft, TriggerDraft } from "../conversation/admission-ledger.js";
 import { ZERO_USAGE } from "../domain/run.js";
-import { EMISSION_RECORD, EMISSION_SEQUENCE_LOCK, emissionRows, stopParkedRun } from "./ledger-writes.js";
+import { EMISSION_INSERT, EMISSION_RECORD, EMISSION_SEQUENCE_LOCK, emissionRows, stopParkedRun } from "./ledger-writes.js";
 import { admissionStartSql } from "./run-start.sql.js";
 import { raw, statement, type SqlTransaction } from "./sql.js";
 
@@ -70,8 +70,7 @@ const insertRunStatement = statement<InsertRunParams, { started: boolean; acked:
   ack_lock AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS held
     WHERE ${(p) => p.run.ack !== undefined || (p.run.startAcks?.length ?? 0) > 0}::boolean),
   ack AS (
-    INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
-      reply_to_message_id, text, ack_state, addressed_actor_ids)
+    ${raw(EMISSION_INSERT)}
     SELECT ${(p) => p.ackId}::uuid, ${(p) => p.run.ack?.idempotencyKey ?? ""}, ${(p) => p.run.connector}, 'ack', ${runId}::uuid,
       ${(p) => p.address.agent.id}, ${(p) => p.address.conversationId}::uuid, ${(p) => p.address.externalConversationId},
       ${(p) => p.run.ack?.messageId ?? null}, ${(p) => p.run.ack?.text ?? ""}, 'working',

@@ -3,8 +3,22 @@
 // write joins that row to its own run's fence, so a commit whose lease is gone matches nothing and
 // writes nothing while the others in the batch go on. PostgreSQL sets up the plan, opens the
 // tables and their indexes, and parses the parameters once for the batch instead of once per run.
-import { ARTIFACT_RECORD, EVENT_RECORD, INTENT_RECORD, OUTCOME_RECORD, SETTLE_CALL, type FenceRow, type FencedCommitParams } from "./step-commit.sql.js";
-import { EMISSION_RECORD, EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
+import {
+  ARTIFACT_INSERT,
+  ARTIFACT_RECORD,
+  CALL_INSERT,
+  EVENT_INSERT,
+  EVENT_RECORD,
+  INTENT_INSERT,
+  INTENT_RECORD,
+  OBSERVATION_INSERT,
+  OUTCOME_RECORD,
+  SETTLE_CALL,
+  STEP_INSERT,
+  type FenceRow,
+  type FencedCommitParams,
+} from "./step-commit.sql.js";
+import { EMISSION_INSERT, EMISSION_RECORD, EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
 import { raw, statement } from "./sql.js";
 
 export interface FencedBatchParams {
@@ -128,18 +142,16 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
       a.policy, r.side_usage),
   held AS MATERIALIZED (SELECT fence.id, fence.previous_status, fence.event_seq, c.* FROM fence JOIN c ON c.ord = fence.ord),
   new_step AS (
-    INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
+    ${raw(STEP_INSERT)}
     SELECT h.step_id, h.id, h.step_index, h.replayability, h.status, h.actor_id, h.feedback, h.epoch, h.started_at
     FROM held h WHERE h.has_step),
   new_call AS (
-    INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
-      input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)
+    ${raw(CALL_INSERT)}
     SELECT h.call_id, h.id, h.step_id, h.role, h.provider, h.model, h.request, h.response_text, h.tool_calls,
       h.input_tokens, h.output_tokens, h.latency_ms, h.finish_reason, h.cost_micro_usd
     FROM held h WHERE h.has_call),
   new_intents AS (
-    INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
-      effect, arguments, status, refusal_reason, finished_at)
+    ${raw(INTENT_INSERT)}
     SELECT x.id, h.id, h.step_id, h.call_id, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,
       x.status, x.refusal_reason, CASE WHEN x.status = 'refused' THEN now() END
     FROM held h, jsonb_to_recordset(h.intents) AS ${raw(INTENT_RECORD)}),
@@ -150,18 +162,17 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
     WHERE t.id = ANY(${(p) => p.outcomeIds}::uuid[]) AND t.id = x.id AND (t.run_id = h.id) IS TRUE
     RETURNING t.id, t.run_id, x.outcome, x.result_text, x.truncated, x.observation_id),
   result_observation AS (
-    INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
+    ${raw(OBSERVATION_INSERT)}
     SELECT s.observation_id, s.run_id, s.id, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = s.id),
       'result', s.result_text, s.truncated
     FROM settled s WHERE s.result_text <> '' AND s.outcome <> 'refused'),
   new_artifacts AS (
-    INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
-      subject_artifact_id, conclusion)
+    ${raw(ARTIFACT_INSERT)}
     SELECT x.id, h.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
     FROM held h, jsonb_to_recordset(h.artifacts) AS ${raw(ARTIFACT_RECORD)}),
   new_events AS (
-    INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
+    ${raw(EVENT_INSERT)}
     SELECT h.id, h.event_seq - count(*) OVER (PARTITION BY h.id) + row_number() OVER (PARTITION BY h.id ORDER BY e.ord), e.kind, e.status,
       e.step_id, e.tool_invocation_id, e.summary
     FROM held h, jsonb_to_recordset(h.events) AS ${raw(EVENT_RECORD)}
@@ -169,8 +180,7 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
   ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS taken
     WHERE EXISTS (SELECT 1 FROM held h WHERE h.emissions <> '[]'::jsonb)),
   inserted AS (
-    INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id,
-      external_conversation_id, reply_to_message_id, text, ack_state, addressed_actor_ids)
+    ${raw(EMISSION_INSERT)}
     SELECT e.id, e.idempotency_key, f.connector, e.kind, f.id, f.agent_id, f.conversation_id, f.external_id,
       e.reply_to_message_id, e.text, e.ack_state, e.addressed_actor_ids
     FROM fence f JOIN held h ON h.ord = f.ord, ordered, jsonb_to_recordset(h.emissions) AS ${raw(EMISSION_RECORD)}

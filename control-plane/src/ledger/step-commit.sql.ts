@@ -110,6 +110,16 @@ export const INTENT_RECORD = "x(id uuid, provider_call_id text, ordinal int, too
 export const OUTCOME_RECORD = "x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int, duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)";
 export const ARTIFACT_RECORD = "x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text, inline_data text, reference text, subject_artifact_id uuid, conclusion text)";
 export const EVENT_RECORD = "e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text, only_on_change boolean)";
+/** The inserts both fenced statements make, each SELECT giving the columns in this order. */
+export const STEP_INSERT = `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)`;
+export const CALL_INSERT = `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
+      input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)`;
+export const INTENT_INSERT = `INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
+      effect, arguments, status, refusal_reason, finished_at)`;
+export const OBSERVATION_INSERT = `INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)`;
+export const ARTIFACT_INSERT = `INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
+      subject_artifact_id, conclusion)`;
+export const EVENT_INSERT = `INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)`;
 /** The SET list of a settled call `t` from its outcome record `x`. */
 export const SETTLE_CALL = "status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason), exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(), resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)";
 
@@ -146,20 +156,18 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
       c.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
       a.policy, r.side_usage),
   new_step AS (
-    INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)
+    ${raw(STEP_INSERT)}
     SELECT ${stepId}::uuid, fence.id, ${p("stepIndex")}::int, ${p("replayability")}::text, ${status}::text, ${p("actorId")}::text,
       ${p("feedback")}::text, ${epoch}::bigint, ${p("startedAt")}::timestamptz
     FROM fence WHERE ${p("hasStep")}::boolean),
   new_call AS (
-    INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
-      input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)
+    ${raw(CALL_INSERT)}
     SELECT ${callId}::uuid, fence.id, ${stepId}::uuid, ${p("role")}::text, ${p("provider")}::text, ${p("model")}::text, ${p("request")}::jsonb,
       ${p("responseText")}::text, ${p("toolCalls")}::jsonb, ${p("inputTokens")}::int, ${p("outputTokens")}::int, ${p("latencyMs")}::int,
       ${p("finishReason")}::text, ${p("costMicroUsd")}::bigint
     FROM fence WHERE ${p("hasCall")}::boolean),
   new_intents AS (
-    INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
-      effect, arguments, status, refusal_reason, finished_at)
+    ${raw(INTENT_INSERT)}
     SELECT x.id, fence.id, ${stepId}::uuid, ${callId}::uuid, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,
       x.status, x.refusal_reason, CASE WHEN x.status = 'refused' THEN now() END
     FROM fence, jsonb_to_recordset(${p("intents")}::jsonb) AS ${raw(INTENT_RECORD)}),
@@ -172,18 +180,17 @@ export const fencedCommit = statement<FencedCommitParams, FenceRow>("step_commit
     WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE
     RETURNING t.id, x.outcome, x.result_text, x.truncated, x.observation_id),
   result_observation AS (
-    INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)
+    ${raw(OBSERVATION_INSERT)}
     SELECT s.observation_id, fence.id, s.id, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = s.id),
       'result', s.result_text, s.truncated
     FROM fence, settled s WHERE s.result_text <> '' AND s.outcome <> 'refused'),
   new_artifacts AS (
-    INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
-      subject_artifact_id, conclusion)
+    ${raw(ARTIFACT_INSERT)}
     SELECT x.id, fence.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
     FROM fence, jsonb_to_recordset(${p("artifacts")}::jsonb) AS ${raw(ARTIFACT_RECORD)}),
   new_events AS (
-    INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)
+    ${raw(EVENT_INSERT)}
     SELECT fence.id, fence.event_seq - count(*) OVER () + row_number() OVER (ORDER BY e.ord), e.kind, e.status, e.step_id,
       e.tool_invocation_id, e.summary
     FROM fence, jsonb_to_recordset(${p("events")}::jsonb) AS ${raw(EVENT_RECORD)}
