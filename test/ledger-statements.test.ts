@@ -10,7 +10,7 @@ import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { EXECUTING_SQL } from "../control-plane/src/ledger/run-start.sql.js";
 import { FOLLOW_UP_PROGRESS_RECORDS } from "../control-plane/src/domain/transcript-builder.js";
 import { GENERIC_PLAN_SETTINGS, registeredStatements } from "../control-plane/src/ledger/sql.js";
-import { fencedCommit, fencedCommitParams } from "../control-plane/src/ledger/step-commit.sql.js";
+import { fencedCommit, fencedCommitParams, fencedHeldCommit } from "../control-plane/src/ledger/step-commit.sql.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
@@ -85,40 +85,43 @@ describe("generic plans made while the ledger is empty", () => {
   // A connection plans each statement once and keeps the plan until the table is analyzed, which
   // autovacuum does a minute or more later: a plan made on a new install's empty tables must still
   // find rows by key once they hold thousands.
-  it("keel_step_commit_fenced settles a call by its key after the run's calls grew from one to thousands", async () => {
-    const url = await createTestDatabase();
-    await migrateLedger({ url });
-    const fresh = new pg.Client({ connectionString: url });
-    await fresh.connect();
-    try {
-      await fresh.query(`INSERT INTO agents (id, spec, revision) VALUES ('agent-1', '{}'::jsonb, 1);
-        INSERT INTO actors (id) VALUES ('actor-1');
-        INSERT INTO conversations (id, agent_id, external_id, connector) VALUES (md5('c1')::uuid, 'agent-1', 'conversation-1', 'bench');
-        INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
-          VALUES (md5('fresh-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1);`);
-      const calls = (from: number, to: number) => `INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
-        SELECT md5('fresh-t' || i)::uuid, md5('fresh-run')::uuid, 'call-' || i, 0, 'bench.read.v1', '1', 'read', '{}'::jsonb, 'pending'
-        FROM generate_series(${from}, ${to}) i`;
-      const ids = (await fresh.query<{ run: string; first: string; last: string }>(
-        "SELECT md5('fresh-run')::uuid::text AS run, md5('fresh-t0')::uuid::text AS first, md5('fresh-t3000')::uuid::text AS last",
-      )).rows[0]!;
-      await fresh.query(calls(0, 0));
-      await fresh.query("BEGIN");
-      for (const setting of GENERIC_PLAN_SETTINGS) await fresh.query(setting);
-      await fresh.query(`PREPARE settle_fresh AS ${fencedCommit.text}`);
-      const execute = (invocationId: string) => `EXECUTE settle_fresh(${fencedCommit.bind(settleParams(ids.run, invocationId)).map(literal).join(", ")})`;
-      // Planned now, with one call in the table; the plan is kept for the next execution.
-      await fresh.query(execute(ids.first));
-      await fresh.query(calls(1, 3000));
-      const { rows } = await fresh.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${execute(ids.last)}`);
-      expect(rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan, "tool_invocations")).toBe(1);
-      const { rows: settled } = await fresh.query<{ status: string }>("SELECT status FROM tool_invocations WHERE id = $1", [ids.last]);
-      expect(settled[0]?.status).toBe("succeeded");
-      await fresh.query("ROLLBACK");
-    } finally {
-      await fresh.end();
-    }
-  });
+  // Both shapes of the fenced commit: the settled calls are found the same way in each.
+  for (const commit of [fencedCommit, fencedHeldCommit]) {
+    it(`${commit.name} settles a call by its key after the run's calls grew from one to thousands`, async () => {
+      const url = await createTestDatabase();
+      await migrateLedger({ url });
+      const fresh = new pg.Client({ connectionString: url });
+      await fresh.connect();
+      try {
+        await fresh.query(`INSERT INTO agents (id, spec, revision) VALUES ('agent-1', '{}'::jsonb, 1);
+          INSERT INTO actors (id) VALUES ('actor-1');
+          INSERT INTO conversations (id, agent_id, external_id, connector) VALUES (md5('c1')::uuid, 'agent-1', 'conversation-1', 'bench');
+          INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
+            VALUES (md5('fresh-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1);`);
+        const calls = (from: number, to: number) => `INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
+          SELECT md5('fresh-t' || i)::uuid, md5('fresh-run')::uuid, 'call-' || i, 0, 'bench.read.v1', '1', 'read', '{}'::jsonb, 'pending'
+          FROM generate_series(${from}, ${to}) i`;
+        const ids = (await fresh.query<{ run: string; first: string; last: string }>(
+          "SELECT md5('fresh-run')::uuid::text AS run, md5('fresh-t0')::uuid::text AS first, md5('fresh-t3000')::uuid::text AS last",
+        )).rows[0]!;
+        await fresh.query(calls(0, 0));
+        await fresh.query("BEGIN");
+        for (const setting of GENERIC_PLAN_SETTINGS) await fresh.query(setting);
+        await fresh.query(`PREPARE settle_fresh AS ${commit.text}`);
+        const execute = (invocationId: string) => `EXECUTE settle_fresh(${commit.bind(settleParams(ids.run, invocationId)).map(literal).join(", ")})`;
+        // Planned now, with one call in the table; the plan is kept for the next execution.
+        await fresh.query(execute(ids.first));
+        await fresh.query(calls(1, 3000));
+        const { rows } = await fresh.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${execute(ids.last)}`);
+        expect(rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan, "tool_invocations")).toBe(1);
+        const { rows: settled } = await fresh.query<{ status: string }>("SELECT status FROM tool_invocations WHERE id = $1", [ids.last]);
+        expect(settled[0]?.status).toBe("succeeded");
+        await fresh.query("ROLLBACK");
+      } finally {
+        await fresh.end();
+      }
+    });
+  }
 });
 
 // Admission (ledger/conversation.repository.ts), the claim (run-claim.repository.ts) and the fenced
@@ -126,7 +129,7 @@ describe("generic plans made while the ledger is empty", () => {
 // planned once per connection without its parameters' values. A generic plan that
 // scans a table which grows with traffic would make every message slower as the ledger fills, so
 // this fills the tables, gathers statistics and reads each generic plan.
-const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$|step_commit_fenced$|step_commit_fenced_batch$|claim_candidate$|claim_run$)/;
+const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$|step_commit_fenced$|step_commit_held$|step_commit_fenced_batch$|claim_candidate$|claim_run$)/;
 const GROWING_TABLES = ["actors", "conversations", "messages", "runs", "run_triggers", "run_events", "emissions", "progress_events", "tool_invocations", "work_graphs", "observations"];
 /** keel_locked_root_run_counts (admission's insert calls it) plans with its parameters' values: this count needs them. */
 const CEILING_COUNT = "select count(*) filter (where agent_id = $1), count(*) from runs where status = any($2::text[]) and parent_run_id is null";
@@ -173,7 +176,7 @@ describe("admission's statements with generic plans", () => {
 
   it("scan no table that grows with traffic", async () => {
     const admission = registeredStatements().filter((s) => ADMISSION_STATEMENT.test(s.name));
-    expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run", "keel_step_commit_fenced", "keel_claim_candidate", "keel_claim_run"]));
+    expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run", "keel_step_commit_fenced", "keel_step_commit_held", "keel_claim_candidate", "keel_claim_run"]));
     const failures: string[] = [];
     for (const { name, text } of admission) {
       const tables = await scans(text);
@@ -225,54 +228,56 @@ describe("admission's statements with generic plans", () => {
     }
   });
 
-  it("keel_step_commit_fenced settles a call with a HOT update: no index entry is written", async () => {
-    await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
-      VALUES (md5('hot-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1)`);
-    await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
-      VALUES (md5('hot-t')::uuid, md5('hot-run')::uuid, 'call-hot', 0, 'bench.read.v1', '1', 'read', '{}'::jsonb, 'pending')`);
-    const [{ run, call }] = (await db.query<{ run: string; call: string }>("SELECT md5('hot-run')::uuid::text AS run, md5('hot-t')::uuid::text AS call")).rows as [
-      { run: string; call: string },
-    ];
-    // This backend's table counters reach the shared statistics once it is idle after a forced flush.
-    const updates = async (): Promise<{ all: number; hot: number }> => {
-      await db.query("SELECT pg_stat_force_next_flush()");
-      const { rows } = await db.query<{ n_tup_upd: string; n_tup_hot_upd: string }>(
-        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tool_invocations'",
-      );
-      return { all: Number(rows[0]?.n_tup_upd), hot: Number(rows[0]?.n_tup_hot_upd) };
-    };
-    const before = await updates();
-    const { rows: fenced } = await db.query<{ id: string }>({ text: fencedCommit.text, values: fencedCommit.bind(settleParams(run, call)) });
-    expect(fenced.map((row) => row.id)).toEqual([run]);
-    const after = await updates();
-    expect(after.all - before.all).toBe(1);
-    expect(after.hot - before.hot).toBe(1);
-  });
+  for (const commit of [fencedCommit, fencedHeldCommit]) {
+    it(`${commit.name} settles a call with a HOT update: no index entry is written`, async () => {
+      await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
+        VALUES (md5('hot-run-${commit.name}')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1)`);
+      await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
+        VALUES (md5('hot-t-${commit.name}')::uuid, md5('hot-run-${commit.name}')::uuid, 'call-hot', 0, 'bench.read.v1', '1', 'read', '{}'::jsonb, 'pending')`);
+      const [{ run, call }] = (await db.query<{ run: string; call: string }>(`SELECT md5('hot-run-${commit.name}')::uuid::text AS run, md5('hot-t-${commit.name}')::uuid::text AS call`)).rows as [
+        { run: string; call: string },
+      ];
+      // This backend's table counters reach the shared statistics once it is idle after a forced flush.
+      const updates = async (): Promise<{ all: number; hot: number }> => {
+        await db.query("SELECT pg_stat_force_next_flush()");
+        const { rows } = await db.query<{ n_tup_upd: string; n_tup_hot_upd: string }>(
+          "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tool_invocations'",
+        );
+        return { all: Number(rows[0]?.n_tup_upd), hot: Number(rows[0]?.n_tup_hot_upd) };
+      };
+      const before = await updates();
+      const { rows: fenced } = await db.query<{ id: string }>({ text: commit.text, values: commit.bind(settleParams(run, call)) });
+      expect(fenced.map((row) => row.id)).toEqual([run]);
+      const after = await updates();
+      expect(after.all - before.all).toBe(1);
+      expect(after.hot - before.hot).toBe(1);
+    });
 
-  it("keel_step_commit_fenced settles a long run's call by its key, not by reading every call the run made", async () => {
-    await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
-      VALUES (md5('long-run')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1)`);
-    await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
-      SELECT md5('long-t' || i)::uuid, md5('long-run')::uuid, 'call-' || i, 0, 'bench.read.v1', '1', 'read', '{}'::jsonb,
-        CASE WHEN i = 3000 THEN 'pending' ELSE 'succeeded' END FROM generate_series(1, 3000) i`);
-    await db.query("ANALYZE runs, tool_invocations");
-    const [{ id: runId }] = (await db.query<{ id: string }>("SELECT md5('long-run')::uuid::text AS id")).rows as [{ id: string }];
-    const [{ id: invocationId }] = (await db.query<{ id: string }>("SELECT md5('long-t3000')::uuid::text AS id")).rows as [{ id: string }];
-    const params = settleParams(runId, invocationId);
-    await db.query("BEGIN");
-    try {
-      await db.query("SET LOCAL plan_cache_mode = force_generic_plan");
-      await db.query(`PREPARE settle_long_run AS ${fencedCommit.text}`);
-      const { rows } = await db.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(
-        `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE settle_long_run(${fencedCommit.bind(params).map(literal).join(", ")})`,
-      );
-      expect(rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan, "tool_invocations")).toBe(1);
-      const { rows: settled } = await db.query<{ status: string }>("SELECT status FROM tool_invocations WHERE id = $1", [invocationId]);
-      expect(settled[0]?.status).toBe("succeeded");
-    } finally {
-      await db.query("ROLLBACK");
-    }
-  });
+    it(`${commit.name} settles a long run's call by its key, not by reading every call the run made`, async () => {
+      await db.query(`INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_epoch)
+        VALUES (md5('long-run-${commit.name}')::uuid, 'agent-1', md5('c1')::uuid, 'bench', 'running', 'actor-1', '{}'::jsonb, '{}'::jsonb, 'worker-1', 1)`);
+      await db.query(`INSERT INTO tool_invocations (id, run_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status)
+        SELECT md5('long-t${commit.name}' || i)::uuid, md5('long-run-${commit.name}')::uuid, 'call-' || i, 0, 'bench.read.v1', '1', 'read', '{}'::jsonb,
+          CASE WHEN i = 3000 THEN 'pending' ELSE 'succeeded' END FROM generate_series(1, 3000) i`);
+      await db.query("ANALYZE runs, tool_invocations");
+      const [{ id: runId }] = (await db.query<{ id: string }>(`SELECT md5('long-run-${commit.name}')::uuid::text AS id`)).rows as [{ id: string }];
+      const [{ id: invocationId }] = (await db.query<{ id: string }>(`SELECT md5('long-t${commit.name}3000')::uuid::text AS id`)).rows as [{ id: string }];
+      const params = settleParams(runId, invocationId);
+      await db.query("BEGIN");
+      try {
+        await db.query("SET LOCAL plan_cache_mode = force_generic_plan");
+        await db.query(`PREPARE settle_long_run_${commit.name} AS ${commit.text}`);
+        const { rows } = await db.query<{ "QUERY PLAN": { Plan: Record<string, unknown> }[] }>(
+          `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE settle_long_run_${commit.name}(${commit.bind(params).map(literal).join(", ")})`,
+        );
+        expect(rowsRead(rows[0]!["QUERY PLAN"][0]!.Plan, "tool_invocations")).toBe(1);
+        const { rows: settled } = await db.query<{ status: string }>("SELECT status FROM tool_invocations WHERE id = $1", [invocationId]);
+        expect(settled[0]?.status).toBe("succeeded");
+      } finally {
+        await db.query("ROLLBACK");
+      }
+    });
+  }
 
   it("would catch a scan", async () => {
     expect(await scans("SELECT id FROM messages WHERE id = $1::uuid OR ($2::boolean AND text = $3)")).toContain("messages");

@@ -120,8 +120,8 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
 
   it("plans generically only inside a transaction that asks to, its first statement included", async () => {
     const generic = { plans: "generic" } as const;
-    // First use of the named statement (BEGIN and the setting go on their own), then prepared
-    // (both go with it), then unnamed.
+    // First use of the named statement (BEGIN goes on its own), then prepared (BEGIN goes with
+    // it), then unnamed; the settings come with the connection.
     for (const label of ["named, first use", "named, prepared"]) {
       const [first, second] = await sql.transaction(async (trx) => [...(await trx.run(planMode, {})), ...(await trx.run(planMode, {}))], undefined, generic);
       expect(first?.mode, label).toBe("force_generic_plan");
@@ -281,7 +281,8 @@ describe("Sql.notify: wake-ups sent after the commit", () => {
 
   beforeAll(async () => {
     const url = await createTestDatabase();
-    sql = createSqlPool({ url, max: 2 });
+    // Two connections for plain transactions (half the pool), one held open while another runs.
+    sql = createSqlPool({ url, max: 4 });
     listener = new pg.Client({ connectionString: url });
     await listener.connect();
     listener.on("notification", (n) => heard.push({ channel: n.channel, payload: n.payload ?? "", at: performance.now() }));

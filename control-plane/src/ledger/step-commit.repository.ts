@@ -10,6 +10,7 @@ import {
   controlOfHeldRun,
   controlOfRun,
   fencedCommit,
+  fencedCommitFor,
   fencedCommitParams,
   type ControlRow,
   type Durability,
@@ -51,7 +52,7 @@ export function createStepCommitRepository(
           return row === undefined ? [] : [row];
         });
       },
-      alone: (params) => sql.transaction((trx) => trx.runLast(fencedCommit, params), undefined, { plans: "generic" }),
+      alone: (params) => sql.transaction((trx) => trx.runLast(fencedCommitFor(params), params), undefined, { plans: "generic" }),
     },
     grouping,
   );

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { ZERO_USAGE } from "../domain/run.js";
 import type { Settlement } from "../runner/run-store.js";
-import { fencedCommitParams, type Durability, type FencedChange } from "./step-commit.sql.js";
+import { fencedCommit, fencedCommitFor, fencedCommitParams, fencedHeldCommit, type Durability, type FencedChange } from "./step-commit.sql.js";
 
 const FENCE = { runId: "00000000-0000-4000-8000-000000000001", workerId: "w", epoch: 1 };
 const NOTHING: FencedChange = { step: undefined, outcomes: [], crossesCommitBoundary: false, writes: false, events: [], unlessChangedSince: undefined };
@@ -26,5 +26,29 @@ describe("fenced commit durability", () => {
     expect(waits("relaxed", settlement({ emissions: [{ idempotencyKey: "k", kind: "reply", text: "t", addressedActorIds: [] }] }))).toBe("on");
     expect(waits("relaxed", settlement({ status: "succeeded" }))).toBe("on");
     expect(waits("relaxed", settlement({ status: "awaiting_input" }))).toBe("on");
+  });
+});
+
+describe("fenced commit shape", () => {
+  const statementFor = (s: Settlement, change: FencedChange = NOTHING) => fencedCommitFor(fencedCommitParams(FENCE, s, change, "strict"));
+  const artifact = { type: "note", schemaVersion: "1", provenance: "observed" as const, inlineData: "x" };
+
+  it("a commit that keeps its lease and writes no artifact or emission takes the held statement", () => {
+    expect(statementFor(settlement())).toBe(fencedHeldCommit);
+    expect(statementFor(settlement({ status: "awaiting_tool" }))).toBe(fencedHeldCommit);
+  });
+
+  it("any other commit takes the statement with every part", () => {
+    expect(statementFor(settlement({ status: "succeeded" }))).toBe(fencedCommit);
+    expect(statementFor(settlement({ status: "queued" }))).toBe(fencedCommit);
+    expect(statementFor(settlement({ emissions: [{ idempotencyKey: "k", kind: "progress", text: "t", addressedActorIds: [] }] }))).toBe(fencedCommit);
+    const outcome = { invocationId: "00000000-0000-4000-8000-000000000002", effect: "read" as const, outcome: "succeeded" as const, resultText: "r", artifacts: [{ ...artifact, id: "00000000-0000-4000-8000-000000000003" }] };
+    expect(statementFor(settlement(), { ...NOTHING, outcomes: [outcome] })).toBe(fencedCommit);
+  });
+
+  it("the held statement leaves out the artifact and emission inserts and the wake-up test", () => {
+    expect(fencedCommit.text).toMatch(/INSERT INTO artifacts/);
+    expect(fencedCommit.text).toMatch(/INSERT INTO emissions/);
+    expect(fencedHeldCommit.text).not.toMatch(/INSERT INTO artifacts|INSERT INTO emissions|q\.status = 'queued'/);
   });
 });
