@@ -129,7 +129,7 @@ describe("generic plans made while the ledger is empty", () => {
 // planned once per connection without its parameters' values. A generic plan that
 // scans a table which grows with traffic would make every message slower as the ledger fills, so
 // this fills the tables, gathers statistics and reads each generic plan.
-const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$|step_commit_fenced$|step_commit_held$|step_commit_fenced_batch$|claim_candidate$|claim_run$)/;
+const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$|step_commit_fenced$|step_commit_held$|step_commit_fenced_batch$|step_commit_held_batch$|claim_candidate$|claim_run$)/;
 const GROWING_TABLES = ["actors", "conversations", "messages", "runs", "run_triggers", "run_events", "emissions", "progress_events", "tool_invocations", "work_graphs", "observations"];
 /** keel_locked_root_run_counts (admission's insert calls it) plans with its parameters' values: this count needs them. */
 const CEILING_COUNT = "select count(*) filter (where agent_id = $1), count(*) from runs where status = any($2::text[]) and parent_run_id is null";
@@ -176,7 +176,7 @@ describe("admission's statements with generic plans", () => {
 
   it("scan no table that grows with traffic", async () => {
     const admission = registeredStatements().filter((s) => ADMISSION_STATEMENT.test(s.name));
-    expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run", "keel_step_commit_fenced", "keel_step_commit_held", "keel_claim_candidate", "keel_claim_run"]));
+    expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run", "keel_step_commit_fenced", "keel_step_commit_held", "keel_step_commit_held_batch", "keel_claim_candidate", "keel_claim_run"]));
     const failures: string[] = [];
     for (const { name, text } of admission) {
       const tables = await scans(text);

@@ -15,11 +15,13 @@ import {
   OUTCOME_RECORD,
   SETTLE_CALL,
   STEP_INSERT,
+  shapeOf,
   type FenceRow,
   type FencedCommitParams,
+  type FencedCommitShape,
 } from "./step-commit.sql.js";
 import { EMISSION_INSERT, EMISSION_RECORD, EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
-import { raw, statement } from "./sql.js";
+import { fragment, raw, statement } from "./sql.js";
 
 export interface FencedBatchParams {
   readonly synchronousCommit: "on" | "off";
@@ -118,9 +120,13 @@ const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, sta
  * The batch: each commit's run locked, fenced and updated as fencedCommit does, then every
  * commit's step, call, intents, settled calls, observations, artifacts, events and emissions
  * written FROM its fenced row. Runs are locked in key order, so two batches never wait on each
- * other in a cycle. Returns a row per commit that held its lease, with its `ord`.
+ * other in a cycle. Returns a row per commit that held its lease, with its `ord`. A batch whose
+ * commits are all held leaves out the parts they do not use, as fencedHeldCommit does.
  */
-export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("step_commit_fenced_batch")`
+function fencedBatchStatement(name: string, shape: FencedCommitShape) {
+  const any = shape === "any";
+  const none = fragment<FencedBatchParams>``;
+  return statement<FencedBatchParams, FencedBatchRow>(name)`
   WITH durability AS (SELECT set_config('synchronous_commit', ${(p) => p.synchronousCommit}::text, true) AS setting),
   c AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(${(p) => p.commits}::jsonb) AS ${raw(COMMIT_RECORD)}),
   previous AS (SELECT id, status FROM runs WHERE id = ANY(${(p) => p.runIds}::uuid[]) ORDER BY id FOR NO KEY UPDATE),
@@ -133,12 +139,12 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
       lease_owner = CASE WHEN c.keeps_lease THEN r.lease_owner ELSE NULL END,
       lease_expires_at = CASE WHEN c.keeps_lease THEN r.lease_expires_at ELSE NULL END,
       event_seq = r.event_seq + c.event_count + CASE WHEN previous.status <> c.status THEN 1 ELSE 0 END
-    FROM c, previous, durability, conversations cv, agents a
-    WHERE r.id = c.run_id AND previous.id = c.run_id AND cv.id = r.conversation_id AND a.id = r.agent_id
+    FROM c, previous, durability, ${any ? raw("conversations cv, ") : raw("")}agents a
+    WHERE r.id = c.run_id AND previous.id = c.run_id AND ${any ? raw("cv.id = r.conversation_id AND ") : raw("")}a.id = r.agent_id
       AND r.lease_epoch = c.epoch AND r.lease_owner = c.worker_id
       AND (NOT c.guarded OR (r.cancel_requested_by_actor_id IS NULL AND (c.guard_trigger_count IS NULL OR r.trigger_count = c.guard_trigger_count)))
     RETURNING c.ord, r.id, previous.status AS previous_status, r.event_seq, r.agent_id, r.conversation_id, r.connector,
-      cv.external_id, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
+      ${any ? raw("cv.external_id") : raw("NULL::text AS external_id")}, r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.trigger_count, r.paused,
       a.policy, r.side_usage),
   held AS MATERIALIZED (SELECT fence.id, fence.previous_status, fence.event_seq, c.* FROM fence JOIN c ON c.ord = fence.ord),
   new_step AS (
@@ -166,17 +172,17 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
     SELECT s.observation_id, s.run_id, s.id, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = s.id),
       'result', s.result_text, s.truncated
     FROM settled s WHERE s.result_text <> '' AND s.outcome <> 'refused'),
-  new_artifacts AS (
+  ${any ? fragment<FencedBatchParams>`new_artifacts AS (
     ${raw(ARTIFACT_INSERT)}
     SELECT x.id, h.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
-    FROM held h, jsonb_to_recordset(h.artifacts) AS ${raw(ARTIFACT_RECORD)}),
+    FROM held h, jsonb_to_recordset(h.artifacts) AS ${raw(ARTIFACT_RECORD)}),` : none}
   new_events AS (
     ${raw(EVENT_INSERT)}
     SELECT h.id, h.event_seq - count(*) OVER (PARTITION BY h.id) + row_number() OVER (PARTITION BY h.id ORDER BY e.ord), e.kind, e.status,
       e.step_id, e.tool_invocation_id, e.summary
     FROM held h, jsonb_to_recordset(h.events) AS ${raw(EVENT_RECORD)}
-    WHERE NOT e.only_on_change OR h.previous_status <> h.status),
+    WHERE NOT e.only_on_change OR h.previous_status <> h.status)${any ? fragment<FencedBatchParams>`,
   ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS taken
     WHERE EXISTS (SELECT 1 FROM held h WHERE h.emissions <> '[]'::jsonb)),
   inserted AS (
@@ -186,10 +192,20 @@ export const fencedBatchCommit = statement<FencedBatchParams, FencedBatchRow>("s
     FROM fence f JOIN held h ON h.ord = f.ord, ordered, jsonb_to_recordset(h.emissions) AS ${raw(EMISSION_RECORD)}
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING run_id),
-  queued AS (SELECT EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused) AS waiting)
+  queued AS (SELECT EXISTS (SELECT 1 FROM runs q WHERE q.status = 'queued' AND NOT q.paused) AS waiting)` : none}
   SELECT f.ord, f.id, f.previous_status, f.event_seq, f.agent_id, f.conversation_id, f.connector, f.external_id,
     f.cancel_requested_by_actor_id, f.superseded_by_run_id, f.trigger_count, f.paused, f.policy, f.side_usage,
-    h.wakes_worker OR (h.frees_slot AND (SELECT waiting FROM queued)) AS woken,
-    (SELECT count(*)::int FROM inserted i WHERE i.run_id = f.id) AS emitted
+    ${any ? fragment<FencedBatchParams>`h.wakes_worker OR (h.frees_slot AND (SELECT waiting FROM queued)) AS woken,
+    (SELECT count(*)::int FROM inserted i WHERE i.run_id = f.id) AS emitted` : raw("false AS woken, 0 AS emitted")}
   FROM fence f JOIN held h ON h.ord = f.ord
   ORDER BY f.ord`;
+}
+
+export const fencedBatchCommit = fencedBatchStatement("step_commit_fenced_batch", "any");
+/** For a batch of held commits only (FencedCommitShape). */
+export const fencedHeldBatchCommit = fencedBatchStatement("step_commit_held_batch", "held");
+
+/** The statement for a batch: the held one when every commit in it is held. */
+export function fencedBatchCommitFor(batch: readonly FencedCommitParams[]): typeof fencedBatchCommit {
+  return batch.every((params) => shapeOf(params) === "held") ? fencedHeldBatchCommit : fencedBatchCommit;
+}

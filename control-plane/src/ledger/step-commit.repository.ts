@@ -19,7 +19,7 @@ import {
   type FencedCommitParams,
 } from "./step-commit.sql.js";
 import { DEFAULT_GROUP_COMMIT, groupCommits, type GroupCommitOptions } from "./group-commit.js";
-import { fencedBatchCommit, fencedBatchParams } from "./step-commit-batch.sql.js";
+import { fencedBatchCommitFor, fencedBatchParams } from "./step-commit-batch.sql.js";
 
 /** How long a batch of commits waits for a row lock before its commits are retried one by one. */
 const BATCH_LOCK_TIMEOUT_MS = 100;
@@ -45,7 +45,7 @@ export function createStepCommitRepository(
           const statements = batch.map((params) => ({ ...params, synchronousCommit }) as const);
           return sql.transaction((trx) => trx.runEachLast(fencedCommit, statements), undefined, options);
         }
-        const rows = await sql.transaction((trx) => trx.runLast(fencedBatchCommit, fencedBatchParams(batch, synchronousCommit)), undefined, options);
+        const rows = await sql.transaction((trx) => trx.runLast(fencedBatchCommitFor(batch), fencedBatchParams(batch, synchronousCommit)), undefined, options);
         const byCommit = new Map(rows.map((row) => [Number(row.ord), row]));
         return batch.map((_, ord) => {
           const row = byCommit.get(ord);

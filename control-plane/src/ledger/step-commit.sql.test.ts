@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { ZERO_USAGE } from "../domain/run.js";
 import type { Settlement } from "../runner/run-store.js";
+import { fencedBatchCommit, fencedBatchCommitFor, fencedHeldBatchCommit } from "./step-commit-batch.sql.js";
 import { fencedCommit, fencedCommitFor, fencedCommitParams, fencedHeldCommit, type Durability, type FencedChange } from "./step-commit.sql.js";
 
 const FENCE = { runId: "00000000-0000-4000-8000-000000000001", workerId: "w", epoch: 1 };
@@ -46,9 +47,18 @@ describe("fenced commit shape", () => {
     expect(statementFor(settlement(), { ...NOTHING, outcomes: [outcome] })).toBe(fencedCommit);
   });
 
-  it("the held statement leaves out the artifact and emission inserts and the wake-up test", () => {
-    expect(fencedCommit.text).toMatch(/INSERT INTO artifacts/);
-    expect(fencedCommit.text).toMatch(/INSERT INTO emissions/);
-    expect(fencedHeldCommit.text).not.toMatch(/INSERT INTO artifacts|INSERT INTO emissions|q\.status = 'queued'/);
+  it("a batch takes the held statement only when every commit in it is held", () => {
+    const held = fencedCommitParams(FENCE, settlement(), NOTHING, "strict");
+    const settled = fencedCommitParams(FENCE, settlement({ status: "succeeded" }), NOTHING, "strict");
+    expect(fencedBatchCommitFor([held, held])).toBe(fencedHeldBatchCommit);
+    expect(fencedBatchCommitFor([held, settled])).toBe(fencedBatchCommit);
+  });
+
+  it("the held statements leave out the artifact and emission inserts and the wake-up test", () => {
+    for (const full of [fencedCommit, fencedBatchCommit]) {
+      expect(full.text).toMatch(/INSERT INTO artifacts/);
+      expect(full.text).toMatch(/INSERT INTO emissions/);
+    }
+    for (const held of [fencedHeldCommit, fencedHeldBatchCommit]) expect(held.text).not.toMatch(/INSERT INTO artifacts|INSERT INTO emissions|q\.status = 'queued'/);
   });
 });

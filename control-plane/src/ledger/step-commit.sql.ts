@@ -218,9 +218,14 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape) {
 export const fencedCommit = fencedCommitStatement("step_commit_fenced", "any");
 export const fencedHeldCommit = fencedCommitStatement("step_commit_held", "held");
 
-/** The statement for a commit: the held one when the commit has that shape (FencedCommitShape). */
+/** A commit's shape (FencedCommitShape): "held" when it keeps its lease and writes no artifact and no emission. */
+export function shapeOf(params: FencedCommitParams): FencedCommitShape {
+  return params.keepsLease && params.artifacts === "[]" && params.emissions === "[]" ? "held" : "any";
+}
+
+/** The statement for a commit's shape. */
 export function fencedCommitFor(params: FencedCommitParams): typeof fencedCommit {
-  return params.keepsLease && params.artifacts === "[]" && params.emissions === "[]" ? fencedHeldCommit : fencedCommit;
+  return shapeOf(params) === "held" ? fencedHeldCommit : fencedCommit;
 }
 
 const CONTROL_COLUMNS = "r.cancel_requested_by_actor_id, r.superseded_by_run_id, r.paused, r.trigger_count, a.policy, r.side_usage";
