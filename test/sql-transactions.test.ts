@@ -228,6 +228,14 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
       }
       expect(Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM note_links")).rows[0]?.n)).toBe(0);
 
+      // A transaction of that one statement goes without BEGIN and COMMIT, as a transaction of its
+      // own: a check deferred to its commit still fails it, and a later one commits.
+      await expect(sql.transaction((trx) => trx.runLast(insertLink, { id: 3, note: 99_999 }))).rejects.toMatchObject({ code: "23503" });
+      await expect(sql.transaction((trx) => trx.runLast(insertLast, { id: 600, body: "dup" }))).rejects.toMatchObject({ code: "23505" });
+      expect(await sql.transaction((trx) => trx.runLast(insertLink, { id: 4, note: 600 }))).toEqual([]);
+      expect((await db.query<{ id: number }>("SELECT id FROM note_links")).rows).toEqual([{ id: 4 }]);
+      await db.query("DELETE FROM note_links");
+
       // Committed work whose result is not to be kept is a mistake, said loudly; what committed stays.
       await expect(sql.transaction((trx) => trx.runLast(insertLast, { id: 620, body: "kept anyway" }), () => false)).rejects.toThrow(/cannot be rolled back/);
       expect(await count(620)).toBe(1);
@@ -281,8 +289,7 @@ describe("Sql.notify: wake-ups sent after the commit", () => {
 
   beforeAll(async () => {
     const url = await createTestDatabase();
-    // Two connections for plain transactions (half the pool), one held open while another runs.
-    sql = createSqlPool({ url, max: 4 });
+    sql = createSqlPool({ url, max: 2 });
     listener = new pg.Client({ connectionString: url });
     await listener.connect();
     listener.on("notification", (n) => heard.push({ channel: n.channel, payload: n.payload ?? "", at: performance.now() }));
