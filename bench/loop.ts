@@ -207,6 +207,15 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
   });
 }
 
+/** A run's rows in one statement, prepared once per connection as Keel's own admission statements are. */
+const SUBMIT = `WITH actor AS (INSERT INTO actors (id) VALUES ('bench') ON CONFLICT DO NOTHING),
+     conversation AS (INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, 'loop-bench', $3, 'bench')),
+     message AS (INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($2, $1, $3, 'bench', 'go', $4)),
+     run AS (
+       INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage)
+       VALUES ($4, 'loop-bench', $1, 'bench', $6, 'bench', $3, $5::jsonb, '{}'::jsonb)),
+     run_trigger AS (INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($4, $2, 'bench', $3))
+     SELECT 1`;
 /** A wake-up that commits without waiting for its WAL flush (what it announces is already durable). */
 const SUBMIT_WAKE = "SELECT pg_notify('keel_runs', $1::text) FROM (SELECT set_config('synchronous_commit', 'off', true)) AS durability";
 
@@ -216,17 +225,7 @@ export async function submit(db: pg.ClientBase, key: string, status: "queued" | 
   // call). The wake-up follows the commit, as Keel's admission sends it (ledger/sql.ts, notify): a
   // transaction that notifies holds PostgreSQL's one notification lock through its WAL flush, so
   // submissions that notified inside it committed one at a time (16 took up to 50 ms).
-  await db.query(
-    `WITH actor AS (INSERT INTO actors (id) VALUES ('bench') ON CONFLICT DO NOTHING),
-     conversation AS (INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, 'loop-bench', $3, 'bench')),
-     message AS (INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($2, $1, $3, 'bench', 'go', $4)),
-     run AS (
-       INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage)
-       VALUES ($4, 'loop-bench', $1, 'bench', $6, 'bench', $3, $5::jsonb, '{}'::jsonb)),
-     run_trigger AS (INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($4, $2, 'bench', $3))
-     SELECT 1`,
-    [randomUUID(), randomUUID(), key, runId, JSON.stringify(DEMO_AGENT.budget), status],
-  );
+  await db.query({ name: "bench_submit", text: SUBMIT, values: [randomUUID(), randomUUID(), key, runId, JSON.stringify(DEMO_AGENT.budget), status] });
   if (status === "queued") await db.query({ name: "bench_submit_wake", text: SUBMIT_WAKE, values: [runId] });
   return runId;
 }
