@@ -177,9 +177,10 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
     SELECT x.id, h.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
     FROM held h, jsonb_to_recordset(h.artifacts) AS ${raw(ARTIFACT_RECORD)}),` : none}
+  -- Numbered as in fencedCommit: from each event's ordinal, no window.
   new_events AS (
     ${raw(EVENT_INSERT)}
-    SELECT h.id, h.event_seq - count(*) OVER (PARTITION BY h.id) + row_number() OVER (PARTITION BY h.id ORDER BY e.ord), e.kind, e.status,
+    SELECT h.id, h.event_seq - h.event_count - CASE WHEN h.previous_status <> h.status THEN 1 ELSE 0 END + e.ord + 1, e.kind, e.status,
       e.step_id, e.tool_invocation_id, e.summary
     FROM held h, jsonb_to_recordset(h.events) AS ${raw(EVENT_RECORD)}
     WHERE NOT e.only_on_change OR h.previous_status <> h.status)${any ? fragment<FencedBatchParams>`,
