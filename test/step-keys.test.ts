@@ -1,7 +1,8 @@
 // What holds a step's rows together now that model_calls, tool_invocations and observations keep a
 // foreign key to their run only: the fenced commit writes the step, its model call and its calls
-// together, settling a call writes its result observation by the call's key, and a streamed
-// observation stores nothing for a call its run does not have (and says so).
+// together, a settled call's result is read back as its last observation (call_observations) without
+// being stored twice, and a streamed observation stores nothing for a call its run does not have
+// (and says so).
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { LeaseLostError } from "../control-plane/src/domain/errors.js";
@@ -83,22 +84,25 @@ describe("a step's rows", () => {
     // At once, so some of them share a batch statement; the rest go alone.
     await Promise.all(runs.map(commit));
 
-    const { rows } = await ledger.db.query<{ run_id: string; calls: number; matched_calls: number; invocations: number; matched_invocations: number; observations: number; matched_observations: number }>(
+    const { rows } = await ledger.db.query<{ run_id: string; calls: number; matched_calls: number; invocations: number; matched_invocations: number; observations: number; matched_observations: number; stored_observations: number }>(
       `SELECT r.id AS run_id,
          (SELECT count(*)::int FROM model_calls m WHERE m.run_id = r.id) AS calls,
          (SELECT count(*)::int FROM model_calls m JOIN run_steps s ON s.id = m.step_id AND s.run_id = r.id WHERE m.run_id = r.id) AS matched_calls,
          (SELECT count(*)::int FROM tool_invocations i WHERE i.run_id = r.id) AS invocations,
          (SELECT count(*)::int FROM tool_invocations i JOIN run_steps s ON s.id = i.step_id AND s.run_id = r.id
             JOIN model_calls m ON m.id = i.model_call_id AND m.step_id = s.id WHERE i.run_id = r.id) AS matched_invocations,
-         (SELECT count(*)::int FROM observations o WHERE o.run_id = r.id) AS observations,
-         (SELECT count(*)::int FROM observations o JOIN tool_invocations i ON i.id = o.tool_invocation_id AND i.run_id = r.id
-            WHERE o.run_id = r.id AND o.stream = 'result' AND o.text = i.result_text) AS matched_observations
+         (SELECT count(*)::int FROM call_observations o WHERE o.run_id = r.id) AS observations,
+         (SELECT count(*)::int FROM call_observations o JOIN tool_invocations i ON i.id = o.tool_invocation_id AND i.run_id = r.id
+            WHERE o.run_id = r.id AND o.stream = 'result' AND o.text = i.result_text AND o.id = i.id) AS matched_observations,
+         (SELECT count(*)::int FROM observations o WHERE o.run_id = r.id) AS stored_observations
        FROM runs r WHERE r.id = ANY($1::uuid[]) ORDER BY r.id`,
       [runs],
     );
     expect(rows).toHaveLength(3);
     for (const row of rows) {
       expect(row).toMatchObject({ calls: 2, matched_calls: 2, invocations: 3, matched_invocations: 3, observations: 1, matched_observations: 1 });
+      // The result is read from its call, not stored a second time.
+      expect(row.stored_observations).toBe(0);
     }
   });
 

@@ -40,7 +40,8 @@ export async function seedToolCall(
       [randomUUID(), call.runId, invocationId],
     );
   }
-  return { invocationId, observationIds };
+  // The call's result ("done") is its last observation, read from the call itself under the call's id.
+  return { invocationId, observationIds: [...observationIds, invocationId] };
 }
 
 /**

@@ -89,7 +89,7 @@ const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number },
 
 /** A step's records' size: observations' text, stored model call and invocations. */
 const stepBytes = statement<{ runId: string; stepId: string }, { bytes: number }>("run_query_step_bytes")`
-  SELECT (coalesce((SELECT sum(octet_length(o.text)) FROM observations o JOIN tool_invocations i ON i.id = o.tool_invocation_id
+  SELECT (coalesce((SELECT sum(octet_length(o.text)) FROM call_observations o JOIN tool_invocations i ON i.id = o.tool_invocation_id
                     WHERE i.step_id = ${(p) => p.stepId}::uuid AND i.run_id = ${runId}::uuid), 0)
     + coalesce((SELECT sum(pg_column_size(m.request) + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = ${(p) => p.stepId}::uuid), 0)
   )::float8 AS bytes`;
@@ -121,8 +121,9 @@ const requestChains = statement<{ ids: readonly string[] }, { id: string; reques
 const invocationsOfSteps = statement<{ ids: readonly string[] }, ToolInvocationRow>("run_query_step_invocations")`
   SELECT ${raw(TOOL_INVOCATION_COLUMNS("i"))} FROM tool_invocations i WHERE i.step_id = ANY(${ids}::uuid[]) ORDER BY i.ordinal`;
 
+/** What the calls observed, each settled call's result last (call_observations adds it from the call). */
 const observationsOf = statement<{ ids: readonly string[] }, ObservationRow>("run_query_observations")`
-  SELECT ${raw(OBSERVATION_COLUMNS("o"))} FROM observations o WHERE o.tool_invocation_id = ANY(${ids}::uuid[]) ORDER BY o.seq`;
+  SELECT ${raw(OBSERVATION_COLUMNS("o"))} FROM call_observations o WHERE o.tool_invocation_id = ANY(${ids}::uuid[]) ORDER BY o.seq`;
 
 const selectInvocation = statement<{ runId: string; invocationId: string }, ToolInvocationRow>("run_query_invocation")`
   SELECT ${raw(TOOL_INVOCATION_COLUMNS("i"))} FROM tool_invocations i

@@ -64,8 +64,9 @@ interface BudgetParams {
 export type BudgetedObservationRow = ObservationRow & { step_index: number; ordinal: number; remaining: number };
 
 /**
- * The observations of some invocations in page order from a position, as many as fit in `budget`
- * bytes of text (at least one, so a page always moves on); `remaining` counts what was left out.
+ * The observations of some invocations (each settled call's result last, as call_observations
+ * shows it) in page order from a position, as many as fit in `budget` bytes of text (at least
+ * one, so a page always moves on); `remaining` counts what was left out.
  * The running total reads only the texts' lengths; the texts fetched are the ones returned.
  */
 export const budgetedObservations = statement<BudgetParams, BudgetedObservationRow>("run_query_budgeted_observations")`
@@ -75,12 +76,12 @@ export const budgetedObservations = statement<BudgetParams, BudgetedObservationR
       row_number() OVER (ORDER BY x.step_index, x.ordinal, o.seq) AS n,
       count(*) OVER () AS total
     FROM unnest(${(p) => p.ids}::uuid[], ${(p) => p.stepIndexes}::int[], ${(p) => p.ordinals}::int[]) AS x(id, step_index, ordinal)
-    JOIN observations o ON o.tool_invocation_id = x.id
+    JOIN call_observations o ON o.tool_invocation_id = x.id
     WHERE (x.step_index, x.ordinal, o.seq) > (${(p) => p.fromIndex}, ${(p) => p.fromOrdinal}, ${(p) => p.afterSeq})),
   kept AS (SELECT p.* FROM page p WHERE p.running <= ${(p) => p.budget} OR p.n = 1)
   SELECT ${raw(OBSERVATION_COLUMNS("o"))}, k.step_index, k.ordinal,
     ((SELECT max(total) FROM page) - (SELECT count(*) FROM kept))::int AS remaining
-  FROM kept k JOIN observations o ON o.id = k.id ORDER BY k.step_index, k.ordinal, k.seq`;
+  FROM kept k JOIN call_observations o ON o.id = k.id ORDER BY k.step_index, k.ordinal, k.seq`;
 
 /** Step rows with an estimate of their stored size without observations (model call, invocations). */
 export interface SizedStep {

@@ -11,7 +11,6 @@ import {
   EVENT_RECORD,
   INTENT_INSERT,
   INTENT_RECORD,
-  OBSERVATION_INSERT,
   OUTCOME_RECORD,
   SETTLE_CALL,
   STEP_INSERT,
@@ -118,7 +117,7 @@ const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, sta
 
 /**
  * The batch: each commit's run locked, fenced and updated as fencedCommit does, then every
- * commit's step, call, intents, settled calls, observations, artifacts, events and emissions
+ * commit's step, call, intents, settled calls, artifacts, events and emissions
  * written FROM its fenced row. Runs are locked in key order, so two batches never wait on each
  * other in a cycle. Returns a row per commit that held its lease, with its `ord`. A batch whose
  * commits are all held leaves out the parts they do not use, as fencedHeldCommit does.
@@ -165,13 +164,7 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
   settled AS (
     UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}
     FROM held h, jsonb_to_recordset(h.outcomes) AS ${raw(OUTCOME_RECORD)}
-    WHERE t.id = ANY(${(p) => p.outcomeIds}::uuid[]) AND t.id = x.id AND (t.run_id = h.id) IS TRUE
-    RETURNING t.id, t.run_id, x.outcome, x.result_text, x.truncated, x.observation_id),
-  result_observation AS (
-    ${raw(OBSERVATION_INSERT)}
-    SELECT s.observation_id, s.run_id, s.id, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = s.id),
-      'result', s.result_text, s.truncated
-    FROM settled s WHERE s.result_text <> '' AND s.outcome <> 'refused'),
+    WHERE t.id = ANY(${(p) => p.outcomeIds}::uuid[]) AND t.id = x.id AND (t.run_id = h.id) IS TRUE),
   ${any ? fragment<FencedBatchParams>`new_artifacts AS (
     ${raw(ARTIFACT_INSERT)}
     SELECT x.id, h.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,

@@ -1,7 +1,6 @@
 // The fenced commit as registered statements. Every part a shape has is always there: what a
 // commit does not carry is an empty JSON array or a false guard, so one prepared plan per shape
 // serves every commit of that shape.
-import { randomUUID } from "node:crypto";
 import type { Policy } from "../domain/agent.js";
 import { isTerminal, type RunStatus } from "../domain/run.js";
 import type { ReplyGuard } from "../domain/settlement.js";
@@ -108,7 +107,7 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
  * commit of one run (below) and a batch's (step-commit-batch.sql.ts), which must write alike.
  */
 export const INTENT_RECORD = "x(id uuid, provider_call_id text, ordinal int, tool_name text, tool_version text, effect text, arguments jsonb, status text, refusal_reason text)";
-export const OUTCOME_RECORD = "x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int, duration_ms int, truncated boolean, answered_by text, resolved_outcome text, observation_id uuid)";
+export const OUTCOME_RECORD = "x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int, duration_ms int, truncated boolean, answered_by text, resolved_outcome text)";
 export const ARTIFACT_RECORD = "x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text, inline_data text, reference text, subject_artifact_id uuid, conclusion text)";
 export const EVENT_RECORD = "e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text, only_on_change boolean)";
 /** The inserts both fenced statements make, each SELECT giving the columns in this order. */
@@ -117,7 +116,6 @@ export const CALL_INSERT = `INSERT INTO model_calls (id, run_id, step_id, role, 
       input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)`;
 export const INTENT_INSERT = `INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
       effect, arguments, status, refusal_reason, finished_at)`;
-export const OBSERVATION_INSERT = `INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text, truncated)`;
 export const ARTIFACT_INSERT = `INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
       subject_artifact_id, conclusion)`;
 export const EVENT_INSERT = `INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)`;
@@ -189,13 +187,7 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape) {
   settled AS (
     UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}
     FROM fence, jsonb_to_recordset(${p("outcomes")}::jsonb) AS ${raw(OUTCOME_RECORD)}
-    WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE
-    RETURNING t.id, x.outcome, x.result_text, x.truncated, x.observation_id),
-  result_observation AS (
-    ${raw(OBSERVATION_INSERT)}
-    SELECT s.observation_id, fence.id, s.id, (SELECT coalesce(max(o.seq), 0) + 1 FROM observations o WHERE o.tool_invocation_id = s.id),
-      'result', s.result_text, s.truncated
-    FROM fence, settled s WHERE s.result_text <> '' AND s.outcome <> 'refused'),
+    WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE),
   ${any ? fragment<FencedCommitParams>`new_artifacts AS (
     ${raw(ARTIFACT_INSERT)}
     SELECT x.id, fence.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
@@ -327,7 +319,6 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
         refusal_reason: intent.refusalReason ?? null,
       })),
     ),
-    // The whole result is an observation too (observation_id), so compaction can point at it.
     outcomes: JSON.stringify(
       change.outcomes.map((outcome) => ({
         id: outcome.invocationId,
@@ -339,7 +330,6 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
         truncated: outcome.truncated ?? false,
         answered_by: outcome.answeredByActorId ?? null,
         resolved_outcome: outcome.resolvedOutcome ?? null,
-        observation_id: randomUUID(),
       })),
     ),
     outcomeIds: change.outcomes.map((outcome) => outcome.invocationId),

@@ -5,7 +5,8 @@ import { RunEntity } from "./run.entity.js";
 const p = defineEntity.properties;
 
 /**
- * A chunk a tool observed, stored as it arrived; compaction points back here by id. Every writer
+ * A chunk a tool observed, stored as it arrived. A call's result is not stored here again: readers
+ * use the view call_observations, which adds it last (Migration20261226000000). Every writer
  * selects the call it names (the fenced commit settles it by key, a streamed append finds it in its
  * run), so tool_invocation_id carries no foreign key (Migration20261224000000).
  */
