@@ -174,6 +174,17 @@ describe("admission's statements with generic plans", () => {
     return found;
   };
 
+  // call_observations adds each settled call's result from tool_invocations; a join condition does
+  // not reach into that branch, so its readers also name their calls as an array.
+  it("read a call's observations, its result included, by key and never every call", async () => {
+    const readers = registeredStatements().filter((s) => /^keel_run_query_(observations|budgeted_observations|step_bytes)$/.test(s.name));
+    expect(readers.map((s) => s.name).sort()).toEqual(["keel_run_query_budgeted_observations", "keel_run_query_observations", "keel_run_query_step_bytes"]);
+    for (const { name, text } of readers) {
+      expect(text, name).toMatch(/call_observations/);
+      expect(await scans(text), name).toEqual([]);
+    }
+  });
+
   it("scan no table that grows with traffic", async () => {
     const admission = registeredStatements().filter((s) => ADMISSION_STATEMENT.test(s.name));
     expect(admission.map((s) => s.name)).toEqual(expect.arrayContaining(["keel_admission_store_message", "keel_admission_conversation_runs", "keel_admission_insert_run", "keel_step_commit_fenced", "keel_step_commit_held", "keel_step_commit_held_batch", "keel_claim_candidate", "keel_claim_run"]));

@@ -87,10 +87,13 @@ const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number },
   FROM run_steps s
   WHERE s.run_id = ${runId}::uuid AND s.index >= ${(p) => p.fromIndex} ORDER BY s.index LIMIT ${limit}`;
 
-/** A step's records' size: observations' text, stored model call and invocations. */
+/**
+ * A step's records' size: observations' text, stored model call and invocations. Its calls are
+ * named as an array, a plain condition that reaches into call_observations' result branch by key.
+ */
 const stepBytes = statement<{ runId: string; stepId: string }, { bytes: number }>("run_query_step_bytes")`
-  SELECT (coalesce((SELECT sum(octet_length(o.text)) FROM call_observations o JOIN tool_invocations i ON i.id = o.tool_invocation_id
-                    WHERE i.step_id = ${(p) => p.stepId}::uuid AND i.run_id = ${runId}::uuid), 0)
+  SELECT (coalesce((SELECT sum(octet_length(o.text)) FROM call_observations o
+                    WHERE o.tool_invocation_id = ANY(ARRAY(SELECT i.id FROM tool_invocations i WHERE i.step_id = ${(p) => p.stepId}::uuid AND i.run_id = ${runId}::uuid))), 0)
     + coalesce((SELECT sum(pg_column_size(m.request) + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = ${(p) => p.stepId}::uuid), 0)
   )::float8 AS bytes`;
 

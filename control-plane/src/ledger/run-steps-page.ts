@@ -66,7 +66,9 @@ export type BudgetedObservationRow = ObservationRow & { step_index: number; ordi
 /**
  * The observations of some invocations (each settled call's result last, as call_observations
  * shows it) in page order from a position, as many as fit in `budget` bytes of text (at least
- * one, so a page always moves on); `remaining` counts what was left out.
+ * one, so a page always moves on); `remaining` counts what was left out. The calls are named by
+ * the array as well as joined: only a plain condition reaches into the view's result branch, so
+ * it reads those calls by key instead of every settled call.
  * The running total reads only the texts' lengths; the texts fetched are the ones returned.
  */
 export const budgetedObservations = statement<BudgetParams, BudgetedObservationRow>("run_query_budgeted_observations")`
@@ -77,11 +79,13 @@ export const budgetedObservations = statement<BudgetParams, BudgetedObservationR
       count(*) OVER () AS total
     FROM unnest(${(p) => p.ids}::uuid[], ${(p) => p.stepIndexes}::int[], ${(p) => p.ordinals}::int[]) AS x(id, step_index, ordinal)
     JOIN call_observations o ON o.tool_invocation_id = x.id
-    WHERE (x.step_index, x.ordinal, o.seq) > (${(p) => p.fromIndex}, ${(p) => p.fromOrdinal}, ${(p) => p.afterSeq})),
+    WHERE o.tool_invocation_id = ANY(${(p) => p.ids}::uuid[])
+      AND (x.step_index, x.ordinal, o.seq) > (${(p) => p.fromIndex}, ${(p) => p.fromOrdinal}, ${(p) => p.afterSeq})),
   kept AS (SELECT p.* FROM page p WHERE p.running <= ${(p) => p.budget} OR p.n = 1)
   SELECT ${raw(OBSERVATION_COLUMNS("o"))}, k.step_index, k.ordinal,
     ((SELECT max(total) FROM page) - (SELECT count(*) FROM kept))::int AS remaining
-  FROM kept k JOIN call_observations o ON o.id = k.id ORDER BY k.step_index, k.ordinal, k.seq`;
+  FROM kept k JOIN call_observations o ON o.id = k.id AND o.tool_invocation_id = ANY(${(p) => p.ids}::uuid[])
+  ORDER BY k.step_index, k.ordinal, k.seq`;
 
 /** Step rows with an estimate of their stored size without observations (model call, invocations). */
 export interface SizedStep {
