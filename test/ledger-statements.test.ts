@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { EXECUTING_SQL } from "../control-plane/src/ledger/run-start.sql.js";
 import { FOLLOW_UP_PROGRESS_RECORDS } from "../control-plane/src/domain/transcript-builder.js";
-import { GENERIC_PLAN_SETTINGS, registeredStatements } from "../control-plane/src/ledger/sql.js";
+import { GENERIC_PLAN_OPTIONS, registeredStatements } from "../control-plane/src/ledger/sql.js";
 import { fencedCommit, fencedCommitParams, fencedHeldCommit } from "../control-plane/src/ledger/step-commit.sql.js";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
@@ -90,7 +90,8 @@ describe("generic plans made while the ledger is empty", () => {
     it(`${commit.name} settles a call by its key after the run's calls grew from one to thousands`, async () => {
       const url = await createTestDatabase();
       await migrateLedger({ url });
-      const fresh = new pg.Client({ connectionString: url });
+      // Opened as the step-commit pool opens its connections: generic plans, no sequential scans.
+      const fresh = new pg.Client({ connectionString: url, options: GENERIC_PLAN_OPTIONS });
       await fresh.connect();
       try {
         await fresh.query(`INSERT INTO agents (id, spec, revision) VALUES ('agent-1', '{}'::jsonb, 1);
@@ -105,8 +106,9 @@ describe("generic plans made while the ledger is empty", () => {
           "SELECT md5('fresh-run')::uuid::text AS run, md5('fresh-t0')::uuid::text AS first, md5('fresh-t3000')::uuid::text AS last",
         )).rows[0]!;
         await fresh.query(calls(0, 0));
+        const { rows: mode } = await fresh.query<{ plan_cache_mode: string }>("SHOW plan_cache_mode");
+        expect(mode[0]?.plan_cache_mode).toBe("force_generic_plan");
         await fresh.query("BEGIN");
-        for (const setting of GENERIC_PLAN_SETTINGS) await fresh.query(setting);
         await fresh.query(`PREPARE settle_fresh AS ${commit.text}`);
         const execute = (invocationId: string) => `EXECUTE settle_fresh(${commit.bind(settleParams(ids.run, invocationId)).map(literal).join(", ")})`;
         // Planned now, with one call in the table; the plan is kept for the next execution.

@@ -79,15 +79,12 @@ export interface TransactionOptions {
  */
 const GENERIC_PLANS = { plan_cache_mode: "force_generic_plan", enable_seqscan: "off" } as const;
 
-/** The generic-plan settings as statements, for a transaction on a connection opened without them. */
-export const GENERIC_PLAN_SETTINGS = Object.entries(GENERIC_PLANS).map(([name, value]) => `SET LOCAL ${name} = ${value}`);
-
 /**
  * The same settings as a connection's startup options: the connections that serve generic-plan
  * transactions are opened with them, so those transactions send no SET LOCAL (two statements
  * fewer on every step commit, claim and admission).
  */
-const GENERIC_PLAN_OPTIONS = Object.entries(GENERIC_PLANS).map(([name, value]) => `-c ${name}=${value}`).join(" ");
+export const GENERIC_PLAN_OPTIONS = Object.entries(GENERIC_PLANS).map(([name, value]) => `-c ${name}=${value}`).join(" ");
 
 function openingOf(options: TransactionOptions | undefined): string[] {
   const opening = ["BEGIN"];
