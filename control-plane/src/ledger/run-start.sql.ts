@@ -108,11 +108,12 @@ function ceilingRoomSql<P>(agentExecuting: StatementFragment<P>, allExecuting: S
  * ceilings, one of START_SLOTS slot locks and the admission lock shared, so up to START_SLOTS starts
  * (admissions and claims alike) commit side by side and each counts the others' room as taken
  * (the margin); near a ceiling, the admission lock exclusively and an exact count. Columns:
- * agent_executing, all_executing, margin.
+ * agent_executing, all_executing, margin. The function names EXECUTING_STATUSES itself, as the
+ * index it counts through does (Migration20261227000000), so its count plans once.
  */
 function lockedCountsSql<P>(agentId: StatementFragment<P>): StatementFragment<P> {
   return fragment<P>`keel_locked_root_run_counts(${agentId}, ${raw(AGENT_CEILING_SQL)}, ${raw(INSTALL_CEILING_SQL)}, ${raw(String(ADMISSION_LOCK))},
-      ${raw(String(START_SLOT_LOCK))}, ${raw(String(START_SLOTS))}, ARRAY[${raw(EXECUTING_SQL)}]::text[])`;
+      ${raw(String(START_SLOT_LOCK))}, ${raw(String(START_SLOTS))})`;
 }
 
 /**

@@ -1,4 +1,5 @@
 import { defineEntity } from "@mikro-orm/core";
+import { EXECUTING_SQL } from "../run-start.sql.js";
 import { references } from "./references.js";
 import { ActorEntity } from "./actor.entity.js";
 import { AgentEntity } from "./agent.entity.js";
@@ -25,6 +26,8 @@ export const RunEntity = defineEntity({
     { name: "runs_superseded_by_run_id_index", expression: 'create index "runs_superseded_by_run_id_index" on "runs" ("superseded_by_run_id") where "superseded_by_run_id" is not null' },
     { name: "runs_forked_from_run_id_index", expression: 'create index "runs_forked_from_run_id_index" on "runs" ("forked_from_run_id") where "forked_from_run_id" is not null' },
     { name: "runs_inherits_from_run_id_index", expression: 'create index "runs_inherits_from_run_id_index" on "runs" ("inherits_from_run_id") where "inherits_from_run_id" is not null' },
+    // Every start counts the executing root runs against the ceilings (run-start.sql.ts).
+    { name: "runs_executing_root_index", expression: `create index "runs_executing_root_index" on "runs" ("status", "agent_id") where "parent_run_id" is null and "status" in (${EXECUTING_SQL})` },
     // At most one continuation per exhausted run: one "yes" buys one fresh run.
     { name: "runs_continuation_of_run_id_unique", expression: 'create unique index "runs_continuation_of_run_id_unique" on "runs" ("continuation_of_run_id") where "continuation_of_run_id" is not null' },
   ],
