@@ -4,7 +4,9 @@
 // previous call: how many of its messages are kept, the messages after them, and the tool
 // catalog only when it changed. Compaction rewrites old results, so "kept" is the common
 // prefix, not a fixed count. The first call a worker makes after claiming a run is stored
-// whole, so a chain never depends on a call another worker remembered.
+// whole, so a chain never depends on a call another worker remembered. The ledger keeps each
+// distinct catalog once and stores a reference in its place (ledger/tool-sets.ts); what it hands
+// back here has the catalog in place again.
 
 /** What a model call was asked: the messages and the tool catalog, as sent. */
 export interface ModelRequestRecord {

@@ -39,6 +39,7 @@ import {
 import { encodeRunsPageToken, listRunsPage, parseRunsPageToken, selectRun } from "./run-view.sql.js";
 import { raw, statement, type Sql } from "./sql.js";
 import { budgetedObservations, encodeStepsPageToken, expandedStepsWithinBudget, parseStepsPageToken, stepsWithinBudget, type StepsCursor } from "./run-steps-page.js";
+import { requestWithToolsSql } from "./tool-sets.js";
 
 export { parseRunsPageToken } from "./run-view.sql.js";
 export { parseStepsPageToken } from "./run-steps-page.js";
@@ -101,7 +102,7 @@ const selectStep = statement<{ runId: string; stepId: string }, RunStepRow>("run
   SELECT ${raw(RUN_STEP_COLUMNS("s"))} FROM run_steps s WHERE s.run_id = ${runId}::uuid AND s.id = ${(p) => p.stepId}::uuid`;
 
 const modelCallsOfSteps = statement<{ ids: readonly string[] }, ModelCallRow>("run_query_model_calls")`
-  SELECT ${raw(MODEL_CALL_COLUMNS("m"))} FROM model_calls m WHERE m.step_id = ANY(${ids}::uuid[])`;
+  SELECT ${raw(MODEL_CALL_COLUMNS("m", { request: requestWithToolsSql("m") }))} FROM model_calls m WHERE m.step_id = ANY(${ids}::uuid[])`;
 
 /** Steps from an index, for summaries: no sizes, since page_size alone bounds their pages. */
 const stepRowsFrom = statement<{ runId: string; fromIndex: number; limit: number }, RunStepRow>("run_query_step_rows")`
@@ -119,7 +120,7 @@ const invocationSummariesOfSteps = statement<{ ids: readonly string[] }, ToolInv
 
 /** Every stored request of some runs: what a delta-stored request is expanded from. */
 const requestChains = statement<{ ids: readonly string[] }, { id: string; request: StoredModelRequest }>("run_query_request_chains")`
-  SELECT m.id, m.request FROM model_calls m WHERE m.run_id = ANY(${ids}::uuid[])`;
+  SELECT m.id, ${raw(requestWithToolsSql("m"))} AS request FROM model_calls m WHERE m.run_id = ANY(${ids}::uuid[])`;
 
 const invocationsOfSteps = statement<{ ids: readonly string[] }, ToolInvocationRow>("run_query_step_invocations")`
   SELECT ${raw(TOOL_INVOCATION_COLUMNS("i"))} FROM tool_invocations i WHERE i.step_id = ANY(${ids}::uuid[]) ORDER BY i.ordinal`;

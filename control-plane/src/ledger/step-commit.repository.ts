@@ -20,6 +20,7 @@ import {
 } from "./step-commit.sql.js";
 import { DEFAULT_GROUP_COMMIT, groupCommits, type GroupCommitOptions } from "./group-commit.js";
 import { fencedBatchCommitFor, fencedBatchParams } from "./step-commit-batch.sql.js";
+import { createToolSets } from "./tool-sets.js";
 
 /** How long a batch of commits waits for a row lock before its commits are retried one by one. */
 const BATCH_LOCK_TIMEOUT_MS = 100;
@@ -29,6 +30,7 @@ export function createStepCommitRepository(
   durability: Durability,
   grouping: GroupCommitOptions = DEFAULT_GROUP_COMMIT,
 ): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
+  const toolSets = createToolSets(sql);
   /**
    * Runs' commits that arrive while others are being written go together (group-commit.ts): as
    * one set-oriented statement (step-commit-batch.sql.ts), each commit fenced on its own, in one
@@ -65,7 +67,9 @@ export function createStepCommitRepository(
    * time, 0.6 ms of its CPU per commit (ledger-statements.test.ts checks the generic plan).
    */
   const commitFenced = async (fence: Fence, settlement: Settlement, change: FencedChange): Promise<RunControlState> => {
-    const params = fencedCommitParams(fence, settlement, change, durability);
+    const request = change.step?.modelCall?.request;
+    const requestJson = request === undefined ? undefined : await toolSets.requestJson(request);
+    const params = fencedCommitParams(fence, settlement, { ...change, requestJson }, durability);
     const [run] = await write(params);
     if (run !== undefined) {
       sql.notify("keel_run_events", fence.runId);

@@ -22,6 +22,8 @@ export interface FencedChange {
   readonly events: readonly RunEventDraft[];
   /** Write nothing if a stop is requested or the trigger count moved from the one given; see StepCommit.unlessChangedSince. */
   readonly unlessChangedSince: ReplyGuard | undefined;
+  /** The step's model request as stored, its tool list by reference (tool-sets.ts); else the request as it is. */
+  readonly requestJson?: string | undefined;
 }
 
 /** What a fenced commit and readControl read back of a run's control state. */
@@ -298,7 +300,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
     role: call?.role ?? null,
     provider: call?.provider ?? null,
     model: call?.model ?? null,
-    request: call === undefined ? null : JSON.stringify(call.request),
+    request: call === undefined ? null : (change.requestJson ?? JSON.stringify(call.request)),
     responseText: call?.responseText ?? null,
     toolCalls: call === undefined ? null : JSON.stringify(call.toolCalls),
     inputTokens: call?.inputTokens ?? null,

@@ -8,6 +8,7 @@ import { EmissionEntity } from "./emission.entity.js";
 import { InstallSettingsEntity } from "./install-settings.entity.js";
 import { MessageEntity } from "./message.entity.js";
 import { ModelCallEntity } from "./model-call.entity.js";
+import { ModelToolSetEntity } from "./model-tool-set.entity.js";
 import { ObservationEntity } from "./observation.entity.js";
 import { ProgressEventEntity } from "./progress-event.entity.js";
 import { RunEventEntity } from "./run-event.entity.js";
@@ -32,6 +33,7 @@ export const ledgerEntities = [
   RunTriggerEntity,
   RunStepEntity,
   ModelCallEntity,
+  ModelToolSetEntity,
   ToolInvocationEntity,
   ObservationEntity,
   ArtifactEntity,

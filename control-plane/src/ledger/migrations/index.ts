@@ -27,6 +27,7 @@ import { Migration20261224000000 } from "./Migration20261224000000.js";
 import { Migration20261225000000 } from "./Migration20261225000000.js";
 import { Migration20261226000000 } from "./Migration20261226000000.js";
 import { Migration20261227000000 } from "./Migration20261227000000.js";
+import { Migration20261228000000 } from "./Migration20261228000000.js";
 
 /**
  * Migrations in order, never edited once landed. Schema changes are generated from the entities
@@ -62,4 +63,5 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261225000000", class: Migration20261225000000 },
   { name: "Migration20261226000000", class: Migration20261226000000 },
   { name: "Migration20261227000000", class: Migration20261227000000 },
+  { name: "Migration20261228000000", class: Migration20261228000000 },
 ];

@@ -1,0 +1,59 @@
+// A model request's tool list, stored once. A run's first request carries the whole list, and
+// most runs are short, so nearly every run stored the same schemas again (5.5 KB for the demo
+// agent's built-in tools alone, compressed and moved out of line by TOAST each time). The list
+// goes to model_tool_sets under the digest of its JSON, and the stored request names that digest
+// ("toolSet") in its place; the read side puts the list back (requestWithToolsSql).
+import { createHash } from "node:crypto";
+import type { StoredModelRequest } from "../domain/model-request.js";
+import { statement, type Sql } from "./sql.js";
+
+/** Digests this process has seen stored: past this many it forgets them and checks again. */
+const KNOWN_LIMIT = 10_000;
+
+const insertToolSet = statement<{ digest: string; tools: string }, never>("tool_set_insert")`
+  INSERT INTO model_tool_sets (digest, tools) VALUES (${(p) => p.digest}, ${(p) => p.tools}::jsonb) ON CONFLICT (digest) DO NOTHING`;
+
+/**
+ * A stored request's column with its tool list back in place of the reference. A set that is
+ * missing (never, as sets are not deleted) reads as no tools rather than failing the read.
+ */
+export const requestWithToolsSql = (alias: string): string =>
+  `CASE WHEN ${alias}.request ? 'toolSet' THEN (${alias}.request - 'toolSet') || jsonb_build_object('tools',
+    coalesce((SELECT t.tools FROM model_tool_sets t WHERE t.digest = ${alias}.request ->> 'toolSet'), '[]'::jsonb)) ELSE ${alias}.request END`;
+
+export interface ToolSets {
+  /**
+   * The JSON to store for a request: its tool list replaced by the list's digest, the list stored
+   * first (once per process and list). A request without tools is stored as it is.
+   */
+  requestJson(request: StoredModelRequest): Promise<string>;
+}
+
+export function createToolSets(sql: Sql): ToolSets {
+  const known = new Set<string>();
+  // A list two runs store at once is inserted once.
+  const storing = new Map<string, Promise<void>>();
+  const store = (digest: string, tools: string): Promise<void> => {
+    const pending =
+      storing.get(digest) ??
+      sql.run(insertToolSet, { digest, tools }).then(
+        () => {
+          if (known.size >= KNOWN_LIMIT) known.clear();
+          known.add(digest);
+        },
+      ).finally(() => storing.delete(digest));
+    storing.set(digest, pending);
+    return pending;
+  };
+  return {
+    async requestJson(request) {
+      const { tools, ...rest } = request;
+      if (tools === undefined || tools.length === 0) return JSON.stringify(request);
+      const list = JSON.stringify(tools);
+      const digest = createHash("sha256").update(list).digest("hex");
+      // Committed before the request that names it: its WAL comes first, so a durable request's set is durable too.
+      if (!known.has(digest)) await store(digest, list);
+      return JSON.stringify({ ...rest, toolSet: digest });
+    },
+  };
+}

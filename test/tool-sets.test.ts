@@ -1,0 +1,102 @@
+// A model request's tool list is stored once (ledger/tool-sets.ts): every run of an agent names
+// the same stored list, and every reader gets the whole request back, as before.
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
+import { RunStatus } from "../gen/keel/v1/run_pb.js";
+import { RunService } from "../gen/keel/v1/run_service_pb.js";
+import { scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plane/src/fixtures/scripted-model.js";
+import { connectClient } from "./support/clients.js";
+import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { createTestTools } from "./support/test-tools.js";
+
+interface WholeRequest {
+  readonly messages: { readonly role: string; readonly content?: string }[];
+  readonly tools: { readonly name: string }[];
+}
+
+describe("tool lists stored once", () => {
+  let keel: TestKeel;
+  let db: pg.Client;
+  beforeAll(async () => {
+    const effectsDir = await mkdtemp(path.join(tmpdir(), "keel-tool-sets-"));
+    keel = await startTestKeel({
+      tools: createTestTools({ effectsDir }),
+      agents: [
+        scriptedAgent("echoer", [turn("", [{ toolName: "test.echo.v1", argumentsJson: '{"text":"hi"}' }]), turn("done")], {
+          tools: toolGrants(["test.echo.v1", "test.read_path.v1"]),
+        }),
+      ],
+    });
+    db = new pg.Client({ connectionString: keel.databaseUrl });
+    await db.connect();
+  });
+  afterAll(async () => {
+    await db?.end();
+    await keel?.stop();
+  });
+
+  async function settledRun(conversationId: string): Promise<string> {
+    const ingress = connectClient(IngressService, keel.url, keel.tokens.connector);
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const { runId } = await ingress.submitMessage({ agentId: "echoer", conversationId, actor: { id: "alice" }, messageId: `m-${conversationId}`, text: "echo hi", connector: "tool-sets-test" });
+    for (let i = 0; i < 200; i++) {
+      const { run } = await runs.getRun({ runId });
+      if (run?.status === RunStatus.SUCCEEDED) return runId;
+      if (run !== undefined && run.status !== RunStatus.QUEUED && run.status !== RunStatus.RUNNING && run.status !== RunStatus.AWAITING_TOOL) {
+        throw new Error(`run ${runId} ended ${RunStatus[run.status]}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    throw new Error(`run ${runId} did not succeed`);
+  }
+
+  const requestsOf = async (runId: string) =>
+    (await db.query<{ request: Record<string, unknown> }>("SELECT request FROM model_calls WHERE run_id = $1 ORDER BY created_at", [runId])).rows.map((row) => row.request);
+
+  it("stores two runs' tool list once, each first request naming it, and reads every request back whole", async () => {
+    const [first, second] = [await settledRun("c-1"), await settledRun("c-2")];
+    const { rows: sets } = await db.query<{ digest: string; tools: { name: string }[] }>("SELECT digest, tools FROM model_tool_sets");
+    expect(sets).toHaveLength(1);
+    expect(sets[0]!.tools.map((tool) => tool.name)).toEqual(expect.arrayContaining(["test.echo.v1", "test.read_path.v1"]));
+    for (const runId of [first, second]) {
+      const [whole, delta] = await requestsOf(runId);
+      expect(whole).toMatchObject({ toolSet: sets[0]!.digest });
+      expect(whole).not.toHaveProperty("tools");
+      // The run's second call has the same list: its delta names none.
+      expect(delta).toMatchObject({ base: expect.any(String) });
+      expect(delta).not.toHaveProperty("tools");
+      expect(delta).not.toHaveProperty("toolSet");
+    }
+
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const { steps } = await runs.listRunSteps({ runId: second });
+    const requests = steps.map((step) => JSON.parse(step.modelCall!.requestJson) as WholeRequest);
+    expect(requests).toHaveLength(2);
+    for (const request of requests) {
+      expect(request.tools).toEqual(sets[0]!.tools);
+      expect(request).not.toHaveProperty("toolSet");
+    }
+    expect(requests[1]!.messages.at(-1)).toMatchObject({ role: "tool", content: "echo: hi" });
+  });
+
+  it("reads a request stored with its list inline, as before tool sets, the same way", async () => {
+    const runId = await settledRun("c-3");
+    const runs = connectClient(RunService, keel.url, keel.tokens.operator);
+    const before = (await runs.listRunSteps({ runId })).steps.map((step) => JSON.parse(step.modelCall!.requestJson) as WholeRequest);
+    await db.query(
+      `UPDATE model_calls m SET request = (m.request - 'toolSet') || jsonb_build_object('tools', t.tools)
+       FROM model_tool_sets t WHERE m.run_id = $1 AND t.digest = m.request ->> 'toolSet'`,
+      [runId],
+    );
+    const [inline] = await requestsOf(runId);
+    expect(inline).toHaveProperty("tools");
+    expect(inline).not.toHaveProperty("toolSet");
+    const after = (await runs.listRunSteps({ runId })).steps.map((step) => JSON.parse(step.modelCall!.requestJson) as WholeRequest);
+    expect(after).toEqual(before);
+    expect(after[0]!.tools.length).toBeGreaterThan(0);
+  });
+});
