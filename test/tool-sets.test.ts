@@ -67,7 +67,7 @@ describe("tool lists stored once", () => {
       expect(whole).toMatchObject({ toolSet: sets[0]!.digest });
       expect(whole).not.toHaveProperty("tools");
       // The run's second call has the same list: its delta names none.
-      expect(delta).toMatchObject({ base: expect.any(String) });
+      expect(typeof delta?.["base"]).toBe("string");
       expect(delta).not.toHaveProperty("tools");
       expect(delta).not.toHaveProperty("toolSet");
     }
