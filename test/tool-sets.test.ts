@@ -12,6 +12,8 @@ import { scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plan
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools } from "./support/test-tools.js";
+import { createSqlPool, type Sql } from "../control-plane/src/ledger/sql.js";
+import { createToolSets } from "../control-plane/src/ledger/tool-sets.js";
 
 interface WholeRequest {
   readonly messages: { readonly role: string; readonly content?: string }[];
@@ -98,5 +100,26 @@ describe("tool lists stored once", () => {
     const after = (await runs.listRunSteps({ runId })).steps.map((step) => JSON.parse(step.modelCall!.requestJson) as WholeRequest);
     expect(after).toEqual(before);
     expect(after[0]!.tools.length).toBeGreaterThan(0);
+  });
+
+  it("inserts a list that several commits meet at once once, and a list it has stored not again", async () => {
+    const pool = createSqlPool({ url: keel.databaseUrl, max: 4 });
+    try {
+      let inserts = 0;
+      const counting: Sql = { ...pool, run: (statement, params) => ((inserts += statement.name === "keel_tool_set_insert" ? 1 : 0), pool.run(statement, params)) };
+      const toolSets = createToolSets(counting);
+      const tools = [{ name: "test.concurrent.v1", description: "seen by five commits at once", parametersJsonSchema: { type: "object" } }];
+      const stored = await Promise.all(Array.from({ length: 5 }, (_, i) => toolSets.requestJson({ messages: [{ role: "user", content: `m${i}` }], tools })));
+      expect(inserts).toBe(1);
+      expect(new Set(stored.map((json) => (JSON.parse(json) as { toolSet: string }).toolSet)).size).toBe(1);
+      await toolSets.requestJson({ messages: [], tools });
+      expect(inserts).toBe(1);
+      // No tools, nothing to store: the request goes as it is.
+      expect(await toolSets.requestJson({ messages: [{ role: "user", content: "x" }], tools: [] })).toBe(JSON.stringify({ messages: [{ role: "user", content: "x" }], tools: [] }));
+      const { rows } = await db.query<{ tools: unknown }>("SELECT tools FROM model_tool_sets WHERE digest = $1", [(JSON.parse(stored[0]!) as { toolSet: string }).toolSet]);
+      expect(rows.map((row) => row.tools)).toEqual([tools]);
+    } finally {
+      await pool.close();
+    }
   });
 });

@@ -33,16 +33,20 @@ export function createToolSets(sql: Sql): ToolSets {
   const known = new Set<string>();
   // A list two runs store at once is inserted once.
   const storing = new Map<string, Promise<void>>();
+  const remember = (digest: string): void => {
+    if (known.size >= KNOWN_LIMIT) known.clear();
+    known.add(digest);
+  };
+  // When the insert returns the row is committed, by this insert or by a concurrent one it waited for.
   const store = (digest: string, tools: string): Promise<void> => {
-    const pending =
-      storing.get(digest) ??
-      sql.run(insertToolSet, { digest, tools }).then(
-        () => {
-          if (known.size >= KNOWN_LIMIT) known.clear();
-          known.add(digest);
-        },
-      ).finally(() => storing.delete(digest));
-    storing.set(digest, pending);
+    let pending = storing.get(digest);
+    if (pending === undefined) {
+      pending = sql
+        .run(insertToolSet, { digest, tools })
+        .then(() => remember(digest))
+        .finally(() => storing.delete(digest));
+      storing.set(digest, pending);
+    }
     return pending;
   };
   return {
