@@ -51,8 +51,9 @@ export function createToolSets(sql: Sql): ToolSets {
   };
   return {
     async requestJson(request) {
+      // Most requests are deltas that name no tools: stored as they are, with no copy made.
+      if (request.tools === undefined || request.tools.length === 0) return JSON.stringify(request);
       const { tools, ...rest } = request;
-      if (tools === undefined || tools.length === 0) return JSON.stringify(request);
       const list = JSON.stringify(tools);
       const digest = createHash("sha256").update(list).digest("hex");
       // Committed before the request that names it: its WAL comes first, so a durable request's set is durable too.
