@@ -186,12 +186,27 @@ describe("claims under the start locks", () => {
       await other.query("SELECT pg_advisory_xact_lock($1)", [ADMISSION_LOCK]);
       await other.query("UPDATE runs SET status = 'running', lease_owner = 'elsewhere', lease_expires_at = now() + interval '2 minutes' WHERE id = $1", [ninth]);
       const claims = createRunClaimRepository(pools[0]!);
-      const claiming = claims.claimNext("margin-worker", LEASE_MS);
-      // The claim is waiting for the admission lock: only then does the other start commit.
-      for (let waited = 0; ; waited += 10) {
-        const { rows } = await db.query<{ n: string }>("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+      let settled: string | undefined;
+      const claiming = claims.claimNext("margin-worker", LEASE_MS).then(
+        (claim) => ((settled = `returned ${claim === undefined ? "no run" : `run ${claim.runId}`}`), claim),
+        (error: unknown) => ((settled = `failed: ${String(error)}`), undefined),
+      );
+      // The claim is waiting for the admission lock: only then does the other start commit. The
+      // cluster is shared by the test files, so only this database's advisory waits count.
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const { rows } = await db.query<{ n: string }>(
+          `SELECT count(*) AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+           WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted`,
+        );
         if (Number(rows[0]?.n) > 0) break;
-        if (waited > 10_000) throw new Error("the claim never waited for the admission lock");
+        if (settled !== undefined || Date.now() > deadline) {
+          const { rows: waits } = await db.query<{ state: string; wait: string | null; query: string }>(
+            `SELECT state, wait_event_type || ':' || wait_event AS wait, left(query, 120) AS query FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`,
+          );
+          throw new Error(`the claim never waited for the admission lock (${settled ?? "still pending"}); busy sessions: ${JSON.stringify(waits)}`);
+        }
         await new Promise((resolve) => setTimeout(resolve, 10));
       }
       await other.query("COMMIT");
