@@ -169,9 +169,12 @@ describe("claims under the start locks", () => {
       const conversationId = randomUUID();
       const id = randomUUID();
       await db.query("INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, $3, 'test')", [conversationId, agentId, conversationId]);
+      // Due a minute ago: not_before defaults to the database's now(), which the claim compares
+      // with this process's clock in whole milliseconds, so a run claimed within a millisecond of
+      // its insert could still look to be coalescing and not be a candidate at all.
       await db.query(
-        `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_expires_at)
-         VALUES ($1, $2, $3, 'test', $4, 'someone', '{}', '{}', $5, $6)`,
+        `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, lease_owner, lease_expires_at, not_before)
+         VALUES ($1, $2, $3, 'test', $4, 'someone', '{}', '{}', $5, $6, now() - interval '1 minute')`,
         [id, agentId, conversationId, status, status === "running" ? "elsewhere" : null, status === "running" ? new Date(Date.now() + LEASE_MS) : null],
       );
       return id;
