@@ -20,6 +20,8 @@ const insertForRollback = statement<Note>("sql_transactions_test_insert_rollback
   INSERT INTO notes (id, body) VALUES (${(p) => p.id}, ${(p) => p.body})`;
 const planMode = statement<Record<string, never>, { mode: string; xid: string }>("sql_transactions_test_plan_mode")`
   SELECT current_setting('plan_cache_mode') AS mode, txid_current()::text AS xid`;
+const genericPlanMode = statement<Record<string, never>, { mode: string }>("sql_transactions_test_generic_plan_mode", { plans: "generic" })`
+  SELECT current_setting('plan_cache_mode') AS mode`;
 // A row lock, then a read of what other transactions committed: runBoth's pair.
 const lockNote = statement<{ id: number }, { body: string; xid: string }>("sql_transactions_test_lock_note")`
   UPDATE notes SET body = body || '+' WHERE id = ${(p) => p.id} RETURNING body, txid_current()::text AS xid`;
@@ -135,6 +137,14 @@ describe("SQL transactions with BEGIN sent alongside their first statement", () 
     expect((await sql.run(planMode, {}))[0]?.mode).toBe("auto");
     // A failed generic transaction leaves nothing behind either.
     await expect(sql.transaction((trx) => trx.query(sqlText`SELECT 1/0`), undefined, generic)).rejects.toMatchObject({ code: "22012" });
+    expect((await sql.run(planMode, {}))[0]?.mode).toBe("auto");
+  });
+
+  it("runs a statement declared generic on the generic-plan connections outside a transaction, on the transaction's inside one", async () => {
+    for (const label of ["first use", "prepared"]) expect((await sql.run(genericPlanMode, {}))[0]?.mode, label).toBe("force_generic_plan");
+    expect((await sql.runLast(genericPlanMode, {}))[0]?.mode).toBe("force_generic_plan");
+    const [inside] = await sql.transaction((trx) => trx.run(genericPlanMode, {}));
+    expect(inside?.mode).toBe("auto");
     expect((await sql.run(planMode, {}))[0]?.mode).toBe("auto");
   });
 

@@ -58,6 +58,7 @@ const storeTriage = statement<TriageParams, { id: string }>("model_call_store_tr
  */
 const reserveAckRows = statement<EmissionRowsParams & { runId: string; epoch: number }, { connector: string; side_usage: Record<string, unknown>; n: number }>(
   "model_call_reserve_acks",
+  { plans: "generic" },
 )`
   WITH target AS (
     SELECT r.id, r.agent_id, r.conversation_id, c.external_id AS external_conversation_id, r.connector, r.side_usage

@@ -35,7 +35,7 @@ const MAX_CONTINUATIONS = 20;
  * The subject is the logical request of the first run in the chain of continuations: continuation
  * runs of one request share one cadence (and one sequence), as the seed asks.
  */
-const loadSnapshot = statement<{ runId: string }, SnapshotRow>("progress_load")`
+const loadSnapshot = statement<{ runId: string }, SnapshotRow>("progress_load", { plans: "generic" })`
   WITH RECURSIVE chain AS (
     SELECT r.continuation_of_run_id AS previous, coalesce(r.logical_request_id, r.id) AS request, 0 AS depth
     FROM runs r WHERE r.id = ${(p) => p.runId}::uuid

@@ -107,7 +107,7 @@ const claimRun = statement<ClaimParams, ClaimRow>("claim_run")`
     (${raw(triggersSql("claimed.id"))}) AS messages
   FROM claimed`;
 
-const nextDue = statement<{ now: Date }, { due: Date | null }>("claim_next_due")`
+const nextDue = statement<{ now: Date }, { due: Date | null }>("claim_next_due", { plans: "generic" })`
   SELECT min(not_before) AS due FROM runs WHERE status = 'queued' AND NOT paused AND not_before > ${now}::timestamptz`;
 
 export interface RunClaimOptions {

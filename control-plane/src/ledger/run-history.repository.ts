@@ -43,6 +43,7 @@ export function latestProgressSql<P>(conversationId: StatementPart<P>, exceptRun
  */
 const recentProgressOfConversation = statement<{ runId: string; conversationId: string }, { text: string; created_at: Date }>(
   "history_recent_progress_of_conversation",
+  { plans: "generic" },
 )`${latestProgressSql<{ runId: string; conversationId: string }>((p) => p.conversationId, runId)}`;
 
 const recentProgress = statement<{ runId: string }, { text: string; created_at: Date }>("history_recent_progress")`

@@ -50,6 +50,11 @@ export function sql(strings: TemplateStringsArray, ...parts: readonly unknown[])
 export interface Statement<P, R> {
   readonly name: string;
   readonly text: string;
+  /**
+   * "generic": run outside a transaction, it goes to the connections that plan generically
+   * (TransactionOptions.plans), so a statement run once per run is not planned on every call.
+   */
+  readonly plans?: "generic";
   bind(params: P): unknown[];
   /** Phantom: the row type, for inference only. */
   readonly row?: R;
@@ -76,7 +81,7 @@ const registry = new Map<string, Statement<never, unknown>>();
  * Defines a named statement: `${(p) => p.runId}` is a parameter (the same function object
  * twice is the same `$n`), `${raw(...)}` is inlined. Names are unique across the ledger.
  */
-export function statement<P, R = Record<string, unknown>>(name: string) {
+export function statement<P, R = Record<string, unknown>>(name: string, options: { readonly plans?: "generic" } = {}) {
   return (strings: TemplateStringsArray, ...parts: readonly StatementPart<P>[]): Statement<P, R> => {
     const readers: ((params: P) => unknown)[] = [];
     const slot = (part: unknown): string => {
@@ -90,6 +95,7 @@ export function statement<P, R = Record<string, unknown>>(name: string) {
     const defined: Statement<P, R> = {
       name: `keel_${name}`,
       text,
+      ...(options.plans === undefined ? {} : { plans: options.plans }),
       bind: (params) => readers.map((read, i) => {
         const value = read(params);
         if (value === undefined) throw new Error(`statement ${name}: parameter $${i + 1} is undefined`);

@@ -13,7 +13,10 @@ export { fragment, raw, registeredStatements, sql, statement, SqlQuery, type Sta
  * running it. MikroORM owns the schema (entities, migrations).
  */
 export interface Sql {
-  /** A fixed statement, as a named prepared statement (parsed and planned once per connection). */
+  /**
+   * A fixed statement, as a named prepared statement (parsed once per connection). Outside a
+   * transaction, one declared with plans "generic" runs on the generic-plan connections.
+   */
   run<P, R>(statement: Statement<P, R>, params: P): Promise<R[]>;
   /**
    * Two fixed statements in one round trip inside a transaction (where pg allows; one after the
@@ -121,7 +124,8 @@ for (const oid of [1082, 1186]) types.setTypeParser(oid, (text: string) => text)
 /** Waiting this long for a free connection means the pool is exhausted: fail, never hang. */
 const CONNECT_TIMEOUT_MS = 30_000;
 
-type Send = (config: pg.QueryConfig) => Promise<pg.QueryResult>;
+/** Sends a statement; `plans` is the statement's plan mode (only the pool acts on it: a transaction's connection is fixed). */
+type Send = (config: pg.QueryConfig, plans?: "generic") => Promise<pg.QueryResult>;
 
 export function createSqlPool(options: SqlPoolOptions): SqlPool {
   let closing = false;
@@ -143,7 +147,7 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
   const pool = fixedPool(options.max);
   const genericPool = fixedPool(options.max, { options: GENERIC_PLAN_OPTIONS });
   const notifyAll = notifier((config) => pool.query(config));
-  const pooled = over((config) => pool.query(config));
+  const pooled = over((config, plans) => (plans === "generic" ? genericPool : pool).query(config));
   return {
     ...pooled,
     runLast: pooled.run,
@@ -307,7 +311,7 @@ function prepared<P>(statement: Statement<P, unknown>, params: P): pg.QueryConfi
 
 /** run, runBoth and query over one way of sending a statement (the pool, or a transaction's connection). */
 function over(send: Send): Pick<Sql, "run" | "runBoth" | "query"> {
-  const run = async <P, R>(statement: Statement<P, R>, params: P): Promise<R[]> => (await send(prepared(statement, params))).rows as R[];
+  const run = async <P, R>(statement: Statement<P, R>, params: P): Promise<R[]> => (await send(prepared(statement, params), statement.plans)).rows as R[];
   return {
     run,
     async runBoth(first, firstParams, second, secondParams) {
