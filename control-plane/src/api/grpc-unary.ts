@@ -16,6 +16,12 @@ import { contentTypeProto, grpcStatusOk, parseTimeout, setTrailerStatus } from "
 import type { RequestHandler } from "./auth-gate.js";
 import { resetSoon } from "./refusal.js";
 
+/**
+ * Why a call's signal aborts once it has answered: anything still listening stops. A reason given
+ * spares building an AbortError, with its stack trace, on every call.
+ */
+const CALL_ENDED = new ConnectError("the call has ended", Code.Canceled);
+
 type UnarySpec = Extract<ServiceImplSpec["methods"][string], { kind: "unary" }>;
 
 export interface GrpcUnaryOptions {
@@ -99,7 +105,7 @@ async function serve(spec: UnarySpec, request: http2.Http2ServerRequest, respons
     failure = error instanceof ConnectError ? error : new ConnectError("internal error", Code.Internal, undefined, undefined, error);
   } finally {
     stream.off("close", onClose);
-    context.abort(failure);
+    context.abort(failure ?? CALL_ENDED);
   }
   if (failure !== undefined) setTrailerStatus(context.responseTrailer, failure);
   if (stream.destroyed || stream.closed) return;

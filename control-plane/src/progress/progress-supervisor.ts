@@ -19,6 +19,9 @@ import {
   type ProgressState,
 } from "../domain/progress.js";
 import { TRIAGE_TIMEOUT_MS, type TriageDuration } from "../domain/triage.js";
+
+/** Why a run's supervision stops (given, so no AbortError and its stack trace is built per run). */
+const RUN_LEFT = new Error("the run's claim ended");
 import type { ProgressSummarizer } from "./progress-summary.js";
 
 /** What the ledger holds about a subject's progress and its run's current activity. */
@@ -146,7 +149,7 @@ export function createProgressSupervisors(deps: ProgressDeps): ProgressSuperviso
       const stopping = new AbortController();
       const stopNow = (): void => {
         stopped = true;
-        stopping.abort();
+        stopping.abort(RUN_LEFT);
         wake?.();
       };
       pokes.set(run.runId, poke);
