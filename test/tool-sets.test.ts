@@ -122,4 +122,26 @@ describe("tool lists stored once", () => {
       await pool.close();
     }
   });
+
+  it("names a list by its content whether its elements are objects seen before or new ones", async () => {
+    const pool = createSqlPool({ url: keel.databaseUrl, max: 2 });
+    try {
+      const toolSets = createToolSets(pool);
+      const digest = async (tools: readonly unknown[]) => (JSON.parse(await toolSets.requestJson({ messages: [], tools })) as { toolSet: string }).toolSet;
+      const spec = { name: "test.same.v1", description: "one spec object", parametersJsonSchema: { type: "object" } };
+      const other = { name: "test.other.v1", description: "another", parametersJsonSchema: { type: "object" } };
+      const first = await digest([spec, other]);
+      // The same objects in a new array (as each run's catalog gives them), and equal copies.
+      expect(await digest([spec, other])).toBe(first);
+      expect(await digest([structuredClone(spec), structuredClone(other)])).toBe(first);
+      // One element a different object with different content, or the order changed: another list.
+      const changed = await digest([spec, { ...other, description: "changed" }]);
+      expect(changed).not.toBe(first);
+      expect(await digest([other, spec])).not.toBe(first);
+      const { rows } = await db.query<{ tools: { description: string }[] }>("SELECT tools FROM model_tool_sets WHERE digest = $1", [changed]);
+      expect(rows[0]?.tools[1]?.description).toBe("changed");
+    } finally {
+      await pool.close();
+    }
+  });
 });

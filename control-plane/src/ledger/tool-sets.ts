@@ -10,6 +10,9 @@ import { statement, type Sql } from "./sql.js";
 /** Digests this process has seen stored: past this many it forgets them and checks again. */
 const KNOWN_LIMIT = 10_000;
 
+/** Tool lists remembered by their elements, newest first (a list per agent and connector, mostly). */
+const RECENT_LISTS = 16;
+
 const insertToolSet = statement<{ digest: string; tools: string }, never>("tool_set_insert")`
   INSERT INTO model_tool_sets (digest, tools) VALUES (${(p) => p.digest}, ${(p) => p.tools}::jsonb) ON CONFLICT (digest) DO NOTHING`;
 
@@ -49,13 +52,25 @@ export function createToolSets(sql: Sql): ToolSets {
     }
     return pending;
   };
+  // A run's first request lists its catalog's tool specs, the same objects run after run (the
+  // registry's, never changed): a list of the very objects of one seen before has its digest,
+  // with nothing serialized or hashed again.
+  const recent: { readonly tools: readonly unknown[]; readonly digest: string; readonly list: string }[] = [];
+  const digestOf = (tools: readonly unknown[]): { digest: string; list: string } => {
+    const seen = recent.find((entry) => entry.tools.length === tools.length && entry.tools.every((tool, i) => tool === tools[i]));
+    if (seen !== undefined) return seen;
+    const list = JSON.stringify(tools);
+    const entry = { tools: [...tools], digest: createHash("sha256").update(list).digest("hex"), list };
+    recent.unshift(entry);
+    if (recent.length > RECENT_LISTS) recent.pop();
+    return entry;
+  };
   return {
     async requestJson(request) {
       // Most requests are deltas that name no tools: stored as they are, with no copy made.
       if (request.tools === undefined || request.tools.length === 0) return JSON.stringify(request);
       const { tools, ...rest } = request;
-      const list = JSON.stringify(tools);
-      const digest = createHash("sha256").update(list).digest("hex");
+      const { digest, list } = digestOf(tools);
       // Committed before the request that names it: its WAL comes first, so a durable request's set is durable too.
       if (!known.has(digest)) await store(digest, list);
       return JSON.stringify({ ...rest, toolSet: digest });
