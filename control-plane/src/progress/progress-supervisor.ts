@@ -19,10 +19,10 @@ import {
   type ProgressState,
 } from "../domain/progress.js";
 import { TRIAGE_TIMEOUT_MS, type TriageDuration } from "../domain/triage.js";
+import type { ProgressSummarizer } from "./progress-summary.js";
 
 /** Why a run's supervision stops (given, so no AbortError and its stack trace is built per run). */
 const RUN_LEFT = new Error("the run's claim ended");
-import type { ProgressSummarizer } from "./progress-summary.js";
 
 /** What the ledger holds about a subject's progress and its run's current activity. */
 export interface ProgressSnapshot {
