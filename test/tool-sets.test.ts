@@ -12,7 +12,7 @@ import { scriptedAgent, scriptedTurn as turn, toolGrants } from "../control-plan
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { createTestTools } from "./support/test-tools.js";
-import { createSqlPool, type Sql } from "../control-plane/src/ledger/sql.js";
+import { createSqlPool, registeredStatements, type Sql } from "../control-plane/src/ledger/sql.js";
 import { createToolSets } from "../control-plane/src/ledger/tool-sets.js";
 
 interface WholeRequest {
@@ -83,6 +83,24 @@ describe("tool lists stored once", () => {
       expect(request).not.toHaveProperty("toolSet");
     }
     expect(requests[1]!.messages.at(-1)).toMatchObject({ role: "tool", content: "echo: hi" });
+  });
+
+  it("counts a step's tool list in the size that bounds a page of steps, as it is read back whole", async () => {
+    const runId = await settledRun("c-size");
+    const steps = registeredStatements().find((s) => s.name === "keel_run_query_steps")!;
+    const { rows } = await db.query<{ index: number; detail_bytes: number }>({
+      text: steps.text,
+      values: steps.bind({ runId, fromIndex: 0, limit: 10 } as never),
+    });
+    const { rows: stored } = await db.query<{ request: number; response: number; tools: number }>(
+      `SELECT pg_column_size(m.request) AS request, coalesce(octet_length(m.response_text), 0) AS response, pg_column_size(t.tools) AS tools
+       FROM model_calls m JOIN run_steps s ON s.id = m.step_id JOIN model_tool_sets t ON t.digest = m.request ->> 'toolSet'
+       WHERE m.run_id = $1 AND s.index = 0`,
+      [runId],
+    );
+    const first = stored[0]!;
+    expect(first.tools).toBeGreaterThan(first.request);
+    expect(rows.find((row) => Number(row.index) === 0)?.detail_bytes).toBeGreaterThanOrEqual(first.request + first.response + first.tools);
   });
 
   it("reads a request stored with its list inline, as before tool sets, the same way", async () => {

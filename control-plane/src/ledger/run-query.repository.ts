@@ -39,7 +39,7 @@ import {
 import { encodeRunsPageToken, listRunsPage, parseRunsPageToken, selectRun } from "./run-view.sql.js";
 import { raw, statement, type Sql } from "./sql.js";
 import { budgetedObservations, encodeStepsPageToken, expandedStepsWithinBudget, parseStepsPageToken, stepsWithinBudget, type StepsCursor } from "./run-steps-page.js";
-import { requestWithToolsSql } from "./tool-sets.js";
+import { requestBytesSql, requestWithToolsSql } from "./tool-sets.js";
 
 export { parseRunsPageToken } from "./run-view.sql.js";
 export { parseStepsPageToken } from "./run-steps-page.js";
@@ -79,10 +79,13 @@ const limit = (p: { readonly limit: number }) => p.limit;
 const triggersOfRuns = statement<{ ids: readonly string[] }, RunTriggerRow>("run_query_triggers")`
   SELECT ${raw(RUN_TRIGGER_COLUMNS("t"))} FROM run_triggers t WHERE t.run_id = ANY(${ids}::uuid[]) ORDER BY t.received_at, t.ordinal`;
 
-/** Steps from an index, each with its stored size apart from observations (read without detoasting). */
+/**
+ * Steps from an index, each with its stored size apart from observations: sizes as stored, read
+ * without detoasting, and a request's tool list counted as the readers put it back.
+ */
 const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number }, RunStepRow & { detail_bytes: number }>("run_query_steps")`
   SELECT ${raw(RUN_STEP_COLUMNS("s"))},
-    (coalesce((SELECT sum(pg_column_size(m.request) + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = s.id), 0)
+    (coalesce((SELECT sum(${raw(requestBytesSql("m"))} + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = s.id), 0)
      + coalesce((SELECT sum(pg_column_size(i.arguments) + coalesce(octet_length(i.result_text), 0)) FROM tool_invocations i WHERE i.step_id = s.id), 0)
     )::float8 AS detail_bytes
   FROM run_steps s
@@ -95,7 +98,7 @@ const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number },
 const stepBytes = statement<{ runId: string; stepId: string }, { bytes: number }>("run_query_step_bytes")`
   SELECT (coalesce((SELECT sum(octet_length(o.text)) FROM call_observations o
                     WHERE o.tool_invocation_id = ANY(ARRAY(SELECT i.id FROM tool_invocations i WHERE i.step_id = ${(p) => p.stepId}::uuid AND i.run_id = ${runId}::uuid))), 0)
-    + coalesce((SELECT sum(pg_column_size(m.request) + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = ${(p) => p.stepId}::uuid), 0)
+    + coalesce((SELECT sum(${raw(requestBytesSql("m"))} + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = ${(p) => p.stepId}::uuid), 0)
   )::float8 AS bytes`;
 
 const selectStep = statement<{ runId: string; stepId: string }, RunStepRow>("run_query_step")`

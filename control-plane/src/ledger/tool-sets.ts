@@ -24,6 +24,14 @@ export const requestWithToolsSql = (alias: string): string =>
   `CASE WHEN ${alias}.request ? 'toolSet' THEN (${alias}.request - 'toolSet') || jsonb_build_object('tools',
     coalesce((SELECT t.tools FROM model_tool_sets t WHERE t.digest = ${alias}.request ->> 'toolSet'), '[]'::jsonb)) ELSE ${alias}.request END`;
 
+/**
+ * A stored request's size as the step pages count it (pg_column_size, as stored), its tool list
+ * included: the readers put the list back (requestWithToolsSql), so a page bounded without it
+ * would come back larger than it was counted.
+ */
+export const requestBytesSql = (alias: string): string =>
+  `(pg_column_size(${alias}.request) + coalesce((SELECT pg_column_size(t.tools) FROM model_tool_sets t WHERE t.digest = ${alias}.request ->> 'toolSet'), 0))`;
+
 export interface ToolSets {
   /**
    * The JSON to store for a request: its tool list replaced by the list's digest, the list stored
