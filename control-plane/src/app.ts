@@ -219,7 +219,7 @@ export async function buildApp(
     maxOutputBytes: config.sandbox.maxOutputBytes,
   });
   // WorkGraphs: the propose tool admits a graph; the scheduler moves it on as children settle.
-  const graphs = createWorkGraphRepository(ledger.sql, handoff);
+  const graphs = createWorkGraphRepository(ledger.sql, { handoff, clock });
   // A join over nodes that had workspaces reads theirs and writes the root's, with each run's own grant.
   const grantOf = async (runId: string, agentId: string) => {
     const agent = await agents.get(agentId);
@@ -276,7 +276,7 @@ export async function buildApp(
         gates,
       }),
       emissions: createEmissionService({ emissions: createEmissionRepository(ledger.sql), feed: emissionFeed, maxStreamsPerToken: config.maxStreamsPerToken }),
-      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql), graphs: createWorkGraphReads(ledger.sql), gates, hosts: createSandboxHostReads(ledger.sql), hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
+      runs: createRunService({ runs: runQueries, control, forks: createRunForkRepository(ledger.sql, clock), graphs: createWorkGraphReads(ledger.sql), gates, hosts: createSandboxHostReads(ledger.sql), hub, pollMs: config.idlePollMs, maxReplyBytes: config.maxMessageBytes }),
       agents: createAgentService({
         agents,
         bounds: {

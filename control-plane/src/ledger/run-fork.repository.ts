@@ -2,6 +2,7 @@
 // to and including one committed step, with a fresh budget. SQL only; the run-history repository
 // reads the inherited prefix back when the fork is claimed.
 import { randomUUID } from "node:crypto";
+import { systemClock, type Clock } from "../domain/clock.js";
 import { FailedPreconditionError, NotFoundError } from "../domain/errors.js";
 import { inheritablePrefix } from "../domain/interrupt.js";
 import { ZERO_USAGE, type RunStatus } from "../domain/run.js";
@@ -50,6 +51,8 @@ interface InsertForkParams {
   readonly actorId: string;
   readonly reason: string;
   readonly summary: string;
+  /** Due now on Keel's clock, which the claim's start rule reads (not the database's). */
+  readonly notBefore: Date;
 }
 
 /**
@@ -70,10 +73,11 @@ const insertFork = statement<InsertForkParams, { id: string }>("fork_insert_run"
       AND (t.inherited OR t.after_step <= ${(p) => p.stepsKept}::int)),
   new_run AS (
     INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, logical_request_id,
-      request_received_at, inherits_from_run_id, forked_from_run_id, forked_at_step, fork_reason, trigger_count, event_seq)
+      request_received_at, inherits_from_run_id, forked_from_run_id, forked_at_step, fork_reason, trigger_count, event_seq, not_before)
     SELECT ${(p) => p.forkId}::uuid, source.agent_id, conversation.id, ${raw(`'${FORK_CONNECTOR}'`)}, 'queued', ${(p) => p.actorId},
       source.budget, ${raw(`'${JSON.stringify(ZERO_USAGE)}'::jsonb`)}, ${(p) => p.forkId}::uuid, now(), ${(p) => p.sourceRunId}::uuid,
-      ${(p) => p.sourceRunId}::uuid, ${(p) => p.stepIndex}::int, ${(p) => p.reason}, (SELECT count(*)::int FROM carried), 1
+      ${(p) => p.sourceRunId}::uuid, ${(p) => p.stepIndex}::int, ${(p) => p.reason}, (SELECT count(*)::int FROM carried), 1,
+      ${(p) => p.notBefore}::timestamptz
     FROM source, conversation
     RETURNING id),
   triggers AS (
@@ -84,7 +88,7 @@ const insertFork = statement<InsertForkParams, { id: string }>("fork_insert_run"
     INSERT INTO run_events (run_id, seq, kind, status, summary) SELECT new_run.id, 1, 'created', 'queued', ${(p) => p.summary} FROM new_run)
   SELECT new_run.id, pg_notify('keel_runs', new_run.id::text), pg_notify('keel_run_events', new_run.id::text) FROM new_run`;
 
-export function createRunForkRepository(sql: Sql): RunForks {
+export function createRunForkRepository(sql: Sql, clock: Clock = systemClock): RunForks {
   return {
     fork: ({ sourceRunId, stepIndex, actorId, reason }) =>
       sql.transaction(async (trx) => {
@@ -111,6 +115,7 @@ export function createRunForkRepository(sql: Sql): RunForks {
           actorId,
           reason,
           summary: `forked from run ${sourceRunId} at step ${stepIndex} by ${actorId}: ${reason}`,
+          notBefore: clock.now(),
         });
         if (inserted === undefined) throw new NotFoundError("run", sourceRunId);
         await appendRunEvents(trx, sourceRunId, [{ kind: "status_changed", status: source.status, summary: `forked at step ${stepIndex} into run ${forkId} by ${actorId}: ${reason}` }]);

@@ -4,6 +4,7 @@
 // of processes take turns and each acts on what the one before it committed.
 import { randomUUID } from "node:crypto";
 import type { WorkerHandoff } from "../conversation/worker-handoff.js";
+import { systemClock, type Clock } from "../domain/clock.js";
 import { LIVE_STATUSES, ZERO_USAGE, type RunStatus, type RunUsage } from "../domain/run.js";
 import type { WorkNodeKind } from "../domain/work-graph.js";
 import { childInput, graphResult, verifierVerdict } from "../domain/work-graph-child.js";
@@ -40,7 +41,14 @@ async function cancelNodes(trx: SqlTransaction, ids: readonly string[]): Promise
 
 const CHILD_END: Readonly<Record<string, WorkNodeStatus>> = { succeeded: "succeeded", failed: "failed", budget_exhausted: "failed", cancelled: "cancelled" };
 
-export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): WorkGraphLedger {
+export interface WorkGraphRepositoryOptions {
+  /** Hands started children and woken roots to idle workers of this process. */
+  readonly handoff?: WorkerHandoff;
+  /** The clock claims decide on (run-claim.repository.ts): children are due, and roots claimed, on it. */
+  readonly clock?: Clock;
+}
+
+export function createWorkGraphRepository(sql: Sql, { handoff, clock = systemClock }: WorkGraphRepositoryOptions = {}): WorkGraphLedger {
   const passing = passingWith(sql, handoff);
 
   /** One pass, inside the caller's transaction, with the joins it found due for reconciliation. */
@@ -136,6 +144,7 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
           worker,
         };
       });
+      const now = clock.now();
       await trx.run(q.startChildren, {
         ...settlement,
         rootRunId,
@@ -145,9 +154,9 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
         actorId: graph.requested_by_actor_id,
         children: JSON.stringify(children.map(({ key: _key, worker: _worker, ...child }) => child)),
         rootSummary: `work graph: started ${children.map((c) => `"${c.key}"`).join(", ")} as child runs`,
+        notBefore: now,
       });
       trx.notify("keel_run_events", rootRunId);
-      const now = new Date();
       for (const child of children) {
         if (child.worker !== undefined) handovers.claimed(child.worker, childClaim(graph, rootRunId, child, now));
       }
@@ -218,7 +227,7 @@ export function createWorkGraphRepository(sql: Sql, handoff?: WorkerHandoff): Wo
         agentId: graph.agent_id,
         workerId: worker.workerId,
         leaseMs: worker.leaseMs,
-        now: new Date(),
+        now: clock.now(),
         why: "handed its turn by the work graph pass",
       });
       if (claimed !== undefined) handovers.claimed(worker, claimed);

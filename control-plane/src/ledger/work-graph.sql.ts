@@ -192,6 +192,12 @@ export interface StartChildrenParams {
    * worker_id starts claimed by that idle worker of this process (lease epoch 1), with no wake-up.
    */
   readonly children: string;
+  /**
+   * When the children are due: now on Keel's clock, which the claim's start rule reads. The
+   * database's now() could be later (a skewed host, or a microsecond past a claim in the same
+   * millisecond), and a queued child would then look like a coalescing run to a claim.
+   */
+  readonly notBefore: Date;
 }
 
 /**
@@ -209,12 +215,12 @@ export const startChildren = statement<StartChildrenParams & SettleParams & { ro
       AS x(run_id uuid, message_id uuid, attempt_id uuid, node_id uuid, ordinal int, input text, spec jsonb, summary text, worker_id text, lease_ms int)),
   new_runs AS (
     INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, budget, usage, logical_request_id,
-      parent_run_id, root_run_id, spec_override, trigger_count, event_seq, request_received_at,
+      parent_run_id, root_run_id, spec_override, trigger_count, event_seq, request_received_at, not_before,
       lease_owner, lease_epoch, lease_expires_at, started_at)
     SELECT c.run_id, ${(p) => p.agentId}, ${(p) => p.conversationId}::uuid, ${(p) => p.connector},
       CASE WHEN c.worker_id IS NULL THEN 'queued' ELSE 'running' END, ${(p) => p.actorId},
       c.spec -> 'budget', ${raw(`'${JSON.stringify(ZERO_USAGE)}'::jsonb`)}, c.run_id, ${rootRunId}::uuid, ${rootRunId}::uuid, c.spec, 1,
-      CASE WHEN c.worker_id IS NULL THEN 1 ELSE 2 END, now(),
+      CASE WHEN c.worker_id IS NULL THEN 1 ELSE 2 END, now(), ${(p) => p.notBefore}::timestamptz,
       c.worker_id, CASE WHEN c.worker_id IS NULL THEN 0 ELSE 1 END,
       CASE WHEN c.worker_id IS NULL THEN NULL ELSE now() + make_interval(secs => c.lease_ms / 1000.0) END,
       CASE WHEN c.worker_id IS NULL THEN NULL ELSE now() END
