@@ -212,8 +212,8 @@ const SUBMIT = `WITH actor AS (INSERT INTO actors (id) VALUES ('bench') ON CONFL
      conversation AS (INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, 'loop-bench', $3, 'bench')),
      message AS (INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($2, $1, $3, 'bench', 'go', $4)),
      run AS (
-       INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage)
-       VALUES ($4, 'loop-bench', $1, 'bench', $6, 'bench', $3, $5::jsonb, '{}'::jsonb)),
+       INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage, not_before)
+       VALUES ($4, 'loop-bench', $1, 'bench', $6, 'bench', $3, $5::jsonb, '{}'::jsonb, $7::timestamptz)),
      run_trigger AS (INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($4, $2, 'bench', $3))
      SELECT 1`;
 /** A wake-up that commits without waiting for its WAL flush (what it announces is already durable). */
@@ -225,7 +225,9 @@ export async function submit(db: pg.ClientBase, key: string, status: "queued" | 
   // call). The wake-up follows the commit, as Keel's admission sends it (ledger/sql.ts, notify): a
   // transaction that notifies holds PostgreSQL's one notification lock through its WAL flush, so
   // submissions that notified inside it committed one at a time (16 took up to 50 ms).
-  await db.query({ name: "bench_submit", text: SUBMIT, values: [randomUUID(), randomUUID(), key, runId, JSON.stringify(DEMO_AGENT.budget), status] });
+  // Due now on Keel's clock (this process's), as admission sets it: the database's now() would be
+  // microseconds later than what a claim in the same millisecond compares it with.
+  await db.query({ name: "bench_submit", text: SUBMIT, values: [randomUUID(), randomUUID(), key, runId, JSON.stringify(DEMO_AGENT.budget), status, new Date()] });
   if (status === "queued") await db.query({ name: "bench_submit_wake", text: SUBMIT_WAKE, values: [runId] });
   return runId;
 }
