@@ -61,7 +61,7 @@ export function createToolSets(sql: Sql): ToolSets {
     return pending;
   };
   // A run's first request lists its catalog's tool specs, the same objects run after run (the
-  // registry's, never changed): a list of the very objects of one seen before has its digest,
+  // registry's, frozen there): a list of the very objects of one seen before has its digest,
   // with nothing serialized or hashed again.
   const recent: { readonly tools: readonly unknown[]; readonly digest: string; readonly list: string }[] = [];
   const digestOf = (tools: readonly unknown[]): { digest: string; list: string } => {

@@ -118,7 +118,8 @@ export function createToolRegistry(definitions: readonly ToolDefinition[]): Tool
       fullName,
       definition,
       schema,
-      spec: { name: fullName, description: definition.description, parametersJsonSchema },
+      // Frozen: the same spec objects go into every request, and tool-sets.ts knows a list of them by identity.
+      spec: deepFrozen({ name: fullName, description: definition.description, parametersJsonSchema }),
     });
   }
 
@@ -147,4 +148,13 @@ export function createToolRegistry(definitions: readonly ToolDefinition[]): Tool
 /** Erases a tool's argument type for the registry; its schema still checks every call. */
 export function defineTool<Args extends Record<string, unknown>>(definition: ToolDefinition<Args>): ToolDefinition {
   return definition as unknown as ToolDefinition;
+}
+
+/** `value` with every object and array in it frozen. */
+function deepFrozen<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    for (const inner of Object.values(value)) deepFrozen(inner);
+    Object.freeze(value);
+  }
+  return value;
 }
