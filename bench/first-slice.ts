@@ -230,7 +230,10 @@ async function keelPhase(url: string, token: string, options: Options, progress:
     let warmupPerSecond: number | undefined;
     if (options.warmup > 0) {
       const warmupBegan = performance.now();
-      await pool("warmup", options.warmup, () => {});
+      let warmed = 0;
+      await pool("warmup", options.warmup, () => {
+        if (++warmed % (PROGRESS_EVERY * 5) === 0) progress(`warm-up: ${warmed}/${options.warmup} replied`);
+      });
       warmupPerSecond = options.warmup / ((performance.now() - warmupBegan) / 1000);
       progress(`warm-up: ${options.warmup} messages replied, ${warmupPerSecond.toFixed(1)} msg/s`);
     }
