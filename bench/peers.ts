@@ -17,7 +17,7 @@ import { keelPeer } from "./peers/keel-peer.js";
 import { measure, type PeerFigures, type PeerKind } from "./peers/peer.js";
 import { rawPeer } from "./peers/raw-peer.js";
 import { closeRestateEndpoint, restatePeer } from "./peers/restate-peer.js";
-import { integerOption, benchDurability, durabilitySettings, ms, table, withBenchPostgres, type Durability } from "./support.js";
+import { integerOption, benchDurability, median, durabilitySettings, ms, table, withBenchPostgres, type Durability } from "./support.js";
 import pg from "pg";
 
 /** The bar: Keel's p50 at most these fractions of each peer's, its throughput at least these multiples. */
@@ -65,17 +65,13 @@ function medianOutcome(sittings: readonly Outcome[]): Outcome {
   const skipped = sittings.find((outcome): outcome is { readonly skipped: string } => "skipped" in outcome);
   if (skipped !== undefined) return skipped;
   const measured = sittings as readonly { readonly figures: PeerFigures; readonly setup: string }[];
-  const median = (pick: (figures: PeerFigures) => number): number => {
-    const sorted = measured.map((outcome) => pick(outcome.figures)).sort((a, b) => a - b);
-    const middle = sorted.length >> 1;
-    return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
-  };
+  const of = (pick: (figures: PeerFigures) => number): number => median(measured.map((outcome) => pick(outcome.figures)));
   const first = measured[0]!;
   return {
     setup: first.setup,
     figures: {
-      single: { n: first.figures.single.n, p50: median((f) => f.single.p50), p99: median((f) => f.single.p99) },
-      perSecond: median((f) => f.perSecond),
+      single: { n: first.figures.single.n, p50: of((f) => f.single.p50), p99: of((f) => f.single.p99) },
+      perSecond: of((f) => f.perSecond),
       iterations: first.figures.iterations,
     },
   };

@@ -18,6 +18,14 @@ export interface Stats {
   readonly p99: number;
 }
 
+/** The middle value (the mean of the two middle ones for an even count); NaN for none. */
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}
+
 /** Nearest-rank percentiles. */
 export function summarize(samples: readonly number[]): Stats {
   const sorted = [...samples].sort((a, b) => a - b);
