@@ -3,7 +3,7 @@
 // model), measured by a connector-shaped client: SubmitMessage over gRPC, the reply read off
 // one EmissionService.Subscribe stream. The baseline is the floor under it: one raw SQL
 // transaction writing the same rows Keel writes for one message, on the same database.
-// KEEL_BENCH_PROFILE_DIR writes a CPU profile of this process (Keel and its client) over the timed messages.
+// KEEL_BENCH_PROFILE_DIR writes a CPU profile of this process (Keel and its client) over the first sitting's timed messages.
 //
 // The measured messages follow an unmeasured pass of as many (--warmup): a throughput bar is about
 // the steady state, and over a first thousand messages V8 is still optimizing the hot paths (about
@@ -85,8 +85,8 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
         settings = await durabilitySettings(db);
         progress(`keel on ${url}: ${config.workers} workers, db pool ${config.dbPoolMax}; postgres ${settings}`);
 
-        const keel = openKeelClient(url, token, options, progress);
         const rawClients = await openRawClients(postgres.url, options);
+        const keel = openKeelClient(url, token, options, progress);
         const cpu = { node: 0, postgres: 0 };
         try {
           warmupPerSecond = await keel.warmUp();
@@ -132,7 +132,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
         `first-slice: ${options.messages} messages, ${options.concurrency} in flight, distinct conversations, scripted demo model; ` +
           `${config.workers} workers; embedded PostgreSQL 17 (${settings}); ${durabilityLabel(options.durability)}; ` +
           `timed after an unmeasured pass of ${options.warmup} messages (raw baseline warmed alike); ` +
-          `${options.sittings} sitting(s) of Keel then the raw transactions, each figure the median`,
+          `${options.sittings} sitting(s) of Keel then the raw transactions (throughput: medians; latency: every timed message)`,
         "",
         ...table(
           ["metric", "p50_ms", "p99_ms", "n"],
