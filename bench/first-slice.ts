@@ -14,7 +14,6 @@
 // ratio of two figures measured seconds apart cancels what one round's drift does to both.
 //
 //   npm run bench -- first-slice [--messages 1000] [--concurrency 16] [--warmup <messages>] [--raw 1000] [--sittings 3]
-import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -23,16 +22,15 @@ import pg from "pg";
 import { EmissionKind, EmissionService } from "../gen/keel/v1/emission_service_pb.js";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
-import { WORKING_ACK } from "../control-plane/src/domain/settlement.js";
-import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
-import { SUCCEEDED_ACK } from "../control-plane/src/domain/settlement.js";
+import { openRawClients, rawLatencies } from "./first-slice/raw-baseline.js";
 import { startProfile } from "./sandbox/cpu-meter.js";
-import { integerOption, beginRaw, median, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
+import { integerOption, median, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
 
 const CONNECTOR = "bench";
-const RAW_CONNECTOR = "bench-raw";
 const REPLY_TIMEOUT_MS = 60_000;
 const PROGRESS_EVERY = 100;
+/** The issue's bar (#16): messages/s with `concurrency` in flight against raw transactions/s over as many connections. */
+const THROUGHPUT_TARGET = 0.35;
 
 interface Options {
   readonly messages: number;
@@ -117,7 +115,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
           `CPU per timed message: this process (Keel and its client) ${(cpu.node / timed).toFixed(2)} ms, ` +
             `PostgreSQL ${(cpu.postgres / timed).toFixed(2)} ms`,
         );
-        raw = await rawPhase(db, options, progress);
+        raw = await rawLatencies(db, options, PROGRESS_EVERY, progress);
       } finally {
         await db.end();
       }
@@ -307,164 +305,3 @@ function openKeelClient(url: string, token: string, options: Options, progress: 
     },
   };
 }
-
-// ---------------------------------------------------------------------------------------------
-// Baseline: the rows of one message's first slice, written by one raw transaction
-
-const RUN_BUDGET = JSON.stringify(DEMO_AGENT.budget);
-const ZERO_USAGE_JSON = JSON.stringify(ZERO_USAGE);
-
-async function rawPhase(db: pg.Client, options: Options, progress: (line: string) => void): Promise<number[]> {
-  for (let i = 0; i < options.warmup; i++) await rawTransaction(db, `warmup-${i}`, i, options.durability);
-  const latencies: number[] = [];
-  for (let i = 0; i < options.raw; i++) {
-    const started = performance.now();
-    await rawTransaction(db, `raw-${i}`, i, options.durability);
-    latencies.push(performance.now() - started);
-    if ((i + 1) % PROGRESS_EVERY === 0 || i + 1 === options.raw) {
-      const recent = summarize(latencies.slice(-PROGRESS_EVERY));
-      progress(`raw txn ${i + 1}/${options.raw}; last ${Math.min(PROGRESS_EVERY, latencies.length)}: p50 ${ms(recent.p50)} ms, p99 ${ms(recent.p99)} ms`);
-    }
-  }
-  return latencies;
-}
-
-/** The issue's bar (#16): messages/s with `concurrency` in flight against raw transactions/s over as many connections. */
-const THROUGHPUT_TARGET = 0.35;
-
-/** `concurrency` connections for the throughput floor: each pass spreads its transactions over them. */
-async function openRawClients(url: string, options: Options): Promise<{ pass(label: string, count: number): Promise<number>; close(): Promise<void> }> {
-  const clients = await Promise.all(
-    Array.from({ length: options.concurrency }, async () => {
-      const client = new pg.Client({ connectionString: url });
-      await client.connect();
-      return client;
-    }),
-  );
-  return {
-    /** `count` raw transactions over the connections; their rate per second. */
-    async pass(label, count) {
-      let next = 0;
-      const began = performance.now();
-      await Promise.all(
-        clients.map(async (client) => {
-          for (let i = next++; i < count; i = next++) await rawTransaction(client, `${label}-${i}`, i, options.durability);
-        }),
-      );
-      return count / ((performance.now() - began) / 1000);
-    },
-    close: async () => {
-      await Promise.all(clients.map((client) => client.end()));
-    },
-  };
-}
-
-/**
- * What Keel writes for one message across its three transactions (ingress, claim, step
- * commit), as one transaction of plain statements with no reads, locks or notifications:
- * a floor, not a re-implementation.
- */
-async function rawTransaction(db: pg.Client, key: string, i: number, durability: Durability): Promise<void> {
-  const actorId = `raw-user-${i % 50}`;
-  const runId = randomUUID();
-  const messageRowId = randomUUID();
-  const stepId = randomUUID();
-  const externalMessageId = `${key}-message`;
-  const text = `benchmark message ${key}`;
-  const reply = `Hello from Keel. You said: ${text}`;
-  const addressed = JSON.stringify([actorId]);
-  const usage = JSON.stringify({ iterations: 1, modelCalls: 1, toolCalls: 0, inputTokens: 12, outputTokens: 12, outputBytes: reply.length, costMicroUsd: 0, wallClockMs: 1 });
-  const request = JSON.stringify({ messages: [{ role: "system", content: DEMO_AGENT.systemPrompt }, { role: "user", content: text, actorId }], tools: [] });
-
-  await beginRaw(db, durability);
-  try {
-    await db.query(
-      `INSERT INTO actors (id, display_name) VALUES ($1, $2)
-       ON CONFLICT (id) DO UPDATE SET display_name = EXCLUDED.display_name
-       WHERE EXCLUDED.display_name <> '' AND actors.display_name <> EXCLUDED.display_name`,
-      [actorId, "Raw User"],
-    );
-    const conversation = await db.query<{ id: string }>(
-      `INSERT INTO conversations (id, agent_id, external_id, connector) VALUES ($1, $2, $3, $4)
-       ON CONFLICT (agent_id, external_id) DO UPDATE SET connector = conversations.connector RETURNING id`,
-      [randomUUID(), DEMO_AGENT.id, `${key}-conversation`, RAW_CONNECTOR],
-    );
-    const conversationId = conversation.rows[0]!.id;
-    await db.query(
-      `INSERT INTO messages (id, conversation_id, external_id, actor_id, text, run_id) VALUES ($1, $2, $3, $4, $5, $6)`,
-      [messageRowId, conversationId, externalMessageId, actorId, text, runId],
-    );
-    await db.query(
-      `INSERT INTO runs (id, agent_id, conversation_id, connector, status, requested_by_actor_id, reply_to_message_id, budget, usage, event_seq)
-       VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7::jsonb, $8::jsonb, 1)`,
-      [runId, DEMO_AGENT.id, conversationId, RAW_CONNECTOR, actorId, externalMessageId, RUN_BUDGET, ZERO_USAGE_JSON],
-    );
-    await db.query(`INSERT INTO run_triggers (run_id, message_id, actor_id, external_message_id) VALUES ($1, $2, $3, $4)`, [
-      runId,
-      messageRowId,
-      actorId,
-      externalMessageId,
-    ]);
-    await db.query(`INSERT INTO run_events (run_id, seq, kind, status, summary) VALUES ($1, 1, 'created', 'queued', $2)`, [
-      runId,
-      `message ${externalMessageId} from ${actorId}`,
-    ]);
-    await db.query(
-      `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
-         reply_to_message_id, text, ack_state, addressed_actor_ids)
-       VALUES ($1, $2, $3, 'ack', $4, $5, $6, $7, $8, $9, 'working', $10::jsonb)`,
-      [randomUUID(), `ack:${runId}:working`, RAW_CONNECTOR, runId, DEMO_AGENT.id, conversationId, `${key}-conversation`, externalMessageId, WORKING_ACK, addressed],
-    );
-    // The step commit: the step, its model call, the run's terminal state, events, reply and ack.
-    await db.query(
-      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at)
-       VALUES ($1, $2, 0, 'replayable', 'succeeded', $3, 1, now())`,
-      [stepId, runId, actorId],
-    );
-    await db.query(
-      `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens,
-         output_tokens, latency_ms, finish_reason, cost_micro_usd)
-       VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted-demo', $4::jsonb, $5, '[]'::jsonb, 12, 12, 0, 'stop', 0)`,
-      [randomUUID(), runId, stepId, request, reply],
-    );
-    await db.query(
-      `UPDATE runs SET status = 'succeeded', usage = $2::jsonb, step_count = step_count + 1, final_reply = $3, event_seq = 4,
-         lease_owner = NULL, lease_epoch = 1, lease_expires_at = NULL, started_at = now(), finished_at = now(), updated_at = now()
-       WHERE id = $1`,
-      [runId, usage, reply],
-    );
-    await db.query(
-      `INSERT INTO run_events (run_id, seq, kind, status, step_id, summary) VALUES
-         ($1, 2, 'status_changed', 'running', NULL, 'claimed'),
-         ($1, 3, 'step_committed', 'succeeded', $2, 'step 0: replied'),
-         ($1, 4, 'status_changed', 'succeeded', NULL, 'replied')`,
-      [runId, stepId],
-    );
-    await db.query(
-      `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,
-         reply_to_message_id, text, ack_state, addressed_actor_ids)
-       VALUES ($1, $2, $3, 'reply', $4, $5, $6, $7, $8, $9, NULL, $10::jsonb),
-              ($11, $12, $3, 'ack', $4, $5, $6, $7, $8, $13, 'succeeded', $10::jsonb)`,
-      [
-        randomUUID(),
-        `reply:${runId}`,
-        RAW_CONNECTOR,
-        runId,
-        DEMO_AGENT.id,
-        conversationId,
-        `${key}-conversation`,
-        externalMessageId,
-        reply,
-        addressed,
-        randomUUID(),
-        `ack:${runId}:settled`,
-        SUCCEEDED_ACK,
-      ],
-    );
-    await db.query("COMMIT");
-  } catch (error) {
-    await db.query("ROLLBACK").catch(() => {});
-    throw error;
-  }
-}
-
