@@ -13,13 +13,14 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { ExecutionShape, WaitReason, type Run } from "../gen/keel/v1/run_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { GateDecision, WorkNodeStatus } from "../gen/keel/v1/work_graph_pb.js";
-import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
-import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
+import { DEFAULT_GRAPH_CEILINGS } from "../control-plane/src/domain/agent.js";
+import { scriptedAgent, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import type { ModelProvider, ModelRequest } from "../control-plane/src/models/model-provider.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { openBrowser, SHOTS, skipsWithoutBrowser, UI_TIMEOUT_MS, waitForRun as waitForRunState } from "./support/browser.js";
 import { connectClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { graphRootAgent, NODE_SLICE } from "./support/graph-children.js";
 
 const SKIPS = skipsWithoutBrowser("the dashboard WorkGraph browser test");
 
@@ -27,12 +28,11 @@ const OPERATOR = "olivia";
 const REASON = "the draft reads well";
 
 const PROPOSE = "keel.propose_work_graph.v1";
-const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 const GATED = {
   nodes: [
-    { key: "a", kind: "agent_loop", objective: "Draft the release notes", budget: SLICE },
+    { key: "a", kind: "agent_loop", objective: "Draft the release notes", budget: NODE_SLICE },
     { key: "gate", kind: "human_gate", objective: "A person checks the draft before it goes out" },
-    { key: "b", kind: "agent_loop", objective: "Publish the approved release notes", budget: SLICE },
+    { key: "b", kind: "agent_loop", objective: "Publish the approved release notes", budget: NODE_SLICE },
   ],
   edges: [
     { from: "a", to: "gate" },
@@ -41,9 +41,8 @@ const GATED = {
 };
 const FINAL_REPLY = "Drafted, approved and published the release notes.";
 /** Side models answer nothing useful: triage falls back to a loop without touching the primary script. */
-const QUIET = scriptedModel([turn("")]);
 const base = scriptedAgent("dash-gate", [turn("", [toolCall(PROPOSE, GATED)]), turn(FINAL_REPLY)]);
-const gatedAgent: AgentSpec = { ...base, models: { primary: base.models.primary, fast: QUIET, decision: QUIET }, graph: { ...DEFAULT_GRAPH_CEILINGS, maxNodes: 4, maxDepth: 3 } };
+const gatedAgent = graphRootAgent(base, { ...DEFAULT_GRAPH_CEILINGS, maxNodes: 4, maxDepth: 3 });
 
 const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
 /** The child runs' model: each node's child answers at once with its key. */

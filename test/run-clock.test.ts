@@ -9,23 +9,21 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
-import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
-import type { ModelProvider, ModelRequest } from "../control-plane/src/models/model-provider.js";
-import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
+import { scriptedAgent, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import { grpcClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { ManualClock } from "./support/manual-clock.js";
+import { answeringGraphChildren, graphRootAgent, NODE_SLICE } from "./support/graph-children.js";
 
 /** Years before any database this runs against: every now() the database takes is later. */
 const KEEL_TIME = new Date("2001-02-03T04:05:06.789Z");
 const clock = new ManualClock(KEEL_TIME);
 
 const PROPOSE = "keel.propose_work_graph.v1";
-const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 const GRAPH = {
   nodes: [
-    { key: "a", kind: "agent_loop", objective: "Work out part a", budget: SLICE },
-    { key: "b", kind: "agent_loop", objective: "Work out part b", budget: SLICE },
+    { key: "a", kind: "agent_loop", objective: "Work out part a", budget: NODE_SLICE },
+    { key: "b", kind: "agent_loop", objective: "Work out part b", budget: NODE_SLICE },
     { key: "merge", kind: "join", objective: "Combine the parts" },
   ],
   edges: [
@@ -33,28 +31,11 @@ const GRAPH = {
     { from: "b", to: "merge" },
   ],
 };
-const QUIET = scriptedModel([turn("")]);
 /** No coalescing window: a message's run is due at once on the held clock, as the runs under test should be. */
 const now = (agent: AgentSpec): AgentSpec => ({ ...agent, interrupt: { ...agent.interrupt, coalesceWindowMs: 0 } });
 const graphBase = scriptedAgent("clock-graph", [turn("", [toolCall(PROPOSE, GRAPH)]), turn("both parts done")]);
-const graphAgent = now({ ...graphBase, models: { primary: graphBase.models.primary, fast: QUIET, decision: QUIET }, graph: { ...DEFAULT_GRAPH_CEILINGS, maxNodes: 4, maxParallelism: 2 } });
+const graphAgent = now(graphRootAgent(graphBase, { ...DEFAULT_GRAPH_CEILINGS, maxNodes: 4, maxParallelism: 2 }));
 const replyAgent = now(scriptedAgent("clock-reply", [turn("hello from the source")]));
-
-const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
-
-/** Children answer their node at once; every other call follows its agent's script. */
-function childrenAnswer(deps: RunnerDeps): RunnerDeps {
-  const scripted = deps.providers.scripted;
-  const provider: ModelProvider = {
-    ...scripted,
-    async complete(request: ModelRequest) {
-      const node = request.messages.map((m) => (m.role === "user" ? CHILD_MARK.exec(m.content)?.[1] : undefined)).find((key) => key !== undefined);
-      if (node === undefined) return scripted.complete(request);
-      return { text: `result of ${node}`, toolCalls: [], usage: { inputTokens: 10, outputTokens: 5 }, finishReason: "stop" };
-    },
-  };
-  return { ...deps, providers: { ...deps.providers, scripted: provider } };
-}
 
 let keel: TestKeel;
 let db: pg.Client;
@@ -62,7 +43,7 @@ let db: pg.Client;
 beforeAll(async () => {
   // One worker: it is busy with the root when the children start, so they are queued and claimed
   // by the start rule rather than handed to an idle worker.
-  keel = await startTestKeel({ workers: 1, agents: [graphAgent, replyAgent], clock, wrapRunnerDeps: childrenAnswer, env: { KEEL_IDLE_POLL_MS: "200" } });
+  keel = await startTestKeel({ workers: 1, agents: [graphAgent, replyAgent], clock, wrapRunnerDeps: answeringGraphChildren((key) => `result of ${key}`), env: { KEEL_IDLE_POLL_MS: "200" } });
   db = new pg.Client({ connectionString: keel.databaseUrl });
   await db.connect();
 });

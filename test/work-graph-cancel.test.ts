@@ -5,19 +5,18 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { RunService } from "../gen/keel/v1/run_service_pb.js";
-import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
-import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
+import { scriptedAgent, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import type { ModelProvider } from "../control-plane/src/models/model-provider.js";
 import type { RunnerDeps } from "../control-plane/src/runner/runner.js";
 import { grpcClient } from "./support/clients.js";
 import { startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { until } from "./support/until.js";
+import { graphRootAgent, NODE_SLICE } from "./support/graph-children.js";
 
-const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 const PROPOSAL = {
   nodes: [
-    { key: "left", kind: "agent_loop", objective: "Do the left half", budget: SLICE },
-    { key: "right", kind: "agent_loop", objective: "Do the right half", budget: SLICE },
+    { key: "left", kind: "agent_loop", objective: "Do the left half", budget: NODE_SLICE },
+    { key: "right", kind: "agent_loop", objective: "Do the right half", budget: NODE_SLICE },
     { key: "both", kind: "join", objective: "Put them together" },
   ],
   edges: [
@@ -25,9 +24,8 @@ const PROPOSAL = {
     { from: "right", to: "both" },
   ],
 };
-const QUIET = scriptedModel([turn("")]);
 const base = scriptedAgent("graph-cancel", [turn("", [toolCall("keel.propose_work_graph.v1", PROPOSAL)]), turn("never said")]);
-const agent: AgentSpec = { ...base, models: { primary: base.models.primary, fast: QUIET, decision: QUIET }, graph: DEFAULT_GRAPH_CEILINGS };
+const agent = graphRootAgent(base);
 
 /** Children's model calls hold until the test lets them go. */
 let started = 0;

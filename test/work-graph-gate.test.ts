@@ -15,38 +15,36 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { RunStatus, WaitReason } from "../gen/keel/v1/run_pb.js";
 import { GateDecision, WorkNodeStatus, type WorkGraph } from "../gen/keel/v1/work_graph_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
-import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
+import { scriptedAgent, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import { grpcClient } from "./support/clients.js";
-import { answeringGraphChildren, startGraphKeel, type GraphKeel } from "./support/graph-children.js";
+import { answeringGraphChildren, type GraphKeel, graphRootAgent, NODE_SLICE, startGraphKeel } from "./support/graph-children.js";
 import type { TestKeel } from "./support/keel-fixture.js";
 import { until } from "./support/until.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
 const KEEL_BIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "bin", "keel.js");
 const execFileAsync = promisify(execFile);
-const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 const GATED = {
   nodes: [
-    { key: "draft", kind: "agent_loop", objective: "Draft the change", budget: SLICE },
+    { key: "draft", kind: "agent_loop", objective: "Draft the change", budget: NODE_SLICE },
     { key: "sign-off", kind: "human_gate", objective: "A person approves the draft before it ships" },
-    { key: "ship", kind: "agent_loop", objective: "Ship the approved draft", budget: SLICE },
+    { key: "ship", kind: "agent_loop", objective: "Ship the approved draft", budget: NODE_SLICE },
   ],
   edges: [
     { from: "draft", to: "sign-off" },
     { from: "sign-off", to: "ship" },
   ],
 };
-const QUIET = scriptedModel([turn("")]);
 const gatedAgent = (id: string, reply: string): AgentSpec => {
   const base = scriptedAgent(id, [turn("", [toolCall(PROPOSE, GATED)]), turn(reply)]);
-  return { ...base, models: { primary: base.models.primary, fast: QUIET, decision: QUIET }, graph: { ...DEFAULT_GRAPH_CEILINGS, maxNodes: 4, maxDepth: 3 } };
+  return graphRootAgent(base, { ...DEFAULT_GRAPH_CEILINGS, maxNodes: 4, maxDepth: 3 });
 };
 const approved = gatedAgent("gate-approve", "Shipped after sign-off.");
 const rejected = gatedAgent("gate-reject", "Not shipped: the sign-off was refused.");
 
 /** An agent that requires a gate before writes: an ungated writer is refused, a gated one admitted. */
 const WRITE_TOOL = "sandbox.write_file.v1";
-const writer = { key: "write", kind: "agent_loop", objective: "Write the file", tools: [WRITE_TOOL], budget: SLICE };
+const writer = { key: "write", kind: "agent_loop", objective: "Write the file", tools: [WRITE_TOOL], budget: NODE_SLICE };
 const UNGATED = { nodes: [writer], edges: [] };
 const GATED_WRITE = {
   nodes: [{ key: "ok-to-write", kind: "human_gate", objective: "A person allows the write" }, writer],
@@ -54,10 +52,8 @@ const GATED_WRITE = {
 };
 const writesBase = scriptedAgent("gate-writes", [turn("", [toolCall(PROPOSE, UNGATED)]), turn("", [toolCall(PROPOSE, GATED_WRITE)]), turn("Nothing was written.")]);
 const writes: AgentSpec = {
-  ...writesBase,
+  ...graphRootAgent(writesBase, { ...DEFAULT_GRAPH_CEILINGS, requireGateBeforeWrites: true }),
   tools: [{ toolName: WRITE_TOOL, connectors: [], readOnlyCommands: [] }],
-  models: { primary: writesBase.models.primary, fast: QUIET, decision: QUIET },
-  graph: { ...DEFAULT_GRAPH_CEILINGS, requireGateBeforeWrites: true },
 };
 
 /** Each child's whole input, by node key: what the node was handed. */

@@ -14,11 +14,11 @@ import path from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
-import { DEFAULT_GRAPH_CEILINGS, type AgentSpec } from "../control-plane/src/domain/agent.js";
-import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
+import { scriptedAgent, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import { killAllChildren, prepareLedger, sleep, startFaultServe, type ServerProcess } from "./support/child-processes.js";
 import { connectClient } from "./support/clients.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
+import { graphRootAgent } from "./support/graph-children.js";
 
 const SLICE = { wall_clock_ms: 120_000, iterations: 3, model_calls: 3, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 const PROPOSAL = {
@@ -31,11 +31,10 @@ const PROPOSAL = {
   edges: ["a", "b", "c"].map((from) => ({ from, to: "all" })),
 };
 const FINAL = "All parts are done.";
-const QUIET = scriptedModel([turn("")]);
 // A child plays the same script: its first turn asks for the propose tool, which it is not offered
 // (refused, the turn is invalid), and its second replies. The root's turn after the graph is its last.
 const base = scriptedAgent("graph-kill", [turn("", [toolCall("keel.propose_work_graph.v1", PROPOSAL)]), turn(FINAL)]);
-const agent: AgentSpec = { ...base, models: { primary: base.models.primary, fast: QUIET, decision: QUIET }, graph: DEFAULT_GRAPH_CEILINGS };
+const agent = graphRootAgent(base);
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "budget_exhausted"]);
 const cleanups: (() => Promise<void>)[] = [];

@@ -10,30 +10,23 @@ import { RunService } from "../gen/keel/v1/run_service_pb.js";
 import { RunStatus } from "../gen/keel/v1/run_pb.js";
 import { WorkNodeKind, WorkNodeStatus } from "../gen/keel/v1/work_graph_pb.js";
 import { DEFAULT_GRAPH_CEILINGS, withBudgetDefaults, type AgentSpec } from "../control-plane/src/domain/agent.js";
-import { scriptedAgent, scriptedModel, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
+import { scriptedAgent, scriptedTurn as turn, toolCall } from "../control-plane/src/fixtures/scripted-model.js";
 import { grpcClient } from "./support/clients.js";
-import { answeringGraphChildren, startGraphKeel, type GraphKeel } from "./support/graph-children.js";
+import { answeringGraphChildren, type GraphKeel, graphRootAgent, NODE_SLICE, startGraphKeel } from "./support/graph-children.js";
 import type { TestKeel } from "./support/keel-fixture.js";
 
 const PROPOSE = "keel.propose_work_graph.v1";
-const SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
 /** A worker and its verifier; each agent's graph has its own keys, so the children's model can tell them apart. */
 const checked = (work: string, check: string) => ({
   nodes: [
-    { key: work, kind: "agent_loop", objective: "Work out the answer", budget: SLICE },
-    { key: check, kind: "verify", objective: "The answer states its units", subject: work, budget: SLICE },
+    { key: work, kind: "agent_loop", objective: "Work out the answer", budget: NODE_SLICE },
+    { key: check, kind: "verify", objective: "The answer states its units", subject: work, budget: NODE_SLICE },
   ],
   edges: [{ from: work, to: check }],
 });
-const QUIET = scriptedModel([turn("")]);
 const agent = (id: string, turns: ReturnType<typeof turn>[], maxReplans: number): AgentSpec => {
   const base = scriptedAgent(id, turns);
-  return {
-    ...base,
-    models: { primary: base.models.primary, fast: QUIET, decision: QUIET },
-    graph: { ...DEFAULT_GRAPH_CEILINGS, maxReplans },
-    budget: withBudgetDefaults({ maxModelCalls: 20 }),
-  };
+  return { ...graphRootAgent(base, { ...DEFAULT_GRAPH_CEILINGS, maxReplans }), budget: withBudgetDefaults({ maxModelCalls: 20 }) };
 };
 const FIXED_REPLY = "Verified on the second try: 42 metres.";
 const STUBBORN_REPLY = "I could not get the answer verified; here is what I have.";

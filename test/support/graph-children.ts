@@ -2,12 +2,25 @@
 // is a child's ("node X of a work graph", domain/work-graph-child.ts) is answered by the test,
 // any other (the root's) by the script or the test's own root rule.
 import pg from "pg";
+import { DEFAULT_GRAPH_CEILINGS, type AgentSpec, type GraphCeilings } from "../../control-plane/src/domain/agent.js";
 import type { ModelTurn } from "../../control-plane/src/domain/transcript.js";
+import { scriptedModel, scriptedTurn } from "../../control-plane/src/fixtures/scripted-model.js";
 import type { ModelProvider, ModelRequest } from "../../control-plane/src/models/model-provider.js";
 import type { RunnerDeps } from "../../control-plane/src/runner/runner.js";
 import { startTestKeel, type TestKeel, type TestKeelOptions } from "./keel-fixture.js";
 
 export const CHILD_MARK = /^You are doing one part of a larger task: node "([^"]+)"/;
+
+/** The budget slice an agent node is proposed with, as the proposal's snake_case JSON: room for a reply or one tool call. */
+export const NODE_SLICE = { wall_clock_ms: 120_000, iterations: 2, model_calls: 2, tool_calls: 1, input_tokens: 50_000, output_tokens: 5_000, output_bytes: 100_000, cost_micro_usd: 10 };
+
+/** A fast or decision model that says nothing: no triage and no progress notes get in a test's way. */
+const QUIET = scriptedModel([scriptedTurn("")]);
+
+/** `base` as a WorkGraph root under `graph`'s ceilings, its fast and decision models quiet. */
+export function graphRootAgent(base: AgentSpec, graph: GraphCeilings = DEFAULT_GRAPH_CEILINGS): AgentSpec {
+  return { ...base, models: { primary: base.models.primary, fast: QUIET, decision: QUIET }, graph };
+}
 
 /**
  * `child` answers a node's call with a reply, or a whole turn (tool calls included; it sees the
