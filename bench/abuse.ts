@@ -21,7 +21,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { startAttack, type AttackMode, type RunningAttack } from "./abuse/attacker.js";
 import { pinForAbuse } from "./abuse/pinning.js";
 import { phaseProfiler, type PhaseProfiler } from "./abuse/profile.js";
-import { benchDurability, DURABILITY_OPTION, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Stats } from "./support.js";
+import { benchDurability, DURABILITY_OPTION, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Stats, verdict } from "./support.js";
 
 const MIB = 1024 * 1024;
 const CONNECTOR = "abuse-bench";
@@ -235,6 +235,7 @@ export default async function abuse(args: readonly string[]): Promise<void> {
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
       const worst = Math.max(...results.slice(2).map(({ stats }) => stats.p99 / idle.p99));
+      process.stdout.write(`target: authorized p99 under every attack < 2x idle (worst is ${worst.toFixed(2)}x) ${verdict(worst < 2)}\n`);
       process.stdout.write(
         `RESULT abuse idle_p99_ms=${ms(idle.p99)} worst_p99_ratio=${worst.toFixed(2)} target_ratio=2 ` +
           `rss_before_mib=${(rssBefore / MIB).toFixed(0)} rss_after_mib=${(rssAfter / MIB).toFixed(0)}\n`,

@@ -24,7 +24,7 @@ import { IngressService } from "../gen/keel/v1/ingress_service_pb.js";
 import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { openRawClients, rawLatencies } from "./first-slice/raw-baseline.js";
 import { startProfile } from "./sandbox/cpu-meter.js";
-import { integerOption, median, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Durability } from "./support.js";
+import { integerOption, median, benchDurability, DURABILITY_OPTION, durabilityLabel, durabilitySettings, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Durability, verdict } from "./support.js";
 
 const CONNECTOR = "bench";
 const REPLY_TIMEOUT_MS = 60_000;
@@ -150,7 +150,7 @@ export default async function firstSlice(args: readonly string[]): Promise<void>
               `warm-up pass, not counted: ${warmupPerSecond.toFixed(1)} messages/s over ${options.warmup} messages ` +
                 `(${(warmupPerSecond / rawPerSecond).toFixed(2)}x raw), while V8 optimizes the hot paths`,
             ]),
-        `targets: messages/s >= ${THROUGHPUT_TARGET}x raw txns/s, median of the sittings' ratios (is ${ratio.toFixed(2)}x) ${ratio >= THROUGHPUT_TARGET ? "met" : "MISSED"}`,
+        `targets: messages/s >= ${THROUGHPUT_TARGET}x raw txns/s, median of the sittings' ratios (is ${ratio.toFixed(2)}x) ${verdict(ratio >= THROUGHPUT_TARGET)}`,
         `RESULT mode=${options.durability} p50_ms=${ms(keelStats.p50)} p99_ms=${ms(keelStats.p99)} raw_txn_p50_ms=${ms(rawStats.p50)} ` +
           `messages_per_s=${throughput.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${ratio.toFixed(2)}`,
       ];

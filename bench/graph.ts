@@ -22,7 +22,7 @@ import type { AdmissionContext, WorkGraphProposal } from "../control-plane/src/d
 import { topologicalOrder } from "../control-plane/src/domain/work-graph-order.js";
 import { parseWorkGraphProposal } from "../control-plane/src/models/work-graph-proposal.js";
 import { measureChain, measureFanout } from "./graph-fanout.js";
-import { benchDurability, DURABILITY_OPTION, durabilityLabel, integerOption, ms, summarize, table, type Stats } from "./support.js";
+import { benchDurability, DURABILITY_OPTION, durabilityLabel, integerOption, ms, summarize, table, type Stats, verdict } from "./support.js";
 
 const LAYERS = 9;
 const TARGET_P50_MS = 50;
@@ -125,8 +125,8 @@ export default async function run(args: readonly string[]): Promise<void> {
   if (!parsed.ok) throw new Error(`the bench proposal does not parse: ${parsed.problems.join("; ")}`);
   const proposal: WorkGraphProposal = parsed.proposal;
   const ctx = context(nodeCount);
-  const verdict = admitWorkGraph(proposal, ctx);
-  if (!verdict.admitted) throw new Error(`the bench proposal is not admitted: ${JSON.stringify(verdict.reasons.slice(0, 3))}`);
+  const admission = admitWorkGraph(proposal, ctx);
+  if (!admission.admitted) throw new Error(`the bench proposal is not admitted: ${JSON.stringify(admission.reasons.slice(0, 3))}`);
   const index = new Map(proposal.nodes.map((node, i) => [node.key, i]));
   const warmup = Math.min(20, admissions);
 
@@ -157,7 +157,7 @@ export default async function run(args: readonly string[]): Promise<void> {
               ["baseline: one raw transaction of the same rows", ms(median(chain.rawMs)), ms(Math.min(...chain.rawMs)), ms(Math.max(...chain.rawMs))],
             ],
           ),
-          `(b) per-node overhead ${overhead.toFixed(2)}x a raw transaction, target <= ${TARGET_OVERHEAD_RATIO}x: ${overhead <= TARGET_OVERHEAD_RATIO ? "met" : "MISSED"}`,
+          `(b) per-node overhead ${overhead.toFixed(2)}x a raw transaction, target <= ${TARGET_OVERHEAD_RATIO}x: ${verdict(overhead <= TARGET_OVERHEAD_RATIO)}`,
         ];
   const speedup = fanout === undefined ? undefined : median(fanout.loopMs) / median(fanout.graphMs);
   const fanoutLines =
@@ -171,9 +171,9 @@ export default async function run(args: readonly string[]): Promise<void> {
               ["baseline: the same calls in one loop", ms(median(fanout.loopMs)), ms(Math.min(...fanout.loopMs)), ms(Math.max(...fanout.loopMs))],
             ],
           ),
-          `(c) speedup ${speedup.toFixed(2)}x over ${rounds} round(s), target >= ${TARGET_SPEEDUP}x: ${speedup >= TARGET_SPEEDUP ? "met" : "MISSED"}`,
+          `(c) speedup ${speedup.toFixed(2)}x over ${rounds} round(s), target >= ${TARGET_SPEEDUP}x: ${verdict(speedup >= TARGET_SPEEDUP)}`,
         ];
-  const { graph } = verdict;
+  const { graph } = admission;
   const lines = [
     `WorkGraph bench: ${proposal.nodes.length} nodes, ${proposal.edges.length} edges, depth ${graph.depth}, width ${graph.width}, ${admissions} admissions each; ${durabilityLabel(durability)}`,
     "",
@@ -186,7 +186,7 @@ export default async function run(args: readonly string[]): Promise<void> {
       ],
     ),
     "",
-    `(a) admission p50 ${ms(admit.p50)} ms, target <= ${TARGET_P50_MS} ms: ${admit.p50 <= TARGET_P50_MS ? "met" : "MISSED"}`,
+    `(a) admission p50 ${ms(admit.p50)} ms, target <= ${TARGET_P50_MS} ms: ${verdict(admit.p50 <= TARGET_P50_MS)}`,
     ...chainLines,
     ...fanoutLines,
     "",

@@ -42,6 +42,7 @@ import {
   type Durability,
   type Stats,
   withBenchPostgres,
+  verdict,
 } from "./support.js";
 
 const AGENT: AgentSpec = {
@@ -213,7 +214,6 @@ export default async function ingressBench(args: readonly string[]): Promise<voi
         pick(many.firstCall) > pick(one.firstCall) ? { value: pick(many.firstCall), from: manyLabel } : { value: pick(one.firstCall), from: "1 conversation" };
       const p50 = worse((s) => s.p50);
       const p99 = worse((s) => s.p99);
-      const verdict = (ok: boolean) => (ok ? "met" : "MISSED");
       const p50Ratio = p50.value / rawStats.p50;
       const p99Ratio = p99.value / rawStats.p50;
       const lines = [

@@ -17,7 +17,7 @@ import { keelPeer } from "./peers/keel-peer.js";
 import { measure, type PeerFigures, type PeerKind } from "./peers/peer.js";
 import { rawPeer } from "./peers/raw-peer.js";
 import { closeRestateEndpoint, restatePeer } from "./peers/restate-peer.js";
-import { integerOption, benchDurability, median, durabilitySettings, ms, table, withBenchPostgres, type Durability } from "./support.js";
+import { integerOption, benchDurability, median, durabilitySettings, ms, table, withBenchPostgres, type Durability, verdict } from "./support.js";
 import pg from "pg";
 
 /** The issue's bar: Keel's p50 at most these fractions of each peer's, its throughput at least these multiples. */
@@ -161,7 +161,7 @@ function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options:
     const p50 = keel.single.p50 / other.single.p50;
     const tput = keel.perSecond / other.perSecond;
     const ok = p50 <= TARGETS[peer].p50 && tput >= TARGETS[peer].tput;
-    return `${peer}: p50 ${p50.toFixed(2)}x (<= ${TARGETS[peer].p50}), throughput ${tput.toFixed(2)}x (>= ${TARGETS[peer].tput}) ${ok ? "met" : "MISSED"}`;
+    return `${peer}: p50 ${p50.toFixed(2)}x (<= ${TARGETS[peer].p50}), throughput ${tput.toFixed(2)}x (>= ${TARGETS[peer].tput}) ${verdict(ok)}`;
   });
   const restate = figures("restate");
   const dbos = figures("dbos");

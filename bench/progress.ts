@@ -58,6 +58,7 @@ import {
   table,
   type Durability,
   withBenchPostgres,
+  verdict,
 } from "./support.js";
 import { startProfile } from "./sandbox/cpu-meter.js";
 import type { ConnectorReport, ConnectorStart } from "./progress/connector-child.js";
@@ -244,7 +245,7 @@ export default async function progressBench(args: readonly string[]): Promise<vo
           ],
         ),
         "",
-        `targets: emission_ratio >= 0.5 (${ratio >= 0.5 ? "met" : "MISSED"}), supervisor CPU <= 1 ms per run per tick (${tick.nodeMs <= 1 ? "met" : "MISSED"}), ingress p99 <= 25 ms (${ingressStats.p99 <= 25 ? "met" : "MISSED"})`,
+        `targets: emission_ratio >= 0.5 (${verdict(ratio >= 0.5)}), supervisor CPU <= 1 ms per run per tick (${verdict(tick.nodeMs <= 1)}), ingress p99 <= 25 ms (${verdict(ingressStats.p99 <= 25)})`,
         `RESULT emissions_per_s=${emissionsPerS.toFixed(0)} raw_per_s=${rawPerS.toFixed(0)} emission_ratio=${ratio.toFixed(2)} supervisor_cpu_ms_per_tick=${tick.nodeMs.toFixed(3)}`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);

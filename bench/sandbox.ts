@@ -58,7 +58,7 @@ import { benchFence, insertBenchRun } from "./sandbox/bench-run.js";
 import { execPhase } from "./sandbox/exec-round-trip.js";
 import { MiB, parseOptions, TIMED_STREAMS } from "./sandbox/options.js";
 import { streamPhase, type StreamPhase } from "./sandbox/stream.js";
-import { freePort, ms, pick, summarize, table } from "./support.js";
+import { freePort, ms, pick, summarize, table, verdict } from "./support.js";
 
 const WARM_TARGET_MS = 20;
 const EXEC_RATIO_TARGET = 1.3;
@@ -167,7 +167,6 @@ export default async function sandboxBench(args: readonly string[]): Promise<voi
     const keelExec = summarize(exec.keel);
     const rawExec = summarize(exec.raw);
     const ratio = keelExec.p50 / rawExec.p50;
-    const verdict = (ok: boolean) => (ok ? "met" : "MISSED");
     const streamRatio = stream.keelMbS / stream.rawMbS;
     const perMb = (lap: CpuLap) =>
       [lap.controlPlane, lap.agent, lap.postgres, lap.docker].map((msSpent) => (msSpent / options.streamMib).toFixed(1)).join(" / ");

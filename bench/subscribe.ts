@@ -38,6 +38,7 @@ import {
   withBenchPostgres,
   type BenchKeel,
   type Stats,
+  verdict,
 } from "./support.js";
 import { startProfile } from "./sandbox/cpu-meter.js";
 
@@ -293,7 +294,7 @@ function printResult(options: Options, rounds: Record<"single" | "crowded" | "si
       ],
     ),
     "",
-    `target: p50 with ${options.streams} streams <= 1.5x p50 with 1: paced ${ratio.toFixed(2)}x ${ratio <= 1.5 ? "met" : "NOT met"}; back to back ${flatOutRatio.toFixed(2)}x ${flatOutRatio <= 1.5 ? "met" : "NOT met"}`,
+    `target: p50 with ${options.streams} streams <= 1.5x p50 with 1: paced ${ratio.toFixed(2)}x ${verdict(ratio <= 1.5)}; back to back ${flatOutRatio.toFixed(2)}x ${verdict(flatOutRatio <= 1.5)}`,
     `RESULT streams=${options.streams} rate=${options.rate} p50_1_ms=${ms(single.p50)} p50_many_ms=${ms(crowded.p50)} p99_1_ms=${ms(single.p99)} p99_many_ms=${ms(crowded.p99)} ratio=${ratio.toFixed(2)} ` +
       `back_to_back_p50_1_ms=${ms(singleFlatOut.p50)} back_to_back_p50_many_ms=${ms(flatOut.p50)} back_to_back_ratio=${flatOutRatio.toFixed(2)} back_to_back_deliveries_per_s=${(flatOut.perSecond * fanOut).toFixed(0)}`,
   ];

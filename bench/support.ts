@@ -26,6 +26,11 @@ export function median(values: readonly number[]): number {
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
+/** How a targets line judges one target: the word a reader (or a grep) looks for. */
+export function verdict(met: boolean): "met" | "MISSED" {
+  return met ? "met" : "MISSED";
+}
+
 /** Nearest-rank percentiles. */
 export function summarize(samples: readonly number[]): Stats {
   const sorted = [...samples].sort((a, b) => a - b);
