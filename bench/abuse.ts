@@ -21,7 +21,7 @@ import { DEMO_AGENT } from "../control-plane/src/fixtures/demo-agent.js";
 import { startAttack, type AttackMode, type RunningAttack } from "./abuse/attacker.js";
 import { pinForAbuse } from "./abuse/pinning.js";
 import { phaseProfiler, type PhaseProfiler } from "./abuse/profile.js";
-import { benchDurability, DURABILITY_OPTION, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Stats, verdict } from "./support.js";
+import { benchDurability, DURABILITY_OPTION, ms, nodeCpuMs, postgresCpuMs, startBenchKeel, summarize, table, withBenchPostgres, type Stats, verdict, BenchUsageError } from "./support.js";
 
 const MIB = 1024 * 1024;
 const CONNECTOR = "abuse-bench";
@@ -58,7 +58,7 @@ function parseOptions(args: readonly string[]): Options & { durability: string |
   });
   const positive = (name: string, value: string, min: number): number => {
     const n = Number(value);
-    if (!Number.isFinite(n) || n < min) throw new Error(`--${name} must be a number >= ${min}, not ${JSON.stringify(value)}`);
+    if (!Number.isFinite(n) || n < min) throw new BenchUsageError(`--${name} must be a number >= ${min}, not ${JSON.stringify(value)}`);
     return n;
   };
   return {
@@ -74,7 +74,7 @@ function parseOptions(args: readonly string[]): Options & { durability: string |
 }
 
 function pinMode(value: string): Options["pin"] {
-  if (value !== "auto" && value !== "on" && value !== "off") throw new Error(`--pin must be auto, on or off, not ${JSON.stringify(value)}`);
+  if (value !== "auto" && value !== "on" && value !== "off") throw new BenchUsageError(`--pin must be auto, on or off, not ${JSON.stringify(value)}`);
   return value;
 }
 

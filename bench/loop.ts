@@ -31,6 +31,7 @@ import {
   DURABILITY_OPTION,
   durabilityLabel,
   durabilitySettings,
+  integerOption,
   ms,
   nodeCpuMs,
   pick,
@@ -81,9 +82,10 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
     options: { iterations: { type: "string", default: "200" }, concurrent: { type: "string", default: "16" }, raw: { type: "string", default: "3200" }, ...DURABILITY_OPTION },
   });
   const options: Options = {
-    iterations: Number(values.iterations),
-    concurrent: Number(values.concurrent),
-    raw: Number(values.raw),
+    // Two at the least: an iteration is timed as the gap between two step commits of a run.
+    iterations: integerOption("iterations", values.iterations, 2),
+    concurrent: integerOption("concurrent", values.concurrent, 1),
+    raw: integerOption("raw", values.raw, 1),
     durability: benchDurability(values.durability),
   };
   const progress = (line: string) => process.stderr.write(`[loop] ${line}\n`);

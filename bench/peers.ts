@@ -17,7 +17,7 @@ import { keelPeer } from "./peers/keel-peer.js";
 import { measure, type PeerFigures, type PeerKind } from "./peers/peer.js";
 import { rawPeer } from "./peers/raw-peer.js";
 import { closeRestateEndpoint, restatePeer } from "./peers/restate-peer.js";
-import { integerOption, benchDurability, median, durabilitySettings, ms, table, withBenchPostgres, type Durability, verdict } from "./support.js";
+import { integerOption, benchDurability, median, durabilitySettings, ms, table, withBenchPostgres, type Durability, verdict, BenchUsageError } from "./support.js";
 import pg from "pg";
 
 /** The issue's bar: Keel's p50 at most these fractions of each peer's, its throughput at least these multiples. */
@@ -47,7 +47,7 @@ function parseOptions(args: readonly string[]): Options {
     },
   });
   const peers = values.peers.split(",").map((name) => name.trim());
-  for (const name of peers) if (!(NAMES as readonly string[]).includes(name)) throw new Error(`--peers: unknown peer ${JSON.stringify(name)} (known: ${NAMES.join(", ")})`);
+  for (const name of peers) if (!(NAMES as readonly string[]).includes(name)) throw new BenchUsageError(`--peers: unknown peer ${JSON.stringify(name)} (known: ${NAMES.join(", ")})`);
   return {
     iterations: integerOption("iterations", values.iterations, 2),
     concurrent: integerOption("concurrent", values.concurrent, 1),

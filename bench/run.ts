@@ -1,6 +1,8 @@
 // The bench entry: `npm run bench -- <name> [args...]`. Each benchmark is a module with a
 // default-exported `run(args)`; it prints its own table and a final `RESULT ...` line.
 
+import { BenchUsageError } from "./support.js";
+
 export type Benchmark = (args: readonly string[]) => Promise<void>;
 
 const BENCHMARKS: Readonly<Record<string, { readonly describe: string; readonly load: () => Promise<{ default: Benchmark }> }>> = {
@@ -65,8 +67,15 @@ async function main(argv: readonly string[]): Promise<number> {
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (error) {
-  process.stderr.write(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exitCode = 1;
+  // An option the bench cannot use is the caller's to fix: its message says how, a stack would not.
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (error instanceof BenchUsageError || (typeof code === "string" && code.startsWith("ERR_PARSE_ARGS"))) {
+    process.stderr.write(`bench: ${(error as Error).message}\n`);
+    process.exitCode = 2;
+  } else {
+    process.stderr.write(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exitCode = 1;
+  }
 }
 // Everything is stopped by now. If a stray handle still holds the event loop, say so and
 // leave anyway instead of hanging a CI job; an unref'd timer never fires on a clean exit.

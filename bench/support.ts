@@ -50,10 +50,13 @@ export function table(header: readonly string[], body: readonly (readonly string
 }
 
 /** A whole-number flag's value, or an error naming the flag: `--messages must be an integer >= 1`. */
+/** A command-line option a bench cannot use: bench/run.ts prints its message, not a stack. */
+export class BenchUsageError extends Error {}
+
 export function integerOption(name: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < min || n > max) {
-    throw new Error(`--${name} must be an integer from ${min}${max === Number.MAX_SAFE_INTEGER ? " up" : ` to ${max}`}, not ${JSON.stringify(value)}`);
+    throw new BenchUsageError(`--${name} must be an integer from ${min}${max === Number.MAX_SAFE_INTEGER ? " up" : ` to ${max}`}, not ${JSON.stringify(value)}`);
   }
   return n;
 }
@@ -224,7 +227,7 @@ export type Durability = KeelConfig["durability"];
  */
 export function benchDurability(flag: string | undefined): Durability {
   const value = flag ?? process.env["KEEL_DURABILITY"] ?? "strict";
-  if (value !== "strict" && value !== "relaxed") throw new Error(`--durability must be strict or relaxed, not ${JSON.stringify(value)}`);
+  if (value !== "strict" && value !== "relaxed") throw new BenchUsageError(`--durability must be strict or relaxed, not ${JSON.stringify(value)}`);
   return value;
 }
 

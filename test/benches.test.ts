@@ -127,6 +127,19 @@ describe("benchmarks, on a few iterations each", () => {
     BENCH_TIMEOUT_MS,
   );
 
+  it("refuses an option it cannot use with one line naming it, and exit code 2", async () => {
+    for (const [args, message] of [
+      [["loop", "--iterations", "1"], 'bench: --iterations must be an integer from 2 up, not "1"'],
+      [["peers", "--peers", "keel,temporal"], 'bench: --peers: unknown peer "temporal" (known: keel, restate, dbos, raw)'],
+      [["first-slice", "--durability", "eventual"], 'bench: --durability must be strict or relaxed, not "eventual"'],
+      [["ingress", "--nope"], "bench: Unknown option '--nope'"],
+    ] as const) {
+      const output = await bench(args);
+      expect(output.code).toBe(2);
+      expect(output.stderr.trim()).toBe(message);
+    }
+  });
+
   const docker = whyDockerIsUnavailable();
   const requireDocker = process.env["KEEL_REQUIRE_DOCKER"] === "1";
   if (docker !== undefined && !requireDocker) console.warn(`sandbox bench smoke test skipped: ${docker}`);

@@ -1,6 +1,6 @@
 // The sandbox benchmark's command-line options and the constants its phases and report share.
 import { parseArgs } from "node:util";
-import { benchDurability, DURABILITY_OPTION, type Durability } from "../support.js";
+import { BenchUsageError, benchDurability, DURABILITY_OPTION, type Durability } from "../support.js";
 
 export const DEFAULT_IMAGE = "keel/sandbox-base:busybox";
 export const MiB = 1024 * 1024;
@@ -34,7 +34,7 @@ export function parseOptions(args: readonly string[]): Options {
   });
   const whole = (name: string, value: string, min: number, max: number): number => {
     const n = Number(value);
-    if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`);
+    if (!Number.isInteger(n) || n < min || n > max) throw new BenchUsageError(`--${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`);
     return n;
   };
   return {
