@@ -182,6 +182,8 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
       const many = summarize(concurrent.gaps);
       const raw = summarize(rawSerial);
       const stepsPerSecond = concurrent.steps / (concurrent.wallMs / 1000);
+      const overheadRatio = one.p50 / raw.p50;
+      const throughputRatio = stepsPerSecond / rawPerSecond;
       const lines = [
         "",
         `loop: ${options.iterations} iterations per run (scripted model, one read tool, both instant); 1 run, then ${options.concurrent} concurrent; ` +
@@ -204,10 +206,10 @@ export default async function loopBench(args: readonly string[]): Promise<void> 
           ],
         ),
         "",
-        `targets: overhead p50 <= ${OVERHEAD_TARGET}x raw (is ${(one.p50 / raw.p50).toFixed(2)}x) ${verdict(one.p50 / raw.p50 <= OVERHEAD_TARGET)}; ` +
-          `throughput >= ${THROUGHPUT_TARGET}x raw (is ${(stepsPerSecond / rawPerSecond).toFixed(2)}x) ${verdict(stepsPerSecond / rawPerSecond >= THROUGHPUT_TARGET)}`,
-        `RESULT mode=${options.durability} overhead_p50_ms=${ms(one.p50)} raw_txn_p50_ms=${ms(raw.p50)} overhead_ratio=${(one.p50 / raw.p50).toFixed(2)} ` +
-          `steps_per_s=${stepsPerSecond.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${(stepsPerSecond / rawPerSecond).toFixed(2)}`,
+        `targets: overhead p50 <= ${OVERHEAD_TARGET}x raw (is ${overheadRatio.toFixed(2)}x) ${verdict(overheadRatio <= OVERHEAD_TARGET)}; ` +
+          `throughput >= ${THROUGHPUT_TARGET}x raw (is ${throughputRatio.toFixed(2)}x) ${verdict(throughputRatio >= THROUGHPUT_TARGET)}`,
+        `RESULT mode=${options.durability} overhead_p50_ms=${ms(one.p50)} raw_txn_p50_ms=${ms(raw.p50)} overhead_ratio=${overheadRatio.toFixed(2)} ` +
+          `steps_per_s=${stepsPerSecond.toFixed(1)} raw_txn_per_s=${rawPerSecond.toFixed(1)} throughput_ratio=${throughputRatio.toFixed(2)}`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);
     } finally {

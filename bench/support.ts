@@ -49,10 +49,10 @@ export function table(header: readonly string[], body: readonly (readonly string
   return [format(header), widths.map((w) => "-".repeat(w)).join("  "), ...body.map(format)];
 }
 
-/** A whole-number flag's value, or an error naming the flag: `--messages must be an integer >= 1`. */
 /** A command-line option a bench cannot use: bench/run.ts prints its message, not a stack. */
 export class BenchUsageError extends Error {}
 
+/** A whole-number flag's value, or an error naming the flag: `--messages must be an integer from 1 up`. */
 export function integerOption(name: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < min || n > max) {

@@ -1,6 +1,6 @@
 // The sandbox benchmark's command-line options and the constants its phases and report share.
 import { parseArgs } from "node:util";
-import { BenchUsageError, benchDurability, DURABILITY_OPTION, type Durability } from "../support.js";
+import { benchDurability, DURABILITY_OPTION, integerOption, type Durability } from "../support.js";
 
 export const DEFAULT_IMAGE = "keel/sandbox-base:busybox";
 export const MiB = 1024 * 1024;
@@ -32,19 +32,14 @@ export function parseOptions(args: readonly string[]): Options {
       ...DURABILITY_OPTION,
     },
   });
-  const whole = (name: string, value: string, min: number, max: number): number => {
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min || n > max) throw new BenchUsageError(`--${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`);
-    return n;
-  };
   return {
-    acquisitions: whole("acquisitions", values.acquisitions, 1, 10_000),
-    cold: whole("cold", values.cold, 1, 10_000),
-    poolSize: whole("pool-size", values["pool-size"], 1, 100),
-    execs: whole("execs", values.execs, 1, 100_000),
-    warmup: whole("warmup", values.warmup, 0, 10_000),
+    acquisitions: integerOption("acquisitions", values.acquisitions, 1, 10_000),
+    cold: integerOption("cold", values.cold, 1, 10_000),
+    poolSize: integerOption("pool-size", values["pool-size"], 1, 100),
+    execs: integerOption("execs", values.execs, 1, 100_000),
+    warmup: integerOption("warmup", values.warmup, 0, 10_000),
     // The control plane's output cap tops out at 256 MiB (KEEL_SANDBOX_MAX_OUTPUT_BYTES).
-    streamMib: whole("stream-mib", values["stream-mib"], 1, 255),
+    streamMib: integerOption("stream-mib", values["stream-mib"], 1, 255),
     image: values.image,
     durability: benchDurability(values.durability),
   };
