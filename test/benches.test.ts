@@ -2,12 +2,13 @@
 // them: it exits 0, states the durability mode it ran in, and prints its targets line (each target
 // judged met or MISSED) and its RESULT line with every figure a number. What the figures are is
 // not asserted: performance is measured by the benches themselves, not by tests.
-import { spawn } from "node:child_process";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "./support/child-processes.js";
+import { ROOT, runScript, STDERR_MARK } from "./support/child-processes.js";
 import { skipsWithoutBrowser } from "./support/browser.js";
 import { whyDockerIsUnavailable } from "./support/sandbox-support.js";
 
+const BENCH = path.join(ROOT, "bench", "run.ts");
 const BENCH_TIMEOUT_MS = 150_000;
 
 interface BenchOutput {
@@ -17,22 +18,12 @@ interface BenchOutput {
 }
 
 /** `npm run bench -- <args>` as a child process, with the mode left to the bench's own default. */
-function bench(args: readonly string[]): Promise<BenchOutput> {
+async function bench(args: readonly string[]): Promise<BenchOutput> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env["KEEL_DURABILITY"];
-  const child = spawn(process.execPath, ["--import", "tsx", "bench/run.ts", ...args], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-  const timer = setTimeout(() => child.kill("SIGKILL"), BENCH_TIMEOUT_MS - 5_000);
-  return new Promise((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  const { code, lines } = await runScript(BENCH, args, { timeoutMs: BENCH_TIMEOUT_MS - 5_000, env });
+  const stderr = lines.filter((line) => line.startsWith(STDERR_MARK)).map((line) => line.slice(STDERR_MARK.length));
+  return { code, stdout: lines.filter((line) => !line.startsWith(STDERR_MARK)).join("\n"), stderr: stderr.join("\n") };
 }
 
 /** The RESULT lines' key=value pairs, in order. */

@@ -2,12 +2,11 @@
 // as a real process (three replicas, two process-backend sandbox agents under bubblewrap, one
 // PostgreSQL restarted immediately, replicas SIGKILLed and SIGSTOPped past their lease); the
 // test asserts its exit status and that its RESULT line counts no duplicate, lost or stuck run.
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import path from "node:path";
-import { createInterface } from "node:readline";
 import { afterAll, describe, expect, it } from "vitest";
 import { probeBubblewrap } from "../sandbox-agent/src/process/bubblewrap.js";
-import { ROOT } from "./support/child-processes.js";
+import { ROOT, runScript, type ScriptOutput } from "./support/child-processes.js";
 
 const CHAOS = path.join(ROOT, "bench", "chaos", "chaos.ts");
 /** Startup, warm-up, a 20 s calm phase, 2 minutes of faults, the drain and the checks, with room for a loaded machine. */
@@ -27,19 +26,8 @@ afterAll(async () => {
   });
 });
 
-function runChaos(args: readonly string[]): Promise<{ code: number | null; lines: string[] }> {
-  return new Promise((resolve, reject) => {
-    const child = (running = spawn(process.execPath, ["--import", "tsx", CHAOS, ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] }));
-    const lines: string[] = [];
-    createInterface({ input: child.stdout }).on("line", (line) => lines.push(line));
-    createInterface({ input: child.stderr }).on("line", (line) => lines.push(`stderr: ${line}`));
-    const timer = setTimeout(() => child.kill("SIGINT"), TIMEOUT_MS - 30_000);
-    child.once("error", reject);
-    child.once("close", (code) => {
-      clearTimeout(timer);
-      resolve({ code, lines });
-    });
-  });
+function runChaos(args: readonly string[]): Promise<ScriptOutput> {
+  return runScript(CHAOS, args, { timeoutMs: TIMEOUT_MS - 30_000, started: (child) => (running = child) });
 }
 
 describe.skipIf(bubblewrap === undefined)("chaos suite (npm run chaos -- --minutes 2)", () => {

@@ -45,6 +45,40 @@ export async function killAllChildren(): Promise<void> {
   await Promise.all([...children].map((child) => killHard(child)));
 }
 
+/** How runScript marks a line that came on stderr. */
+export const STDERR_MARK = "stderr: ";
+
+export interface ScriptOutput {
+  readonly code: number | null;
+  /** Stdout and stderr lines as they came, each stderr line marked with STDERR_MARK. */
+  readonly lines: readonly string[];
+}
+
+/**
+ * Runs a TypeScript script (through tsx) to its end as its own process. Past `timeoutMs` it gets
+ * SIGINT, so a script that handles it can stop what it started; `started` hands over the child
+ * for an afterAll that must stop it if the test ends first.
+ */
+export function runScript(
+  script: string,
+  args: readonly string[],
+  options: { readonly timeoutMs: number; readonly env?: NodeJS.ProcessEnv; readonly started?: (child: ChildProcess) => void },
+): Promise<ScriptOutput> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import", "tsx", script, ...args], { cwd: ROOT, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
+    options.started?.(child);
+    const lines: string[] = [];
+    createInterface({ input: child.stdout }).on("line", (line) => lines.push(line));
+    createInterface({ input: child.stderr }).on("line", (line) => lines.push(`${STDERR_MARK}${line}`));
+    const timer = setTimeout(() => child.kill("SIGINT"), options.timeoutMs);
+    child.once("error", reject);
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, lines });
+    });
+  });
+}
+
 export interface StartOptions {
   readonly args: readonly string[];
   readonly env: Readonly<Record<string, string>>;
