@@ -66,7 +66,7 @@ async function traceLastGraph(db: pg.Client, progress: (line: string) => void, a
     `WITH root AS (SELECT id, created_at FROM runs WHERE agent_id = $1 AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1)
      SELECT CASE WHEN e.run_id = root.id THEN 'root' ELSE 'child ' || left(e.run_id::text, 4) END AS run,
        round(extract(epoch FROM e.at - root.created_at) * 1000, 1)::text AS ms, e.kind, left(e.summary, 70) AS summary
-     FROM root JOIN runs r ON r.id = root.id OR r.parent_run_id = root.id JOIN run_events e ON e.run_id = r.id ORDER BY e.at`,
+     FROM root JOIN runs r ON r.id = root.id OR r.parent_run_id = root.id JOIN run_event_feed e ON e.run_id = r.id ORDER BY e.at`,
     [agentId],
   );
   for (const row of rows) progress(`${row.ms.padStart(8)} ms  ${row.run.padEnd(10)} ${row.kind.padEnd(15)} ${row.summary}`);

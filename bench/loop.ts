@@ -283,8 +283,9 @@ interface RawRun {
 
 /**
  * The rows one iteration of the loop writes, in one transaction: the run row (status, usage,
- * step count, event sequence), the step, its model call, the tool call (intent and result),
- * the result's observation, and the two events Keel records (step committed, tool settled).
+ * step count, event sequence), the step, its model call and the tool call (intent and result).
+ * The iteration's two events (tool settled, step committed) are numbered on the call and step
+ * rows, as Keel records them (run_event_feed), and the result is the call's, not an observation.
  */
 async function rawIteration(db: pg.Client, run: RawRun, durability: Durability): Promise<void> {
   const stepId = randomUUID();
@@ -299,9 +300,9 @@ async function rawIteration(db: pg.Client, run: RawRun, durability: Durability):
       [run.runId, "running", JSON.stringify({ ...ZERO_USAGE, iterations: index + 1, modelCalls: index + 1 }), run.eventSeq],
     );
     await db.query(
-      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at)
-       VALUES ($1, $2, $3, 'replayable', 'running', 'bench', 1, now())`,
-      [stepId, run.runId, index],
+      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at, event_seq, event_summary)
+       VALUES ($1, $2, $3, 'replayable', 'running', 'bench', 1, now(), $4, 'step 1: 1 tool call(s) to dispatch (bench.read.v1)')`,
+      [stepId, run.runId, index, firstSeq + 1],
     );
     await db.query(
       `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens,
@@ -311,19 +312,9 @@ async function rawIteration(db: pg.Client, run: RawRun, durability: Durability):
     );
     await db.query(
       `INSERT INTO tool_invocations (id, run_id, step_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status,
-         result_text, finished_at)
-       VALUES ($1, $2, $3, 'c', 0, 'bench.read.v1', 'v1', 'read', '{"key":"k"}'::jsonb, 'succeeded', 'value of k: 42', now())`,
-      [invocationId, run.runId, stepId],
-    );
-    await db.query(
-      `INSERT INTO observations (id, run_id, tool_invocation_id, seq, stream, text) VALUES ($1, $2, $3, 1, 'result', 'value of k: 42')`,
-      [randomUUID(), run.runId, invocationId],
-    );
-    await db.query(
-      `INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary) VALUES
-         ($1, $2, 'tool_settled', NULL, NULL, $4, 'succeeded: value of k: 42'),
-         ($1, $2 + 1, 'step_committed', 'running', $3, NULL, 'step 1: 1 tool call(s) to dispatch (bench.read.v1)')`,
-      [run.runId, firstSeq, stepId, invocationId],
+         result_text, finished_at, settled_seq)
+       VALUES ($1, $2, $3, 'c', 0, 'bench.read.v1', 'v1', 'read', '{"key":"k"}'::jsonb, 'succeeded', 'value of k: 42', now(), $4)`,
+      [invocationId, run.runId, stepId, firstSeq],
     );
     await db.query("COMMIT");
   } catch (error) {

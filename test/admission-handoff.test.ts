@@ -95,7 +95,7 @@ describe("admission hands a run to a worker before its commit returns", () => {
     await expect
       .poll(async () => (await h.db().query<{ status: string }>("SELECT status FROM runs WHERE id = $1", [runId])).rows[0]?.status, { timeout: 10_000 })
       .toBe("succeeded");
-    const { rows } = await h.db().query<{ kind: string; summary: string }>("SELECT kind, summary FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
+    const { rows } = await h.db().query<{ kind: string; summary: string }>("SELECT kind, summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq", [runId]);
     // Claimed in the admission itself (epoch 1, the reserved worker), not later by claimNext.
     expect(rows[0]?.kind).toBe("created");
     expect(rows[1]?.summary).toMatch(/^claimed by worker-.* at epoch 1$/);

@@ -112,7 +112,7 @@ describe("a batch as one set-oriented statement", () => {
       (await ledger.db.query<Record<string, unknown>>(text, [runId])).rows.map((row) => JSON.parse(JSON.stringify(row).replaceAll(runId, "RUN")) as unknown);
     return {
       run: await rows("SELECT status, step_count, event_seq, final_reply, lease_owner FROM runs WHERE id = $1"),
-      events: await rows("SELECT seq, kind, status, summary, step_id IS NOT NULL AS on_step, tool_invocation_id IS NOT NULL AS on_call FROM run_events WHERE run_id = $1 ORDER BY seq"),
+      events: await rows("SELECT seq, kind, status, summary, step_id IS NOT NULL AS on_step, tool_invocation_id IS NOT NULL AS on_call FROM run_event_feed WHERE run_id = $1 ORDER BY seq"),
       steps: await rows("SELECT index, run_status_after, lease_epoch FROM run_steps WHERE run_id = $1 ORDER BY index"),
       calls: await rows("SELECT s.index, m.model, m.input_tokens, m.request FROM model_calls m JOIN run_steps s ON s.id = m.step_id WHERE m.run_id = $1 ORDER BY s.index"),
       tools: await rows("SELECT provider_call_id, tool_name, status, result_text FROM tool_invocations WHERE run_id = $1 ORDER BY provider_call_id"),

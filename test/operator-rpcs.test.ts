@@ -178,7 +178,7 @@ async function stepsOf(runId: string): Promise<RunStep[]> {
 }
 
 async function eventSummaries(runId: string): Promise<string[]> {
-  const { rows } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
+  const { rows } = await db.query<{ summary: string }>("SELECT summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq", [runId]);
   return rows.map((row) => row.summary);
 }
 

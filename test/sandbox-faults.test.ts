@@ -230,7 +230,7 @@ describe.skipIf(skip)("sandbox faults", () => {
       expect(run.status).toBe(RunStatus.WAITING);
       const [write] = await invocations(keel.url, keel.tokens.operator, runId);
       expect(write).toMatchObject({ status: ToolInvocationStatus.UNKNOWN_OUTCOME });
-      const { rows } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
+      const { rows } = await db.query<{ summary: string }>("SELECT summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq", [runId]);
       expect(rows.map((r) => r.summary).join("\n")).toMatch(/the command ran \(exit code 0\) but its output could not be recorded: disk full \(test\)/);
     } finally {
       await db.query("DROP TRIGGER IF EXISTS refuse_poison ON observations; DROP FUNCTION IF EXISTS refuse_poison()").catch(() => undefined);

@@ -104,7 +104,7 @@ describe("a quiet conversation's next request starts before admission reads it",
     expect(h.calls.filter((text) => text === "second")).toHaveLength(1);
     expect(h.lines.filter((line) => line.includes(WITHDRAWN))).toEqual([]);
     expect(h.keel().app.speculativeStarts()).toEqual({ started: before.started + 1, withdrawn: before.withdrawn });
-    const events = await h.db().query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [second.runId]);
+    const events = await h.db().query<{ summary: string }>("SELECT summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq", [second.runId]);
     expect(events.rows[1]?.summary).toMatch(/^claimed by worker-.* at epoch 1$/);
     const runs = await h.db().query<{ n: number }>("SELECT count(*)::int AS n FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE c.external_id = 'c-quiet'");
     expect(runs.rows[0]?.n).toBe(2);

@@ -1,10 +1,13 @@
-// The events a step commit writes for WatchRun: one step_committed naming the calls it records
-// (no tool_invoked row per call, which only said the same again), a tool_settled for each result
-// and each refusal. run_events keeps its foreign key to the run only.
+// The events a step commit gives WatchRun: one step_committed naming the calls it records (no
+// tool_invoked per call, which only said the same again), a tool_settled for each result and each
+// refusal. The step's event and each result's are read from the step and call rows through
+// run_event_feed, numbered among the rest; only the refusal is a row of run_events, which keeps its
+// foreign key to the run only.
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
+import { createRunQueryRepository } from "../control-plane/src/ledger/run-query.repository.js";
 import type { InvocationIntent, StepCommit } from "../control-plane/src/runner/run-store.js";
 import { seedHeldRun } from "./support/run-seed.js";
 import { seededLedger } from "./support/seeded-ledger.js";
@@ -48,19 +51,53 @@ describe("a step commit's run events", () => {
       summary: "replied",
     });
 
-    const { rows } = await ledger.db.query<{ seq: number; kind: string; tool_invocation_id: string | null; summary: string }>(
-      "SELECT seq, kind, tool_invocation_id, summary FROM run_events WHERE run_id = $1 ORDER BY seq",
+    const { rows } = await ledger.db.query<{ seq: number; kind: string; status: string | null; on_step: boolean; tool_invocation_id: string | null; summary: string }>(
+      "SELECT seq, kind, status, step_id IS NOT NULL AS on_step, tool_invocation_id, summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq",
       [runId],
     );
-    expect(rows.map((row) => [row.seq, row.kind, row.tool_invocation_id])).toEqual([
-      [1, "tool_settled", refused.id],
-      [2, "step_committed", null],
-      [3, "tool_settled", read.id],
-      [4, "step_committed", null],
+    expect(rows.map((row) => [row.seq, row.kind, row.status, row.on_step, row.tool_invocation_id, row.summary])).toEqual([
+      [1, "tool_settled", null, true, refused.id, "kv.write refused: not allowed"],
+      [2, "step_committed", "running", true, null, "step 0: 2 tool call(s) (kv.read)"],
+      [3, "tool_settled", null, false, read.id, "succeeded: v"],
+      [4, "step_committed", "running", true, null, "step 1: replied"],
     ]);
-    expect(rows[0]?.summary).toBe("kv.write refused: not allowed");
-    expect(rows[1]?.summary).toBe("step 0: 2 tool call(s) (kv.read)");
-    expect(rows[3]?.summary).toBe("step 1: replied");
+    const stored = await ledger.db.query<{ seq: number }>("SELECT seq FROM run_events WHERE run_id = $1 ORDER BY seq", [runId]);
+    expect(stored.rows.map((row) => row.seq)).toEqual([1]);
+    const { rows: run } = await ledger.db.query<{ event_seq: number }>("SELECT event_seq FROM runs WHERE id = $1", [runId]);
+    expect(run[0]?.event_seq).toBe(4);
+    // WatchRun's reader pages through the same feed.
+    const queries = createRunQueryRepository(ledger.sql);
+    const page = await queries.eventsAfter(runId, 1, 2);
+    expect(page.map((event) => [event.seq, event.kind])).toEqual([
+      [2, "step_committed"],
+      [3, "tool_settled"],
+    ]);
+  });
+
+  it("number a result settled on its own and a status change after the step's event, with no gap", async () => {
+    const runId = await seedHeldRun(ledger.db, OWNERS);
+    const repository = createStepCommitRepository(ledger.sql, "strict");
+    const write: InvocationIntent = { ...intent("kv.write", "pending", 0), effect: "write" };
+    const base = { runId, workerId: "w", epoch: 1, usage: ZERO_USAGE, emissions: [] };
+    await repository.commitStep({
+      ...base,
+      status: "awaiting_tool",
+      step: { id: randomUUID(), index: 0, replayability: "not_replayable", actorId: undefined, startedAt: new Date(), modelCall: undefined, invocations: [write] },
+      summary: "1 tool call(s) to dispatch",
+    });
+    const long = "x".repeat(300);
+    await repository.commitToolOutcome({ ...base, status: "running", invocationId: write.id, effect: "write", outcome: "failed", resultText: long, artifacts: [], summary: "kv.write failed" });
+
+    const { rows } = await ledger.db.query<{ seq: number; kind: string; status: string | null; summary: string }>(
+      "SELECT seq, kind, status, summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq",
+      [runId],
+    );
+    expect(rows.map((row) => [row.seq, row.kind, row.status, row.summary])).toEqual([
+      [1, "step_committed", "awaiting_tool", "step 0: 1 tool call(s) to dispatch (kv.write)"],
+      [2, "status_changed", "awaiting_tool", "1 tool call(s) to dispatch"],
+      [3, "tool_settled", null, `failed: ${long.slice(0, 120)}`],
+      [4, "status_changed", "running", "kv.write failed"],
+    ]);
     const { rows: run } = await ledger.db.query<{ event_seq: number }>("SELECT event_seq FROM runs WHERE id = $1", [runId]);
     expect(run[0]?.event_seq).toBe(4);
   });

@@ -153,7 +153,7 @@ describe("human gates (issue 14)", () => {
     // The node after the gate was handed the decision and what reached the gate.
     expect(childInputs.get("ship")?.[0]).toContain("Approved by bob: the draft reads well");
     expect(childInputs.get("ship")?.[0]).toContain("draft done");
-    const { rows } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 AND summary LIKE 'gate %' ORDER BY seq", [rootId]);
+    const { rows } = await db.query<{ summary: string }>("SELECT summary FROM run_event_feed WHERE run_id = $1 AND summary LIKE 'gate %' ORDER BY seq", [rootId]);
     expect(rows.map((r) => r.summary)).toEqual(['gate "sign-off" approved by bob: the draft reads well']);
   });
 

@@ -185,7 +185,7 @@ describe.skipIf(skip)("WorkGraph branches in workspaces of their own (issue 14)"
     ]);
     expect(emissions).toEqual([{ run_id: rootId, kind: "reply" }]);
 
-    const { rows: events } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [rootId]);
+    const { rows: events } = await db.query<{ summary: string }>("SELECT summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq", [rootId]);
     expect(events.map((e) => e.summary)).toContain(`work graph: join "merge" reconciled its inputs' workspaces`);
 
     // Once the graph ended, the branches' workspaces are released like any finished run's.

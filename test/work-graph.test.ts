@@ -226,7 +226,7 @@ describe("WorkGraph fan-out and fan-in (issue 14)", () => {
     expect(rootRows[0]!.usage["modelCalls"]).toBeLessThanOrEqual(fanOut.budget.maxModelCalls);
     expect(Number(graph?.aggregateUsage?.modelCalls ?? 0)).toBe(childCalls);
 
-    const { rows: events } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [rootId]);
+    const { rows: events } = await db.query<{ summary: string }>("SELECT summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq", [rootId]);
     expect(events.some((e) => e.summary.startsWith("shape loop -> graph: admitted 4 nodes"))).toBe(true);
 
     // `keel inspect` on the root draws the graph: the join once, under its first input.
@@ -252,7 +252,7 @@ describe("WorkGraph fan-out and fan-in (issue 14)", () => {
     expect(run?.finalReply).toBe(LOOP_REPLY);
     await expect(runs.getWorkGraph({ runId: rootId })).rejects.toThrow(/work graph/);
 
-    const { rows: events } = await db.query<{ summary: string }>("SELECT summary FROM run_events WHERE run_id = $1 ORDER BY seq", [rootId]);
+    const { rows: events } = await db.query<{ summary: string }>("SELECT summary FROM run_event_feed WHERE run_id = $1 ORDER BY seq", [rootId]);
     const summaries = events.map((e) => e.summary);
     const reasonsOf = (attempt: number) => summaries.filter((line) => line.startsWith(`work graph proposal ${attempt} refused: `));
     const expected: readonly (readonly string[])[] = [

@@ -125,8 +125,8 @@ async function rawTransaction(db: pg.Client, key: string, i: number, durability:
     );
     // The step commit: the step, its model call, the run's terminal state, events, reply and ack.
     await db.query(
-      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at)
-       VALUES ($1, $2, 0, 'replayable', 'succeeded', $3, 1, now())`,
+      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at, event_seq, event_summary)
+       VALUES ($1, $2, 0, 'replayable', 'succeeded', $3, 1, now(), 3, 'step 0: replied')`,
       [stepId, runId, actorId],
     );
     await db.query(
@@ -142,11 +142,10 @@ async function rawTransaction(db: pg.Client, key: string, i: number, durability:
       [runId, usage, reply],
     );
     await db.query(
-      `INSERT INTO run_events (run_id, seq, kind, status, step_id, summary) VALUES
-         ($1, 2, 'status_changed', 'running', NULL, 'claimed'),
-         ($1, 3, 'step_committed', 'succeeded', $2, 'step 0: replied'),
-         ($1, 4, 'status_changed', 'succeeded', NULL, 'replied')`,
-      [runId, stepId],
+      `INSERT INTO run_events (run_id, seq, kind, status, summary) VALUES
+         ($1, 2, 'status_changed', 'running', 'claimed'),
+         ($1, 4, 'status_changed', 'succeeded', 'replied')`,
+      [runId],
     );
     await db.query(
       `INSERT INTO emissions (id, idempotency_key, connector, kind, run_id, agent_id, conversation_id, external_conversation_id,

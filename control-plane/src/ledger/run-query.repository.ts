@@ -144,8 +144,9 @@ const unknownOutcomes = statement<{ limit: number }, ToolInvocationRow>("run_que
 const artifactsOfRun = statement<{ runId: string }, ArtifactRow>("run_query_artifacts")`
   SELECT ${raw(ARTIFACT_COLUMNS("a"))} FROM artifacts a WHERE a.run_id = ${runId}::uuid ORDER BY a.created_at`;
 
+/** A run's events after a number: run_event_feed adds those its steps and settled calls say to its stored rows. */
 const eventsOfRun = statement<{ runId: string; afterSeq: number; limit: number }, RunEventRow>("run_query_events")`
-  SELECT ${raw(RUN_EVENT_COLUMNS("e"))} FROM run_events e
+  SELECT ${raw(RUN_EVENT_COLUMNS("e"))} FROM run_event_feed e
   WHERE e.run_id = ${runId}::uuid AND e.seq > ${(p) => p.afterSeq} ORDER BY e.seq LIMIT ${limit}`;
 
 export interface RunQueryOptions {

@@ -70,6 +70,8 @@ const SCALARS = {
   finish_reason: "finishReason",
   cost_micro_usd: "costMicroUsd",
   event_count: "eventCount",
+  step_event_ord: "stepEventOrd",
+  step_event_summary: "stepEventSummary",
   wakes_worker: "wakesWorker",
   frees_slot: "freesSlot",
 } as const satisfies Record<string, keyof FencedCommitParams>;
@@ -113,7 +115,7 @@ const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, sta
   guard_trigger_count int, has_step boolean, step_id uuid, step_index int, replayability text, actor_id text, feedback text,
   started_at timestamptz, has_call boolean, call_id uuid, role text, provider text, model text, request jsonb, response_text text,
   tool_calls jsonb, input_tokens int, output_tokens int, latency_ms int, finish_reason text, cost_micro_usd bigint, event_count int,
-  wakes_worker boolean, frees_slot boolean, intents jsonb, outcomes jsonb, artifacts jsonb, events jsonb, emissions jsonb)`;
+  step_event_ord int, step_event_summary text, wakes_worker boolean, frees_slot boolean, intents jsonb, outcomes jsonb, artifacts jsonb, events jsonb, emissions jsonb)`;
 
 /**
  * The batch: each commit's run locked, fenced and updated as fencedCommit does, then every
@@ -122,6 +124,9 @@ const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, sta
  * other in a cycle. Returns a row per commit that held its lease, with its `ord`. A batch whose
  * commits are all held leaves out the parts they do not use, as fencedHeldCommit does.
  */
+/** The number of a held commit's first event, as fencedCommit numbers it: each event's follows from its ordinal. */
+const FIRST_SEQ = "(h.event_seq - h.event_count - CASE WHEN h.previous_status <> h.status THEN 1 ELSE 0 END + 1)";
+
 function fencedBatchStatement(name: string, shape: FencedCommitShape) {
   const any = shape === "any";
   const none = fragment<FencedBatchParams>``;
@@ -148,7 +153,8 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
   held AS MATERIALIZED (SELECT fence.id, fence.previous_status, fence.event_seq, c.* FROM fence JOIN c ON c.ord = fence.ord),
   new_step AS (
     ${raw(STEP_INSERT)}
-    SELECT h.step_id, h.id, h.step_index, h.replayability, h.status, h.actor_id, h.feedback, h.epoch, h.started_at
+    SELECT h.step_id, h.id, h.step_index, h.replayability, h.status, h.actor_id, h.feedback, h.epoch, h.started_at,
+      ${raw(FIRST_SEQ)} + h.step_event_ord, h.step_event_summary
     FROM held h WHERE h.has_step),
   new_call AS (
     ${raw(CALL_INSERT)}
@@ -162,7 +168,7 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
     FROM held h, jsonb_to_recordset(h.intents) AS ${raw(INTENT_RECORD)}),
   -- Found by key, the run test kept off the run_id index (IS TRUE), as in fencedCommit.
   settled AS (
-    UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}
+    UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}, settled_seq = ${raw(FIRST_SEQ)} + x.event_ord
     FROM held h, jsonb_to_recordset(h.outcomes) AS ${raw(OUTCOME_RECORD)}
     WHERE t.id = ANY(${(p) => p.outcomeIds}::uuid[]) AND t.id = x.id AND (t.run_id = h.id) IS TRUE),
   ${any ? fragment<FencedBatchParams>`new_artifacts AS (
@@ -170,11 +176,9 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
     SELECT x.id, h.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
     FROM held h, jsonb_to_recordset(h.artifacts) AS ${raw(ARTIFACT_RECORD)}),` : none}
-  -- Numbered as in fencedCommit: from each event's ordinal, no window.
   new_events AS (
     ${raw(EVENT_INSERT)}
-    SELECT h.id, h.event_seq - h.event_count - CASE WHEN h.previous_status <> h.status THEN 1 ELSE 0 END + e.ord + 1, e.kind, e.status,
-      e.step_id, e.tool_invocation_id, e.summary
+    SELECT h.id, ${raw(FIRST_SEQ)} + e.ord, e.kind, e.status, e.step_id, e.tool_invocation_id, e.summary
     FROM held h, jsonb_to_recordset(h.events) AS ${raw(EVENT_RECORD)}
     WHERE NOT e.only_on_change OR h.previous_status <> h.status)${any ? fragment<FencedBatchParams>`,
   ordered AS (SELECT pg_advisory_xact_lock_shared(${raw(String(EMISSION_SEQUENCE_LOCK))}) AS taken

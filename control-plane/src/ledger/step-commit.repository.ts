@@ -3,7 +3,7 @@
 import { LeaseLostError } from "../domain/errors.js";
 import { refusedReply } from "../domain/settlement.js";
 import { sideUsageOf } from "../domain/triage.js";
-import type { Fence, RunControlState, RunStore, Settlement, ToolOutcome } from "../runner/run-store.js";
+import type { Fence, RunControlState, RunStore, Settlement } from "../runner/run-store.js";
 import type { RunEventDraft } from "./ledger-writes.js";
 import type { Sql } from "./sql.js";
 import {
@@ -90,21 +90,24 @@ export function createStepCommitRepository(
     commitStep: (commit) => {
       const step = commit.step;
       const prior = commit.priorOutcomes ?? [];
-      const events: RunEventDraft[] = settledEvents(prior);
+      // The settled calls' events and the step's are read from their rows (run_event_feed); only
+      // a refused call's, settled here with no result of its own, is a row of run_events.
+      const events: RunEventDraft[] = [];
+      let stepSummary: string | undefined;
       if (step !== undefined) {
         // The step's event names the calls it records: a tool_invoked event a call would only say
         // the same again, one more row, index entry and key check per call on the hottest path.
-        // A refused call is settled here, so it gets its tool_settled event.
         const invoked = step.invocations.filter((intent) => intent.status !== "refused").map((intent) => intent.toolName);
         for (const intent of step.invocations) {
           if (intent.status !== "refused") continue;
           events.push({ kind: "tool_settled", toolInvocationId: intent.id, stepId: step.id, summary: `${intent.toolName} refused: ${intent.refusalReason ?? ""}` });
         }
         const calls = invoked.length === 0 ? "" : ` (${invoked.join(", ")})`;
-        events.push({ kind: "step_committed", stepId: step.id, status: commit.status, summary: `step ${step.index}: ${commit.summary}${calls}` });
+        stepSummary = `step ${step.index}: ${commit.summary}${calls}`;
       }
       return commitFenced(commit, commit, {
         step,
+        stepSummary,
         outcomes: prior,
         crossesCommitBoundary: commit.crossesCommitBoundary ?? false,
         writes: step?.invocations.some((intent) => intent.effect === "write" && intent.status === "pending") ?? false,
@@ -120,7 +123,7 @@ export function createStepCommitRepository(
         outcomes,
         crossesCommitBoundary: false,
         writes: commit.effect === "write",
-        events: settledEvents(outcomes),
+        events: [],
         unlessChangedSince: undefined,
       });
     },
@@ -142,12 +145,4 @@ function toControlState(row: ControlRow): RunControlState {
     triggerCount: Number(row.trigger_count),
     sideUsage: sideUsageOf(row.side_usage),
   };
-}
-
-function settledEvents(outcomes: readonly ToolOutcome[]): RunEventDraft[] {
-  return outcomes.map((outcome) => ({
-    kind: "tool_settled",
-    toolInvocationId: outcome.invocationId,
-    summary: `${outcome.outcome}: ${outcome.resultText.slice(0, 120)}`,
-  }));
 }

@@ -19,7 +19,14 @@ export interface FencedChange {
   readonly crossesCommitBoundary: boolean;
   /** A write intent or outcome: the commit must be durable before anything else happens. */
   readonly writes: boolean;
+  /**
+   * Events stored as rows of their own. The step's event and each settled call's event are not
+   * here: they are read from the step row and the call row (run_event_feed), numbered before and
+   * among these as eventsOf says.
+   */
   readonly events: readonly RunEventDraft[];
+  /** The step's event's summary, when the commit records a step. */
+  readonly stepSummary?: string | undefined;
   /** Write nothing if a stop is requested or the trigger count moved from the one given; see StepCommit.unlessChangedSince. */
   readonly unlessChangedSince: ReplyGuard | undefined;
   /** The step's model request as stored, its tool list by reference (tool-sets.ts); else the request as it is. */
@@ -99,7 +106,11 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
   readonly outcomeIds: readonly string[];
   readonly artifacts: string;
   readonly events: string;
+  /** Every event the commit numbers, those read from its rows included; the status change is not counted. */
   readonly eventCount: number;
+  /** The step's event: its ordinal among the commit's events, and its summary. */
+  readonly stepEventOrd: number | null;
+  readonly stepEventSummary: string | null;
   readonly wakesWorker: boolean;
   readonly freesSlot: boolean;
 }
@@ -109,11 +120,12 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
  * commit of one run (below) and a batch's (step-commit-batch.sql.ts), which must write alike.
  */
 export const INTENT_RECORD = "x(id uuid, provider_call_id text, ordinal int, tool_name text, tool_version text, effect text, arguments jsonb, status text, refusal_reason text)";
-export const OUTCOME_RECORD = "x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int, duration_ms int, truncated boolean, answered_by text, resolved_outcome text)";
+export const OUTCOME_RECORD = "x(id uuid, outcome text, result_text text, refusal_reason text, exit_code int, duration_ms int, truncated boolean, answered_by text, resolved_outcome text, event_ord int)";
 export const ARTIFACT_RECORD = "x(id uuid, tool_invocation_id uuid, type text, schema_version text, provenance text, inline_data text, reference text, subject_artifact_id uuid, conclusion text)";
 export const EVENT_RECORD = "e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text, only_on_change boolean)";
 /** The inserts both fenced statements make, each SELECT giving the columns in this order. */
-export const STEP_INSERT = `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at)`;
+export const STEP_INSERT = `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at,
+      event_seq, event_summary)`;
 export const CALL_INSERT = `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
       input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)`;
 export const INTENT_INSERT = `INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
@@ -121,7 +133,7 @@ export const INTENT_INSERT = `INSERT INTO tool_invocations (id, run_id, step_id,
 export const ARTIFACT_INSERT = `INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
       subject_artifact_id, conclusion)`;
 export const EVENT_INSERT = `INSERT INTO run_events (run_id, seq, kind, status, step_id, tool_invocation_id, summary)`;
-/** The SET list of a settled call `t` from its outcome record `x`. */
+/** The SET list of a settled call `t` from its outcome record `x` (its event's number is set beside it). */
 export const SETTLE_CALL = "status = x.outcome, result_text = x.result_text, refusal_reason = coalesce(x.refusal_reason, t.refusal_reason), exit_code = x.exit_code, duration_ms = x.duration_ms, output_truncated = x.truncated, finished_at = now(), resolved_by_actor_id = coalesce(x.answered_by, t.resolved_by_actor_id), resolved_outcome = coalesce(x.resolved_outcome, t.resolved_outcome)";
 
 const p = <K extends keyof FencedCommitParams>(key: K) => (params: FencedCommitParams) => params[key];
@@ -131,6 +143,7 @@ const guardTriggerCount = p("guardTriggerCount");
 const epoch = p("epoch");
 const stepId = p("stepId");
 const callId = p("callId");
+const eventCount = p("eventCount");
 
 /**
  * A commit's shape, which picks its statement. "held": the run keeps its lease and the commit
@@ -148,6 +161,10 @@ export type FencedCommitShape = "held" | "any";
 function fencedCommitStatement(name: string, shape: FencedCommitShape) {
   const any = shape === "any";
   const none = fragment<FencedCommitParams>``;
+  // The number of the commit's first event. Numbered by arithmetic, not a window: the status
+  // event is the last and present only on a change, so each event's number follows from its
+  // ordinal (a window's sort cost about a tenth).
+  const firstSeq = fragment<FencedCommitParams>`(fence.event_seq - ${eventCount}::int - CASE WHEN fence.previous_status <> ${status}::text THEN 1 ELSE 0 END + 1)`;
   return statement<FencedCommitParams, FenceRow>(name)`
   WITH durability AS (SELECT set_config('synchronous_commit', ${p("synchronousCommit")}::text, true) AS setting),
   previous AS (SELECT id, status FROM runs WHERE id = ${p("runId")}::uuid FOR NO KEY UPDATE),
@@ -159,7 +176,7 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape) {
       updated_at = now(), finished_at = CASE WHEN ${p("terminal")}::boolean THEN now() ELSE r.finished_at END,
       lease_owner = CASE WHEN ${keepsLease}::boolean THEN r.lease_owner ELSE NULL END,
       lease_expires_at = CASE WHEN ${keepsLease}::boolean THEN r.lease_expires_at ELSE NULL END,
-      event_seq = r.event_seq + ${p("eventCount")}::int + CASE WHEN previous.status <> ${status}::text THEN 1 ELSE 0 END
+      event_seq = r.event_seq + ${eventCount}::int + CASE WHEN previous.status <> ${status}::text THEN 1 ELSE 0 END
     FROM previous, durability, ${any ? raw("conversations c, ") : raw("")}agents a
     WHERE r.id = ${p("runId")}::uuid AND r.id = previous.id AND ${any ? raw("c.id = r.conversation_id AND ") : raw("")}a.id = r.agent_id
       AND r.lease_epoch = ${epoch}::bigint AND r.lease_owner = ${p("workerId")}::text
@@ -170,7 +187,7 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape) {
   new_step AS (
     ${raw(STEP_INSERT)}
     SELECT ${stepId}::uuid, fence.id, ${p("stepIndex")}::int, ${p("replayability")}::text, ${status}::text, ${p("actorId")}::text,
-      ${p("feedback")}::text, ${epoch}::bigint, ${p("startedAt")}::timestamptz
+      ${p("feedback")}::text, ${epoch}::bigint, ${p("startedAt")}::timestamptz, ${firstSeq} + ${p("stepEventOrd")}::int, ${p("stepEventSummary")}::text
     FROM fence WHERE ${p("hasStep")}::boolean),
   new_call AS (
     ${raw(CALL_INSERT)}
@@ -187,7 +204,7 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape) {
   -- (IS TRUE): a generic plan that found them through it read every call of the run on each
   -- commit, so a long run's commits grew slower with every step.
   settled AS (
-    UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}
+    UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}, settled_seq = ${firstSeq} + x.event_ord
     FROM fence, jsonb_to_recordset(${p("outcomes")}::jsonb) AS ${raw(OUTCOME_RECORD)}
     WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE),
   ${any ? fragment<FencedCommitParams>`new_artifacts AS (
@@ -195,12 +212,9 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape) {
     SELECT x.id, fence.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
     FROM fence, jsonb_to_recordset(${p("artifacts")}::jsonb) AS ${raw(ARTIFACT_RECORD)}),` : none}
-  -- Numbered by arithmetic, not a window: the status event is the last and present only on a
-  -- change, so each event's number follows from its ordinal (a window's sort cost about a tenth).
   new_events AS (
     ${raw(EVENT_INSERT)}
-    SELECT fence.id, fence.event_seq - ${p("eventCount")}::int - CASE WHEN fence.previous_status <> ${status}::text THEN 1 ELSE 0 END + e.ord + 1,
-      e.kind, e.status, e.step_id,
+    SELECT fence.id, ${firstSeq} + e.ord, e.kind, e.status, e.step_id,
       e.tool_invocation_id, e.summary
     FROM fence, jsonb_to_recordset(${p("events")}::jsonb) AS ${raw(EVENT_RECORD)}
     WHERE NOT e.only_on_change OR fence.previous_status <> ${status}::text)${any ? fragment<FencedCommitParams>`,
@@ -267,9 +281,13 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
   const call = step?.modelCall;
   const artifacts = change.outcomes.flatMap((outcome) => outcome.artifacts.map((artifact) => ({ ...artifact, invocationId: outcome.invocationId })));
   // The status change is the last event, numbered only when the status did change.
+  // The commit's events in order: each settled call's, those stored as rows, the step's, and the
+  // status change last (numbered only when the status did change).
+  const settledCount = change.outcomes.length;
+  const stepEventOrd = step === undefined ? null : settledCount + change.events.length;
   const events = [
-    ...change.events.map((event) => ({ ...event, onlyOnChange: false })),
-    { kind: "status_changed" as const, status: settlement.status, summary: settlement.summary, onlyOnChange: true },
+    ...change.events.map((event, i) => ({ ...event, ord: settledCount + i, onlyOnChange: false })),
+    { kind: "status_changed" as const, status: settlement.status, summary: settlement.summary, ord: settledCount + change.events.length + (step === undefined ? 0 : 1), onlyOnChange: true },
   ];
   const keeps = HELD.has(settlement.status);
   return {
@@ -322,7 +340,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
       })),
     ),
     outcomes: JSON.stringify(
-      change.outcomes.map((outcome) => ({
+      change.outcomes.map((outcome, ord) => ({
         id: outcome.invocationId,
         outcome: outcome.outcome,
         result_text: outcome.resultText,
@@ -332,6 +350,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
         truncated: outcome.truncated ?? false,
         answered_by: outcome.answeredByActorId ?? null,
         resolved_outcome: outcome.resolvedOutcome ?? null,
+        event_ord: ord,
       })),
     ),
     outcomeIds: change.outcomes.map((outcome) => outcome.invocationId),
@@ -349,8 +368,8 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
       })),
     ),
     events: JSON.stringify(
-      events.map((event, ord) => ({
-        ord,
+      events.map((event) => ({
+        ord: event.ord,
         kind: event.kind,
         status: event.status ?? null,
         step_id: event.stepId ?? null,
@@ -359,7 +378,9 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
         only_on_change: event.onlyOnChange,
       })),
     ),
-    eventCount: change.events.length,
+    eventCount: settledCount + change.events.length + (step === undefined ? 0 : 1),
+    stepEventOrd,
+    stepEventSummary: step === undefined ? null : (change.stepSummary ?? null),
     emissions: emissionRows(settlement.emissions),
     // A run handed back (answered, resolved) wakes a worker; so does one that gives up its
     // worker slot (settled, parked) while others wait: one held back by its conversation or a

@@ -22,5 +22,8 @@ export const RunStepEntity = defineEntity({
     leaseEpoch: p.bigint("number"),
     startedAt: p.datetime(),
     committedAt: p.datetime().defaultRaw("now()"),
+    /** The number and summary of the step's event, which run_event_feed reads from this row (Migration20261229000000). */
+    eventSeq: p.integer().nullable(),
+    eventSummary: p.text().nullable(),
   },
 });

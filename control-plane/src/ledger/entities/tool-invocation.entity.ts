@@ -38,5 +38,7 @@ export const ToolInvocationEntity = defineEntity({
     resolutionReason: p.text().nullable(),
     createdAt: p.datetime().defaultRaw("now()"),
     finishedAt: p.datetime().nullable(),
+    /** The number of the event of its settling in a fenced commit, which run_event_feed reads from this row. */
+    settledSeq: p.integer().nullable(),
   },
 });
