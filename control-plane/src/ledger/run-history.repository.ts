@@ -64,7 +64,7 @@ interface StepRow {
 
 const stepsOfRun = statement<{ runId: string }, StepRow>("history_steps")`
   SELECT s.id, s.index, s.replayability, s.feedback, m.response_text, m.tool_calls FROM run_steps s
-  LEFT JOIN model_calls m ON m.step_id = s.id WHERE s.run_id = ${runId}::uuid ORDER BY s.index`;
+  LEFT JOIN model_calls m ON m.run_id = s.run_id AND m.step_id = s.id WHERE s.run_id = ${runId}::uuid ORDER BY s.index`;
 
 interface InvocationRow {
   id: string;

@@ -85,8 +85,8 @@ const triggersOfRuns = statement<{ ids: readonly string[] }, RunTriggerRow>("run
  */
 const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number }, RunStepRow & { detail_bytes: number }>("run_query_steps")`
   SELECT ${raw(RUN_STEP_COLUMNS("s"))},
-    (coalesce((SELECT sum(${raw(requestBytesSql("m"))} + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = s.id), 0)
-     + coalesce((SELECT sum(pg_column_size(i.arguments) + coalesce(octet_length(i.result_text), 0)) FROM tool_invocations i WHERE i.step_id = s.id), 0)
+    (coalesce((SELECT sum(${raw(requestBytesSql("m"))} + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.run_id = s.run_id AND m.step_id = s.id), 0)
+     + coalesce((SELECT sum(pg_column_size(i.arguments) + coalesce(octet_length(i.result_text), 0)) FROM tool_invocations i WHERE i.run_id = s.run_id AND i.step_id = s.id), 0)
     )::float8 AS detail_bytes
   FROM run_steps s
   WHERE s.run_id = ${runId}::uuid AND s.index >= ${(p) => p.fromIndex} ORDER BY s.index LIMIT ${limit}`;
@@ -98,14 +98,21 @@ const stepsFrom = statement<{ runId: string; fromIndex: number; limit: number },
 const stepBytes = statement<{ runId: string; stepId: string }, { bytes: number }>("run_query_step_bytes")`
   SELECT (coalesce((SELECT sum(octet_length(o.text)) FROM call_observations o
                     WHERE o.tool_invocation_id = ANY(ARRAY(SELECT i.id FROM tool_invocations i WHERE i.step_id = ${(p) => p.stepId}::uuid AND i.run_id = ${runId}::uuid))), 0)
-    + coalesce((SELECT sum(${raw(requestBytesSql("m"))} + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.step_id = ${(p) => p.stepId}::uuid), 0)
+    + coalesce((SELECT sum(${raw(requestBytesSql("m"))} + coalesce(octet_length(m.response_text), 0)) FROM model_calls m WHERE m.run_id = ${runId}::uuid AND m.step_id = ${(p) => p.stepId}::uuid), 0)
   )::float8 AS bytes`;
 
 const selectStep = statement<{ runId: string; stepId: string }, RunStepRow>("run_query_step")`
   SELECT ${raw(RUN_STEP_COLUMNS("s"))} FROM run_steps s WHERE s.run_id = ${runId}::uuid AND s.id = ${(p) => p.stepId}::uuid`;
 
+/**
+ * Steps' calls are found through their steps' runs: model_calls and tool_invocations are indexed
+ * by (run_id, step_id), one entry per row instead of one for the run and one for the step.
+ */
+const CALLS_OF_STEPS = "run_steps s JOIN model_calls m ON m.run_id = s.run_id AND m.step_id = s.id";
+const INVOCATIONS_OF_STEPS = "run_steps s JOIN tool_invocations i ON i.run_id = s.run_id AND i.step_id = s.id";
+
 const modelCallsOfSteps = statement<{ ids: readonly string[] }, ModelCallRow>("run_query_model_calls")`
-  SELECT ${raw(MODEL_CALL_COLUMNS("m", { request: requestWithToolsSql("m") }))} FROM model_calls m WHERE m.step_id = ANY(${ids}::uuid[])`;
+  SELECT ${raw(MODEL_CALL_COLUMNS("m", { request: requestWithToolsSql("m") }))} FROM ${raw(CALLS_OF_STEPS)} WHERE s.id = ANY(${ids}::uuid[])`;
 
 /** Steps from an index, for summaries: no sizes, since page_size alone bounds their pages. */
 const stepRowsFrom = statement<{ runId: string; fromIndex: number; limit: number }, RunStepRow>("run_query_step_rows")`
@@ -116,17 +123,17 @@ const stepRowsFrom = statement<{ runId: string; fromIndex: number; limit: number
 // its tools' arguments and results.
 const modelCallSummariesOfSteps = statement<{ ids: readonly string[] }, ModelCallRow>("run_query_model_call_summaries")`
   SELECT ${raw(MODEL_CALL_COLUMNS("m", { request: "NULL", response_text: "NULL", tool_calls: "NULL" }))}
-  FROM model_calls m WHERE m.step_id = ANY(${ids}::uuid[])`;
+  FROM ${raw(CALLS_OF_STEPS)} WHERE s.id = ANY(${ids}::uuid[])`;
 const invocationSummariesOfSteps = statement<{ ids: readonly string[] }, ToolInvocationRow>("run_query_step_invocation_summaries")`
   SELECT ${raw(TOOL_INVOCATION_COLUMNS("i", { arguments: "NULL", result_text: "NULL" }))}
-  FROM tool_invocations i WHERE i.step_id = ANY(${ids}::uuid[]) ORDER BY i.ordinal`;
+  FROM ${raw(INVOCATIONS_OF_STEPS)} WHERE s.id = ANY(${ids}::uuid[]) ORDER BY i.ordinal`;
 
 /** Every stored request of some runs: what a delta-stored request is expanded from. */
 const requestChains = statement<{ ids: readonly string[] }, { id: string; request: StoredModelRequest }>("run_query_request_chains")`
   SELECT m.id, ${raw(requestWithToolsSql("m"))} AS request FROM model_calls m WHERE m.run_id = ANY(${ids}::uuid[])`;
 
 const invocationsOfSteps = statement<{ ids: readonly string[] }, ToolInvocationRow>("run_query_step_invocations")`
-  SELECT ${raw(TOOL_INVOCATION_COLUMNS("i"))} FROM tool_invocations i WHERE i.step_id = ANY(${ids}::uuid[]) ORDER BY i.ordinal`;
+  SELECT ${raw(TOOL_INVOCATION_COLUMNS("i"))} FROM ${raw(INVOCATIONS_OF_STEPS)} WHERE s.id = ANY(${ids}::uuid[]) ORDER BY i.ordinal`;
 
 /** What the calls observed, each settled call's result last (call_observations adds it from the call). */
 const observationsOf = statement<{ ids: readonly string[] }, ObservationRow>("run_query_observations")`

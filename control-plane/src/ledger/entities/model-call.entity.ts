@@ -8,7 +8,9 @@ const p = defineEntity.properties;
 export const ModelCallEntity = defineEntity({
   name: "ModelCall",
   tableName: "model_calls",
-  indexes: [{ properties: ["runId"] }, { properties: ["stepId"] }],
+  // One index for a run's calls and a step's (readers name the step's run too): an entry per row,
+  // where one on run_id and one on step_id cost every iteration two (Migration20261230000000).
+  indexes: [{ properties: ["runId", "stepId"] }],
   properties: {
     id: p.uuid().primary(),
     runId: () => references(RunEntity, "run_id"),
