@@ -117,6 +117,9 @@ const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, sta
   tool_calls jsonb, input_tokens int, output_tokens int, latency_ms int, finish_reason text, cost_micro_usd bigint, event_count int,
   step_event_ord int, step_event_summary text, wakes_worker boolean, frees_slot boolean, intents jsonb, outcomes jsonb, artifacts jsonb, events jsonb, emissions jsonb)`;
 
+/** The number of a commit's first event, as fencedCommit numbers it: each event's follows from its ordinal. */
+const FIRST_SEQ = "(h.event_seq - h.event_count - CASE WHEN h.previous_status <> h.status THEN 1 ELSE 0 END + 1)";
+
 /**
  * The batch: each commit's run locked, fenced and updated as fencedCommit does, then every
  * commit's step, call, intents, settled calls, artifacts, events and emissions
@@ -124,9 +127,6 @@ const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, sta
  * other in a cycle. Returns a row per commit that held its lease, with its `ord`. A batch whose
  * commits are all held leaves out the parts they do not use, as fencedHeldCommit does.
  */
-/** The number of a held commit's first event, as fencedCommit numbers it: each event's follows from its ordinal. */
-const FIRST_SEQ = "(h.event_seq - h.event_count - CASE WHEN h.previous_status <> h.status THEN 1 ELSE 0 END + 1)";
-
 function fencedBatchStatement(name: string, shape: FencedCommitShape) {
   const any = shape === "any";
   const none = fragment<FencedBatchParams>``;

@@ -21,8 +21,8 @@ export interface FencedChange {
   readonly writes: boolean;
   /**
    * Events stored as rows of their own. The step's event and each settled call's event are not
-   * here: they are read from the step row and the call row (run_event_feed), numbered before and
-   * among these as eventsOf says.
+   * here: they are read from the step row and the call row (run_event_feed), numbered with these
+   * in the commit's order (fencedCommitParams).
    */
   readonly events: readonly RunEventDraft[];
   /** The step's event's summary, when the commit records a step. */

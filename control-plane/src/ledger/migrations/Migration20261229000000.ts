@@ -5,9 +5,10 @@ import { Migration } from '@mikro-orm/migrations';
  * event (step_committed) is read from the step row, and each call it settles has its event
  * (tool_settled) read from the call row, each by the number the commit gave it. Readers see every
  * event through run_event_feed. On the hottest path this drops two rows, their index entries and
- * their key checks from every iteration: about a sixth of a held commit's round trip. Events
- * written before keep their rows; every other event (claims, status changes, refusals, answers)
- * is still a row.
+ * their key checks from every iteration: about a sixth of a held commit's round trip. A settled
+ * call's event says its status and the first 120 characters of its result, as the stored one did.
+ * Events written before keep their rows; every other event (claims, status changes, refusals,
+ * answers) is still a row.
  */
 export class Migration20261229000000 extends Migration {
 
