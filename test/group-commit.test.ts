@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { LeaseLostError } from "../control-plane/src/domain/errors.js";
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
 import { fencedBatchCommit, fencedBatchParams } from "../control-plane/src/ledger/step-commit-batch.sql.js";
-import { fencedCommitParams } from "../control-plane/src/ledger/step-commit.sql.js";
+import { fencedCommitParams } from "../control-plane/src/ledger/step-commit-params.js";
 import type { StepCommit } from "../control-plane/src/runner/run-store.js";
 import { seedHeldRun } from "./support/run-seed.js";
 import { seededLedger } from "./support/seeded-ledger.js";

@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { FOLLOW_UP_PROGRESS_RECORDS } from "../control-plane/src/domain/transcript-builder.js";
 import { GENERIC_PLAN_OPTIONS, registeredStatements } from "../control-plane/src/ledger/sql.js";
-import { fencedCommit, fencedCommitParams, fencedHeldCommit } from "../control-plane/src/ledger/step-commit.sql.js";
+import { fencedCommitParams } from "../control-plane/src/ledger/step-commit-params.js";
+import { fencedCommit, fencedHeldCommit } from "../control-plane/src/ledger/step-commit.sql.js";
 import { EXECUTING_STATUSES, ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 

@@ -8,7 +8,7 @@ import type { ClaimedRun, RunStore } from "../runner/run-store.js";
 import { CLAIMABLE_SQL, claimStartLocksSql, EXECUTING_SQL, FACTS_LOCKED, FACTS_SET, FACTS_SET_CTES, mayStartSql } from "./run-start.sql.js";
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
 import { asDate, optionalDate, raw, statement, type Sql, type SqlTransaction } from "./sql.js";
-import { replayableCommit, type Durability } from "./step-commit.sql.js";
+import { replayableCommit, type Durability } from "./step-commit-params.js";
 
 interface ClaimRow {
   id: string;

@@ -70,7 +70,6 @@ const SCALARS = {
   finish_reason: "finishReason",
   cost_micro_usd: "costMicroUsd",
   event_count: "eventCount",
-  step_event_ord: "stepEventOrd",
   step_event_summary: "stepEventSummary",
   wakes_worker: "wakesWorker",
   frees_slot: "freesSlot",
@@ -115,7 +114,7 @@ const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, sta
   guard_trigger_count int, has_step boolean, step_id uuid, step_index int, replayability text, actor_id text, feedback text,
   started_at timestamptz, has_call boolean, call_id uuid, role text, provider text, model text, request jsonb, response_text text,
   tool_calls jsonb, input_tokens int, output_tokens int, latency_ms int, finish_reason text, cost_micro_usd bigint, event_count int,
-  step_event_ord int, step_event_summary text, wakes_worker boolean, frees_slot boolean, intents jsonb, outcomes jsonb, artifacts jsonb, events jsonb, emissions jsonb)`;
+  step_event_summary text, wakes_worker boolean, frees_slot boolean, intents jsonb, outcomes jsonb, artifacts jsonb, events jsonb, emissions jsonb)`;
 
 /** The number of a commit's first event, as fencedCommit numbers it: each event's follows from its ordinal. */
 const FIRST_SEQ = "(h.event_seq - h.event_count - CASE WHEN h.previous_status <> h.status THEN 1 ELSE 0 END + 1)";
@@ -154,7 +153,7 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
   new_step AS (
     ${raw(STEP_INSERT)}
     SELECT h.step_id, h.id, h.step_index, h.replayability, h.status, h.actor_id, h.feedback, h.epoch, h.started_at,
-      ${raw(FIRST_SEQ)} + h.step_event_ord, h.step_event_summary
+      ${raw(FIRST_SEQ)} + h.event_count - 1, h.step_event_summary
     FROM held h WHERE h.has_step),
   new_call AS (
     ${raw(CALL_INSERT)}

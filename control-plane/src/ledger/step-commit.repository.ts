@@ -11,13 +11,12 @@ import {
   controlOfRun,
   fencedCommit,
   fencedCommitFor,
-  fencedCommitParams,
   type ControlRow,
-  type Durability,
   type FenceRow,
   type FencedChange,
   type FencedCommitParams,
 } from "./step-commit.sql.js";
+import { fencedCommitParams, type Durability } from "./step-commit-params.js";
 import { DEFAULT_GROUP_COMMIT, groupCommits, type GroupCommitOptions } from "./group-commit.js";
 import { fencedBatchCommitFor, fencedBatchParams } from "./step-commit-batch.sql.js";
 import { createToolSets } from "./tool-sets.js";

@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import { ZERO_USAGE } from "../domain/run.js";
 import type { Settlement } from "../runner/run-store.js";
 import { fencedBatchCommit, fencedBatchCommitFor, fencedHeldBatchCommit } from "./step-commit-batch.sql.js";
-import { fencedCommit, fencedCommitFor, fencedCommitParams, fencedHeldCommit, type Durability, type FencedChange } from "./step-commit.sql.js";
+import { fencedCommitParams, type Durability } from "./step-commit-params.js";
+import { fencedCommit, fencedCommitFor, fencedHeldCommit, type FencedChange } from "./step-commit.sql.js";
 
 const FENCE = { runId: "00000000-0000-4000-8000-000000000001", workerId: "w", epoch: 1 };
 const NOTHING: FencedChange = { step: undefined, outcomes: [], crossesCommitBoundary: false, writes: false, events: [], unlessChangedSince: undefined };
