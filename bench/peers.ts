@@ -4,20 +4,22 @@
 // system flushes what it records before going on) and relaxed (Keel's relaxed mode, PostgreSQL's
 // synchronous_commit off for DBOS and raw, Restate's log fsync off). Per system: p50/p99 of one
 // iteration with one loop running alone, and iterations/s with --concurrent loops at once.
-// A peer that cannot start is skipped with its reason. With --sittings N, every system is
-// measured N times in turn and the table gives each figure's median, each sitting's beside it:
-// one sitting's throughput moves by about a tenth between runs on a 2-core machine.
+// A peer that cannot start is skipped with its reason. Every system of a mode is started first
+// and then timed in --rounds interleaved rounds (peers/peer.ts, measureTogether): each round
+// runs every system's lone loop and then every system's concurrent loops, so the machine's
+// drift lands on all systems alike. p50/p99 are over all rounds' lone iterations, throughput is
+// the median round's, and each round's figures are printed beside them.
 //
 //   npm run bench -- peers [--iterations 100] [--concurrent 16] [--warmup 3] [--durability strict|relaxed|both]
-//                          [--peers keel,restate,dbos,raw] [--sittings 3]
+//                          [--peers keel,restate,dbos,raw] [--rounds 8]
 import { parseArgs } from "node:util";
 import { allowHeapGrowthForStreaming } from "../control-plane/src/heap-growth.js";
 import { dbosPeer, shutDownDbos } from "./peers/dbos-peer.js";
 import { keelPeer } from "./peers/keel-peer.js";
-import { measure, type PeerFigures, type PeerKind } from "./peers/peer.js";
+import { measureTogether, overRounds, type Peer, type PeerFigures, type PeerKind, type RoundFigures } from "./peers/peer.js";
 import { rawPeer } from "./peers/raw-peer.js";
 import { closeRestateEndpoint, restatePeer } from "./peers/restate-peer.js";
-import { integerOption, benchDurability, median, durabilitySettings, ms, table, withBenchPostgres, type Durability, verdict, BenchUsageError } from "./support.js";
+import { integerOption, benchDurability, durabilitySettings, ms, summarize, table, withBenchPostgres, type Durability, verdict, BenchUsageError } from "./support.js";
 import pg from "pg";
 
 /** The issue's bar: Keel's p50 at most these fractions of each peer's, its throughput at least these multiples. */
@@ -31,7 +33,7 @@ interface Options {
   readonly warmup: number;
   readonly modes: readonly Durability[];
   readonly peers: readonly Name[];
-  readonly sittings: number;
+  readonly rounds: number;
 }
 
 function parseOptions(args: readonly string[]): Options {
@@ -43,7 +45,7 @@ function parseOptions(args: readonly string[]): Options {
       warmup: { type: "string", default: "3" },
       durability: { type: "string", default: "both" },
       peers: { type: "string", default: NAMES.join(",") },
-      sittings: { type: "string", default: "3" },
+      rounds: { type: "string", default: "8" },
     },
   });
   const peers = values.peers.split(",").map((name) => name.trim());
@@ -54,28 +56,11 @@ function parseOptions(args: readonly string[]): Options {
     warmup: integerOption("warmup", values.warmup, 0),
     modes: values.durability === "both" ? ["strict", "relaxed"] : [benchDurability(values.durability)],
     peers: peers as Name[],
-    sittings: integerOption("sittings", values.sittings, 1),
+    rounds: integerOption("rounds", values.rounds, 1),
   };
 }
 
-type Outcome = { readonly figures: PeerFigures; readonly setup: string } | { readonly skipped: string };
-
-/** Each figure's median over the sittings; a peer skipped in any sitting is skipped. */
-function medianOutcome(sittings: readonly Outcome[]): Outcome {
-  const skipped = sittings.find((outcome): outcome is { readonly skipped: string } => "skipped" in outcome);
-  if (skipped !== undefined) return skipped;
-  const measured = sittings as readonly { readonly figures: PeerFigures; readonly setup: string }[];
-  const of = (pick: (figures: PeerFigures) => number): number => median(measured.map((outcome) => pick(outcome.figures)));
-  const first = measured[0]!;
-  return {
-    setup: first.setup,
-    figures: {
-      single: { n: first.figures.single.n, p50: of((f) => f.single.p50), p99: of((f) => f.single.p99) },
-      perSecond: of((f) => f.perSecond),
-      iterations: first.figures.iterations,
-    },
-  };
-}
+type Outcome = { readonly figures: PeerFigures; readonly rounds: readonly RoundFigures[]; readonly setup: string } | { readonly skipped: string };
 
 export default async function peersBench(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
@@ -101,18 +86,7 @@ export default async function peersBench(args: readonly string[]): Promise<void>
     const settings = await durabilitySettings(db).finally(() => db.end());
     const lines: string[] = [];
     try {
-      for (const mode of options.modes) {
-        const sittings = new Map<Name, Outcome[]>(options.peers.map((name) => [name, []]));
-        for (let sitting = 1; sitting <= options.sittings; sitting++) {
-          for (const name of options.peers) {
-            const kind = kinds[name];
-            progress(`${mode}${options.sittings > 1 ? `, sitting ${sitting}/${options.sittings}` : ""}: ${kind.name} (${kind.describe(mode)})`);
-            sittings.get(name)!.push(await run(kind, mode, options, progress));
-          }
-        }
-        const outcomes = new Map<Name, Outcome>([...sittings].map(([name, each]) => [name, medianOutcome(each)]));
-        lines.push(...report(mode, outcomes, options, settings, sittings));
-      }
+      for (const mode of options.modes) lines.push(...report(mode, await measureMode(kinds, mode, options, progress), options, settings));
     } finally {
       await shutDownDbos().catch((error: unknown) => progress(`stopping DBOS: ${String(error)}`));
       await closeRestateEndpoint();
@@ -124,25 +98,35 @@ export default async function peersBench(args: readonly string[]): Promise<void>
   process.off("uncaughtException", strayDisconnect);
 }
 
-async function run(kind: PeerKind, mode: Durability, options: Options, progress: (line: string) => void): Promise<Outcome> {
-  let peer;
+/** Starts every system in the mode (skipping, with its reason, one that cannot start), times them together, stops them. */
+async function measureMode(kinds: Record<Name, PeerKind>, mode: Durability, options: Options, progress: (line: string) => void): Promise<Map<Name, Outcome>> {
+  const started = new Map<Name, Peer>();
+  const outcomes = new Map<Name, Outcome>();
   try {
-    peer = await kind.start(mode, options.iterations);
-  } catch (error) {
-    const reason = error instanceof Error ? error.message : String(error);
-    progress(`${kind.name} skipped: ${reason}`);
-    return { skipped: reason.split("\n")[0] ?? reason };
-  }
-  try {
-    const figures = await measure(peer, { iterations: options.iterations, concurrent: options.concurrent, warmupRounds: options.warmup });
-    progress(`${kind.name}: p50 ${ms(figures.single.p50)} ms, ${figures.perSecond.toFixed(1)} iterations/s`);
-    return { figures, setup: kind.describe(mode) };
+    for (const name of options.peers) {
+      const kind = kinds[name];
+      progress(`${mode}: starting ${kind.name} (${kind.describe(mode)})`);
+      try {
+        started.set(name, await kind.start(mode, options.iterations));
+      } catch (error) {
+        const reason = error instanceof Error ? error.message : String(error);
+        progress(`${kind.name} skipped: ${reason}`);
+        outcomes.set(name, { skipped: reason.split("\n")[0] ?? reason });
+      }
+    }
+    const rounds = await measureTogether(started, { ...options, warmupRounds: options.warmup }, (line) => progress(`${mode}: ${line}`));
+    for (const name of options.peers) {
+      const each = rounds.get(name);
+      if (each !== undefined) outcomes.set(name, { figures: overRounds(each, options), rounds: each, setup: kinds[name].describe(mode) });
+    }
+    // The table keeps the order the peers were asked in.
+    return new Map(options.peers.map((name) => [name, outcomes.get(name)!]));
   } finally {
-    await peer.stop();
+    for (const peer of started.values()) await peer.stop();
   }
 }
 
-function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options: Options, settings: string, sittings: ReadonlyMap<Name, readonly Outcome[]>): string[] {
+function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options: Options, settings: string): string[] {
   const figures = (name: Name): PeerFigures | undefined => {
     const outcome = outcomes.get(name);
     return outcome !== undefined && "figures" in outcome ? outcome.figures : undefined;
@@ -168,11 +152,11 @@ function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options:
   return [
     "",
     `peers, mode=${mode}: ${options.iterations} iterations per loop (one instant model turn + one instant read tool), 1 loop alone, then ${options.concurrent} at once; ` +
-      `${options.warmup} warm-up round(s) of both shapes each; embedded PostgreSQL 17 (${settings})` +
-      (options.sittings > 1 ? `; each figure the median of ${options.sittings} sittings` : ""),
+      `${options.warmup} warm-up round(s) of both shapes each; embedded PostgreSQL 17 (${settings}); ` +
+      `${options.rounds} interleaved round(s): p50/p99 over every round's lone loop, throughput the median round's`,
     "",
     ...table(["system", "p50_ms", "p99_ms", `iterations/s, ${options.concurrent} loops`, "setup"], rows),
-    ...(options.sittings > 1 ? ["", ...eachSitting(sittings)] : []),
+    ...(options.rounds > 1 ? ["", ...eachRound(outcomes)] : []),
     "",
     `targets (keel against each peer): ${verdicts.join("; ")}`,
     `RESULT mode=${mode} keel_p50_ms=${value(keel?.single.p50, 2)} restate_p50_ms=${value(restate?.single.p50, 2)} dbos_p50_ms=${value(dbos?.single.p50, 2)} ` +
@@ -182,10 +166,11 @@ function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options:
   ];
 }
 
-/** Each system's figures sitting by sitting (p50 ms / iterations/s), beside the medians. */
-function eachSitting(sittings: ReadonlyMap<Name, readonly Outcome[]>): string[] {
-  return [...sittings].map(
-    ([name, each]) =>
-      `${name} by sitting: ${each.map((outcome) => ("figures" in outcome ? `${ms(outcome.figures.single.p50)} ms / ${outcome.figures.perSecond.toFixed(1)}/s` : "skipped")).join(", ")}`,
+/** Each system's figures round by round (the lone loop's p50 ms / iterations/s), beside the totals. */
+function eachRound(outcomes: ReadonlyMap<Name, Outcome>): string[] {
+  return [...outcomes].map(([name, outcome]) =>
+    "rounds" in outcome
+      ? `${name} by round: ${outcome.rounds.map((round) => `${ms(summarize(round.gaps).p50)} ms / ${round.perSecond.toFixed(1)}/s`).join(", ")}`
+      : `${name}: skipped`,
   );
 }

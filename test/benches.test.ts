@@ -53,7 +53,7 @@ describe("benchmarks, on a few iterations each", () => {
   it(
     "peers runs Keel, Restate, DBOS and the raw transaction in both modes and prints the issue's RESULT line for each",
     async () => {
-      const output = await bench(["peers", "--iterations", "5", "--concurrent", "2", "--warmup", "0", "--sittings", "1"]);
+      const output = await bench(["peers", "--iterations", "5", "--concurrent", "2", "--warmup", "0", "--rounds", "1"]);
       expectReport(
         output,
         ["strict", "relaxed"],

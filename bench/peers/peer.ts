@@ -3,7 +3,7 @@
 // when each iteration starts, so every system is timed the same way.
 import { performance } from "node:perf_hooks";
 import type { Durability } from "../support.js";
-import { summarize, type Stats } from "../support.js";
+import { median, summarize, type Stats } from "../support.js";
 
 export interface Peer {
   /** Runs one loop of the peer's iterations to its end, calling `iterationStarted` as each begins. */
@@ -30,29 +30,68 @@ export interface MeasureOptions {
   readonly concurrent: number;
   /** Untimed rounds first, each a loop alone and then `concurrent` loops at once. */
   readonly warmupRounds: number;
+  /** Timed rounds; in each, every system runs one loop alone and then `concurrent` at once. */
+  readonly rounds: number;
+}
+
+/** One timed round of one system: its lone loop's iteration gaps and its concurrent loops' rate. */
+export interface RoundFigures {
+  readonly gaps: readonly number[];
+  readonly perSecond: number;
 }
 
 /**
- * p50/p99 of the gap between consecutive iteration starts of one loop run alone (each gap is
- * one whole iteration), then iterations per second with `concurrent` loops at once (wall clock
- * from the first start to the last loop's end). Untimed warm-up rounds of both shapes come
- * first, the same for every system, so each is timed in its steady state rather than while its
- * process still compiles the hot path or its connections still plan their statements (Keel's
- * throughput rose by about a fifth from the first concurrent round to the fourth).
+ * Every system, each already started, timed in the same rounds: in each round every system runs
+ * one loop alone (each gap between consecutive iteration starts is one whole iteration), then
+ * every system runs `concurrent` loops at once (iterations per second, wall clock from the first
+ * start to the last loop's end). The systems take turns within a round, the first turn passing
+ * to the next system each round, so a stretch when the machine runs slow lands on all of them
+ * alike: measured one after another instead, a 2-core VM's drift of a fifth over minutes decided
+ * which system looked faster. Untimed warm-up rounds of both shapes come first, the same for
+ * every system, so each is timed in its steady state rather than while its process still
+ * compiles the hot path or its connections still plan their statements.
  */
-export async function measure(peer: Peer, options: MeasureOptions): Promise<PeerFigures> {
-  for (let i = 0; i < options.warmupRounds; i++) {
-    await peer.runLoop(() => {});
+export async function measureTogether<Name extends string>(
+  peers: ReadonlyMap<Name, Peer>,
+  options: MeasureOptions,
+  progress: (line: string) => void,
+): Promise<Map<Name, RoundFigures[]>> {
+  const alone = async (peer: Peer): Promise<number[]> => {
+    const starts: number[] = [];
+    await peer.runLoop(() => starts.push(performance.now()));
+    return starts.slice(1).map((t, i) => t - starts[i]!);
+  };
+  const together = async (peer: Peer): Promise<number> => {
+    const began = performance.now();
     await Promise.all(Array.from({ length: options.concurrent }, () => peer.runLoop(() => {})));
+    return (options.concurrent * options.iterations) / ((performance.now() - began) / 1000);
+  };
+  for (const [name, peer] of peers) {
+    progress(`${name}: warming up`);
+    for (let i = 0; i < options.warmupRounds; i++) {
+      await alone(peer);
+      await together(peer);
+    }
   }
-  const starts: number[] = [];
-  await peer.runLoop(() => starts.push(performance.now()));
-  const gaps = starts.slice(1).map((t, i) => t - starts[i]!);
-  const began = performance.now();
-  await Promise.all(Array.from({ length: options.concurrent }, () => peer.runLoop(() => {})));
-  const done = options.concurrent * options.iterations;
-  const perSecond = done / ((performance.now() - began) / 1000);
-  return { single: summarize(gaps), perSecond, iterations: done };
+  const names = [...peers.keys()];
+  const rounds = new Map<Name, RoundFigures[]>(names.map((name) => [name, []]));
+  for (let round = 0; round < options.rounds; round++) {
+    const order = names.map((_, i) => names[(i + round) % names.length]!);
+    const gaps = new Map<Name, number[]>();
+    for (const name of order) gaps.set(name, await alone(peers.get(name)!));
+    for (const name of order) rounds.get(name)!.push({ gaps: gaps.get(name)!, perSecond: await together(peers.get(name)!) });
+    progress(`round ${round + 1}/${options.rounds}: ${order.map((name) => `${name} ${summarize(gaps.get(name)!).p50.toFixed(2)} ms`).join(", ")}`);
+  }
+  return rounds;
+}
+
+/** A system's figures over the rounds: percentiles of all its lone iterations, the median round's rate. */
+export function overRounds(rounds: readonly RoundFigures[], options: Pick<MeasureOptions, "iterations" | "concurrent">): PeerFigures {
+  return {
+    single: summarize(rounds.flatMap((round) => round.gaps)),
+    perSecond: median(rounds.map((round) => round.perSecond)),
+    iterations: options.concurrent * options.iterations,
+  };
 }
 
 /** Node 20 has no Promise.withResolvers, which the Restate SDK calls; the ES2024 behaviour. */
