@@ -283,7 +283,7 @@ interface RawRun {
 
 /**
  * The rows one iteration of the loop writes, in one transaction: the run row (status, usage,
- * step count, event sequence), the step, its model call and the tool call (intent and result).
+ * step count, event sequence), the step with its model call, and the tool call (intent and result).
  * The iteration's two events (tool settled, step committed) are numbered on the call and step
  * rows, as Keel records them (run_event_feed), and the result is the call's, not an observation.
  */
@@ -300,15 +300,12 @@ async function rawIteration(db: pg.Client, run: RawRun, durability: Durability):
       [run.runId, "running", JSON.stringify({ ...ZERO_USAGE, iterations: index + 1, modelCalls: index + 1 }), run.eventSeq],
     );
     await db.query(
-      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at, event_seq, event_summary)
-       VALUES ($1, $2, $3, 'replayable', 'running', 'bench', 1, now(), $4, 'step 1: 1 tool call(s) to dispatch (bench.read.v1)')`,
-      [stepId, run.runId, index, firstSeq + 1],
-    );
-    await db.query(
-      `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens,
-         output_tokens, latency_ms, finish_reason, cost_micro_usd)
-       VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted', $4::jsonb, '', '[{"id":"c","name":"bench.read.v1"}]'::jsonb, 100, 10, 0, 'tool_calls', 0)`,
-      [randomUUID(), run.runId, stepId, RAW_REQUEST],
+      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at, event_seq, event_summary,
+         call_id, call_role, call_provider, call_model, call_request, call_response_text, call_tool_calls, call_input_tokens,
+         call_output_tokens, call_latency_ms, call_finish_reason, call_cost_micro_usd)
+       VALUES ($1, $2, $3, 'replayable', 'running', 'bench', 1, now(), $4, 'step 1: 1 tool call(s) to dispatch (bench.read.v1)',
+         $5, 'primary', 'scripted', 'scripted', $6::jsonb, '', '[{"id":"c","name":"bench.read.v1"}]'::jsonb, 100, 10, 0, 'tool_calls', 0)`,
+      [stepId, run.runId, index, firstSeq + 1, randomUUID(), RAW_REQUEST],
     );
     await db.query(
       `INSERT INTO tool_invocations (id, run_id, step_id, provider_call_id, ordinal, tool_name, tool_version, effect, arguments, status,

@@ -201,13 +201,10 @@ describe("ListRunSteps of a long transcript stored as deltas", () => {
         const message = { role: index % 2 === 0 ? "user" : "assistant", content: String.fromCharCode(97 + index).repeat(16 * 1024) };
         const request = previous === undefined ? { messages: [message], tools: [] } : { base: previous, keep: index, messages: [message] };
         await db.query(
-          "INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, lease_epoch, started_at) VALUES ($1, $2, $3, 'replayable', 'running', 1, now())",
-          [stepId, runId, index],
-        );
-        await db.query(
-          `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens, output_tokens, latency_ms, finish_reason)
-           VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted', $4, 'ok', '[]', 1, 1, 1, 'stop')`,
-          [callId, runId, stepId, JSON.stringify(request)],
+          `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, lease_epoch, started_at, call_id, call_role, call_provider,
+             call_model, call_request, call_response_text, call_tool_calls, call_input_tokens, call_output_tokens, call_latency_ms, call_finish_reason)
+           VALUES ($1, $2, $3, 'replayable', 'running', 1, now(), $4, 'primary', 'scripted', 'scripted', $5, 'ok', '[]', 1, 1, 1, 'stop')`,
+          [stepId, runId, index, callId, JSON.stringify(request)],
         );
         previous = callId;
       }

@@ -1,5 +1,6 @@
-// What holds a step's rows together now that model_calls, tool_invocations and observations keep a
-// foreign key to their run only: the fenced commit writes the step, its model call and its calls
+// What holds a step's rows together now that a step's model call is on its row and side_model_calls,
+// tool_invocations and observations keep a foreign key to their run only: the fenced commit writes
+// the step, its model call and its calls
 // together, a settled call's result is read back as its last observation (call_observations) without
 // being stored twice, and a streamed observation stores nothing for a call its run does not have
 // (and says so).
@@ -60,7 +61,7 @@ async function foreignKeys(table: string): Promise<string[]> {
 
 describe("a step's rows", () => {
   it("keep a foreign key to their run, none to the step, model call or tool call written beside them", async () => {
-    for (const table of ["model_calls", "tool_invocations", "observations"]) {
+    for (const table of ["side_model_calls", "tool_invocations", "observations"]) {
       expect(await foreignKeys(table)).toEqual([expect.stringMatching(/^FOREIGN KEY \(run_id\) REFERENCES runs\(id\)/)]);
     }
   });

@@ -108,8 +108,8 @@ describe("tool lists stored once", () => {
     const runs = connectClient(RunService, keel.url, keel.tokens.operator);
     const before = (await runs.listRunSteps({ runId })).steps.map((step) => JSON.parse(step.modelCall!.requestJson) as WholeRequest);
     await db.query(
-      `UPDATE model_calls m SET request = (m.request - 'toolSet') || jsonb_build_object('tools', t.tools)
-       FROM model_tool_sets t WHERE m.run_id = $1 AND t.digest = m.request ->> 'toolSet'`,
+      `UPDATE run_steps s SET call_request = (s.call_request - 'toolSet') || jsonb_build_object('tools', t.tools)
+       FROM model_tool_sets t WHERE s.run_id = $1 AND t.digest = s.call_request ->> 'toolSet'`,
       [runId],
     );
     const [inline] = await requestsOf(runId);

@@ -123,17 +123,14 @@ async function rawTransaction(db: pg.Client, key: string, i: number, durability:
        VALUES ($1, $2, $3, 'ack', $4, $5, $6, $7, $8, $9, 'working', $10::jsonb)`,
       [randomUUID(), `ack:${runId}:working`, RAW_CONNECTOR, runId, DEMO_AGENT.id, conversationId, `${key}-conversation`, externalMessageId, WORKING_ACK, addressed],
     );
-    // The step commit: the step, its model call, the run's terminal state, events, reply and ack.
+    // The step commit: the step with its model call, the run's terminal state, events, reply and ack.
     await db.query(
-      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at, event_seq, event_summary)
-       VALUES ($1, $2, 0, 'replayable', 'succeeded', $3, 1, now(), 3, 'step 0: replied')`,
-      [stepId, runId, actorId],
-    );
-    await db.query(
-      `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls, input_tokens,
-         output_tokens, latency_ms, finish_reason, cost_micro_usd)
-       VALUES ($1, $2, $3, 'primary', 'scripted', 'scripted-demo', $4::jsonb, $5, '[]'::jsonb, 12, 12, 0, 'stop', 0)`,
-      [randomUUID(), runId, stepId, request, reply],
+      `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, lease_epoch, started_at, event_seq, event_summary,
+         call_id, call_role, call_provider, call_model, call_request, call_response_text, call_tool_calls, call_input_tokens,
+         call_output_tokens, call_latency_ms, call_finish_reason, call_cost_micro_usd)
+       VALUES ($1, $2, 0, 'replayable', 'succeeded', $3, 1, now(), 3, 'step 0: replied',
+         $4, 'primary', 'scripted', 'scripted-demo', $5::jsonb, $6, '[]'::jsonb, 12, 12, 0, 'stop', 0)`,
+      [stepId, runId, actorId, randomUUID(), request, reply],
     );
     await db.query(
       `UPDATE runs SET status = 'succeeded', usage = $2::jsonb, step_count = step_count + 1, final_reply = $3, event_seq = 4,

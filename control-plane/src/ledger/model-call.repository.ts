@@ -18,9 +18,9 @@ interface SideCallParams {
 /** The call and its usage in one statement: a call is never recorded without being counted. */
 const recordSideCallStatement = statement<SideCallParams, { id: string }>("model_call_record_side")`
   WITH call AS (
-    INSERT INTO model_calls (id, run_id, step_id, role, purpose, provider, model, request, response_text, tool_calls,
+    INSERT INTO side_model_calls (id, run_id, role, purpose, provider, model, request, response_text, tool_calls,
       input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)
-    VALUES (${(p) => p.call.id}::uuid, ${(p) => p.call.runId}::uuid, NULL, ${(p) => p.call.role}, ${(p) => p.call.purpose},
+    VALUES (${(p) => p.call.id}::uuid, ${(p) => p.call.runId}::uuid, ${(p) => p.call.role}, ${(p) => p.call.purpose},
       ${(p) => p.call.provider}, ${(p) => p.call.model}, ${(p) => JSON.stringify(p.call.request)}::jsonb, ${(p) => p.call.responseText}, '[]'::jsonb,
       ${(p) => p.call.inputTokens}::int, ${(p) => p.call.outputTokens}::int, ${(p) => p.call.latencyMs}::int, ${(p) => p.call.finishReason},
       ${(p) => p.call.costMicroUsd}::bigint)

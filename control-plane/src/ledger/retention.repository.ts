@@ -95,7 +95,13 @@ const deletions: readonly (readonly [RetentionTable, Statement<Ids, { n: number 
   ["observations", counted("observations", fragment`DELETE FROM observations WHERE run_id = ANY(${ids}::uuid[])`)],
   ["artifacts", counted("artifacts", fragment`DELETE FROM artifacts WHERE run_id = ANY(${ids}::uuid[])`)],
   ["tool_invocations", counted("tool_invocations", fragment`DELETE FROM tool_invocations WHERE run_id = ANY(${ids}::uuid[])`)],
-  ["model_calls", counted("model_calls", fragment`DELETE FROM model_calls WHERE run_id = ANY(${ids}::uuid[])`)],
+  // A step's call goes with its step's row (below); it is counted here, with the calls beside the loop.
+  [
+    "model_calls",
+    statement<Ids, { n: number }>("retention_delete_model_calls")`
+      WITH gone AS (DELETE FROM side_model_calls WHERE run_id = ANY(${ids}::uuid[]) RETURNING 1)
+      SELECT ((SELECT count(*) FROM gone) + (SELECT count(*) FROM run_steps WHERE run_id = ANY(${ids}::uuid[]) AND call_id IS NOT NULL))::int AS n`,
+  ],
   ["run_steps", counted("run_steps", fragment`DELETE FROM run_steps WHERE run_id = ANY(${ids}::uuid[])`)],
   ["workspaces", counted("workspaces", fragment`DELETE FROM workspaces WHERE run_id = ANY(${ids}::uuid[])`)],
   ["run_triggers", counted("run_triggers", fragment`DELETE FROM run_triggers WHERE run_id = ANY(${ids}::uuid[])`)],

@@ -105,8 +105,8 @@ const selectStep = statement<{ runId: string; stepId: string }, RunStepRow>("run
   SELECT ${raw(RUN_STEP_COLUMNS("s"))} FROM run_steps s WHERE s.run_id = ${runId}::uuid AND s.id = ${(p) => p.stepId}::uuid`;
 
 /**
- * Steps' calls are found through their steps' runs: model_calls and tool_invocations are indexed
- * by (run_id, step_id), one entry per row instead of one for the run and one for the step.
+ * Steps' calls are found through their steps' runs: tool_invocations is indexed by (run_id,
+ * step_id), and a step's model call is read from the step's own row through the view model_calls.
  */
 const CALLS_OF_STEPS = "run_steps s JOIN model_calls m ON m.run_id = s.run_id AND m.step_id = s.id";
 const INVOCATIONS_OF_STEPS = "run_steps s JOIN tool_invocations i ON i.run_id = s.run_id AND i.step_id = s.id";

@@ -6,7 +6,6 @@
 import {
   ARTIFACT_INSERT,
   ARTIFACT_RECORD,
-  CALL_INSERT,
   EVENT_INSERT,
   EVENT_RECORD,
   INTENT_INSERT,
@@ -58,7 +57,6 @@ const SCALARS = {
   actor_id: "actorId",
   feedback: "feedback",
   started_at: "startedAt",
-  has_call: "hasCall",
   call_id: "callId",
   role: "role",
   provider: "provider",
@@ -112,7 +110,7 @@ export function fencedBatchParams(batch: readonly FencedCommitParams[], synchron
 const COMMIT_RECORD = `c(ord int, run_id uuid, worker_id text, epoch bigint, status text, usage jsonb, final_reply text, error text,
   exhausted_dimension text, wait_reason text, crosses boolean, terminal boolean, keeps_lease boolean, guarded boolean,
   guard_trigger_count int, has_step boolean, step_id uuid, step_index int, replayability text, actor_id text, feedback text,
-  started_at timestamptz, has_call boolean, call_id uuid, role text, provider text, model text, request jsonb, response_text text,
+  started_at timestamptz, call_id uuid, role text, provider text, model text, request jsonb, response_text text,
   tool_calls jsonb, input_tokens int, output_tokens int, latency_ms int, finish_reason text, cost_micro_usd bigint, event_count int,
   step_event_summary text, wakes_worker boolean, frees_slot boolean, intents jsonb, outcomes jsonb, artifacts jsonb, events jsonb, emissions jsonb)`;
 
@@ -153,13 +151,9 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
   new_step AS (
     ${raw(STEP_INSERT)}
     SELECT h.step_id, h.id, h.step_index, h.replayability, h.status, h.actor_id, h.feedback, h.epoch, h.started_at,
-      ${raw(FIRST_SEQ)} + h.event_count - 1, h.step_event_summary
+      ${raw(FIRST_SEQ)} + h.event_count - 1, h.step_event_summary, h.call_id, h.role, h.provider, h.model, h.request, h.response_text,
+      h.tool_calls, h.input_tokens, h.output_tokens, h.latency_ms, h.finish_reason, h.cost_micro_usd
     FROM held h WHERE h.has_step),
-  new_call AS (
-    ${raw(CALL_INSERT)}
-    SELECT h.call_id, h.id, h.step_id, h.role, h.provider, h.model, h.request, h.response_text, h.tool_calls,
-      h.input_tokens, h.output_tokens, h.latency_ms, h.finish_reason, h.cost_micro_usd
-    FROM held h WHERE h.has_call),
   new_intents AS (
     ${raw(INTENT_INSERT)}
     SELECT x.id, h.id, h.step_id, h.call_id, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,

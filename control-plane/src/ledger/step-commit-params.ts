@@ -71,7 +71,6 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
     actorId: step?.actorId ?? null,
     feedback: step?.feedback ?? null,
     startedAt: step?.startedAt ?? null,
-    hasCall: call !== undefined,
     callId: call?.id ?? null,
     role: call?.role ?? null,
     provider: call?.provider ?? null,

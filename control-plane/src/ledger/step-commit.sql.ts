@@ -8,7 +8,7 @@ import type { Fence, StepCommit, ToolOutcome } from "../runner/run-store.js";
 import { emissionInsert, type EmissionRowsParams, type RunEventDraft } from "./ledger-writes.js";
 import { fragment, raw, statement } from "./sql.js";
 
-/** What one fenced commit writes besides the run row. */
+/** What one fenced commit writes besides the run row (a step's model call is on the step's row). */
 export interface FencedChange {
   readonly step: StepCommit["step"];
   /** Results settled by this commit, in the order they finished. */
@@ -95,7 +95,6 @@ export interface FencedCommitParams extends Fence, Nullable<StepParams>, Nullabl
   readonly guarded: boolean;
   readonly guardTriggerCount: number | null;
   readonly hasStep: boolean;
-  readonly hasCall: boolean;
   /** JSON arrays: the step's intents, the results settled, their artifacts, the events. */
   readonly intents: string;
   readonly outcomes: string;
@@ -121,9 +120,8 @@ export const ARTIFACT_RECORD = "x(id uuid, tool_invocation_id uuid, type text, s
 export const EVENT_RECORD = "e(ord int, kind text, status text, step_id uuid, tool_invocation_id uuid, summary text, only_on_change boolean)";
 /** The inserts both fenced statements make, each SELECT giving the columns in this order. */
 export const STEP_INSERT = `INSERT INTO run_steps (id, run_id, index, replayability, run_status_after, actor_id, feedback, lease_epoch, started_at,
-      event_seq, event_summary)`;
-export const CALL_INSERT = `INSERT INTO model_calls (id, run_id, step_id, role, provider, model, request, response_text, tool_calls,
-      input_tokens, output_tokens, latency_ms, finish_reason, cost_micro_usd)`;
+      event_seq, event_summary, call_id, call_role, call_provider, call_model, call_request, call_response_text, call_tool_calls,
+      call_input_tokens, call_output_tokens, call_latency_ms, call_finish_reason, call_cost_micro_usd)`;
 export const INTENT_INSERT = `INSERT INTO tool_invocations (id, run_id, step_id, model_call_id, provider_call_id, ordinal, tool_name, tool_version,
       effect, arguments, status, refusal_reason, finished_at)`;
 export const ARTIFACT_INSERT = `INSERT INTO artifacts (id, run_id, tool_invocation_id, type, schema_version, provenance, inline_data, reference,
@@ -183,14 +181,11 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape) {
   new_step AS (
     ${raw(STEP_INSERT)}
     SELECT ${stepId}::uuid, fence.id, ${p("stepIndex")}::int, ${p("replayability")}::text, ${status}::text, ${p("actorId")}::text,
-      ${p("feedback")}::text, ${epoch}::bigint, ${p("startedAt")}::timestamptz, ${firstSeq} + ${eventCount}::int - 1, ${p("stepEventSummary")}::text
+      ${p("feedback")}::text, ${epoch}::bigint, ${p("startedAt")}::timestamptz, ${firstSeq} + ${eventCount}::int - 1, ${p("stepEventSummary")}::text,
+      ${callId}::uuid, ${p("role")}::text, ${p("provider")}::text, ${p("model")}::text, ${p("request")}::jsonb, ${p("responseText")}::text,
+      ${p("toolCalls")}::jsonb, ${p("inputTokens")}::int, ${p("outputTokens")}::int, ${p("latencyMs")}::int, ${p("finishReason")}::text,
+      ${p("costMicroUsd")}::bigint
     FROM fence WHERE ${p("hasStep")}::boolean),
-  new_call AS (
-    ${raw(CALL_INSERT)}
-    SELECT ${callId}::uuid, fence.id, ${stepId}::uuid, ${p("role")}::text, ${p("provider")}::text, ${p("model")}::text, ${p("request")}::jsonb,
-      ${p("responseText")}::text, ${p("toolCalls")}::jsonb, ${p("inputTokens")}::int, ${p("outputTokens")}::int, ${p("latencyMs")}::int,
-      ${p("finishReason")}::text, ${p("costMicroUsd")}::bigint
-    FROM fence WHERE ${p("hasCall")}::boolean),
   new_intents AS (
     ${raw(INTENT_INSERT)}
     SELECT x.id, fence.id, ${stepId}::uuid, ${callId}::uuid, x.provider_call_id, x.ordinal, x.tool_name, x.tool_version, x.effect, x.arguments,

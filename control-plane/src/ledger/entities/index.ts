@@ -7,7 +7,7 @@ import { ConversationEntity } from "./conversation.entity.js";
 import { EmissionEntity } from "./emission.entity.js";
 import { InstallSettingsEntity } from "./install-settings.entity.js";
 import { MessageEntity } from "./message.entity.js";
-import { ModelCallEntity } from "./model-call.entity.js";
+import { SideModelCallEntity } from "./side-model-call.entity.js";
 import { ModelToolSetEntity } from "./model-tool-set.entity.js";
 import { ObservationEntity } from "./observation.entity.js";
 import { ProgressEventEntity } from "./progress-event.entity.js";
@@ -32,7 +32,7 @@ export const ledgerEntities = [
   RunEntity,
   RunTriggerEntity,
   RunStepEntity,
-  ModelCallEntity,
+  SideModelCallEntity,
   ModelToolSetEntity,
   ToolInvocationEntity,
   ObservationEntity,

@@ -14,7 +14,7 @@ export const ToolInvocationEntity = defineEntity({
   tableName: "tool_invocations",
   // No index holds status: settling a call (status, result) is then a HOT update that writes no
   // index entry (Migration20261222000000 also leaves room on each page for it).
-  // A run's calls and a step's share one index, as for model_calls (Migration20261230000000).
+  // A run's calls and a step's share one index, an entry per row (Migration20261230000000).
   indexes: [{ properties: ["runId", "stepId"] }],
   properties: {
     id: p.uuid().primary(),

@@ -30,6 +30,7 @@ import { Migration20261227000000 } from "./Migration20261227000000.js";
 import { Migration20261228000000 } from "./Migration20261228000000.js";
 import { Migration20261229000000 } from "./Migration20261229000000.js";
 import { Migration20261230000000 } from "./Migration20261230000000.js";
+import { Migration20261231000000 } from "./Migration20261231000000.js";
 
 /**
  * Migrations in order, never edited once landed. Schema changes are generated from the entities
@@ -68,4 +69,5 @@ export const ledgerMigrations: MigrationObject[] = [
   { name: "Migration20261228000000", class: Migration20261228000000 },
   { name: "Migration20261229000000", class: Migration20261229000000 },
   { name: "Migration20261230000000", class: Migration20261230000000 },
+  { name: "Migration20261231000000", class: Migration20261231000000 },
 ];
