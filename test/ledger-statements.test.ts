@@ -10,7 +10,7 @@ import { migrateLedger } from "../control-plane/src/ledger/orm.js";
 import { FOLLOW_UP_PROGRESS_RECORDS } from "../control-plane/src/domain/transcript-builder.js";
 import { GENERIC_PLAN_OPTIONS, registeredStatements } from "../control-plane/src/ledger/sql.js";
 import { fencedCommitParams } from "../control-plane/src/ledger/step-commit-params.js";
-import { fencedCommit, fencedHeldCommit } from "../control-plane/src/ledger/step-commit.sql.js";
+import { fencedCommit, fencedHeldCommit, fencedQuietCommit } from "../control-plane/src/ledger/step-commit.sql.js";
 import { EXECUTING_STATUSES, ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createTestDatabase } from "./support/keel-fixture.js";
 
@@ -85,8 +85,8 @@ describe("generic plans made while the ledger is empty", () => {
   // A connection plans each statement once and keeps the plan until the table is analyzed, which
   // autovacuum does a minute or more later: a plan made on a new install's empty tables must still
   // find rows by key once they hold thousands.
-  // Both shapes of the fenced commit: the settled calls are found the same way in each.
-  for (const commit of [fencedCommit, fencedHeldCommit]) {
+  // Every shape of the fenced commit: the settled calls are found the same way in each.
+  for (const commit of [fencedCommit, fencedHeldCommit, fencedQuietCommit]) {
     it(`${commit.name} settles a call by its key after the run's calls grew from one to thousands`, async () => {
       const url = await createTestDatabase();
       await migrateLedger({ url });
@@ -131,7 +131,7 @@ describe("generic plans made while the ledger is empty", () => {
 // planned once per connection without its parameters' values. A generic plan that
 // scans a table which grows with traffic would make every message slower as the ledger fills, so
 // this fills the tables, gathers statistics and reads each generic plan.
-const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$|step_commit_fenced$|step_commit_held$|step_commit_fenced_batch$|step_commit_held_batch$|claim_candidate$|claim_run$)/;
+const ADMISSION_STATEMENT = /^keel_(admission_|follow_up_|run_append_events$|run_stop_parked$|run_work_done$|emission_reserve$|step_commit_fenced$|step_commit_held$|step_commit_quiet$|step_commit_fenced_batch$|step_commit_held_batch$|claim_candidate$|claim_run$)/;
 const GROWING_TABLES = ["actors", "conversations", "messages", "runs", "run_triggers", "run_events", "emissions", "progress_events", "tool_invocations", "work_graphs", "observations"];
 
 describe("admission's statements with generic plans", () => {

@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { ZERO_USAGE } from "../control-plane/src/domain/run.js";
 import { createStepCommitRepository } from "../control-plane/src/ledger/step-commit.repository.js";
 import { createRunQueryRepository } from "../control-plane/src/ledger/run-query.repository.js";
+import type { Sql } from "../control-plane/src/ledger/sql.js";
 import type { InvocationIntent, StepCommit } from "../control-plane/src/runner/run-store.js";
 import { seedHeldRun } from "./support/run-seed.js";
 import { seededLedger } from "./support/seeded-ledger.js";
@@ -100,6 +101,41 @@ describe("a step commit's run events", () => {
     ]);
     const { rows: run } = await ledger.db.query<{ event_seq: number }>("SELECT event_seq FROM runs WHERE id = $1", [runId]);
     expect(run[0]?.event_seq).toBe(4);
+  });
+
+  it("skip the events insert while the status holds, and still record a change made meanwhile elsewhere", async () => {
+    const runId = await seedHeldRun(ledger.db, OWNERS);
+    // Which statement each commit went out as.
+    const sent: string[] = [];
+    const spied: Sql = {
+      ...ledger.sql,
+      transaction: (work, keep, options) =>
+        ledger.sql.transaction((trx) => work({ ...trx, runLast: (statement, params) => (sent.push(statement.name), trx.runLast(statement, params)) }), keep, options),
+    };
+    const repository = createStepCommitRepository(spied, "strict");
+    const base = { runId, workerId: "w", epoch: 1, status: "running" as const, usage: ZERO_USAGE, emissions: [] };
+    const step = (index: number): StepCommit["step"] => ({
+      id: randomUUID(), index, replayability: "replayable", actorId: undefined, startedAt: new Date(), modelCall: undefined, invocations: [],
+    });
+    await repository.commitStep({ ...base, step: step(0), summary: "thought" });
+    await repository.commitStep({ ...base, step: step(1), summary: "thought again" });
+    // Another process moves the run's status; this one still believes it is running.
+    await ledger.db.query("UPDATE runs SET status = 'awaiting_input' WHERE id = $1", [runId]);
+    await repository.commitStep({ ...base, step: step(2), summary: "back to work" });
+    expect(sent).toEqual(["keel_step_commit_held", "keel_step_commit_quiet", "keel_step_commit_quiet", "keel_step_commit_held"]);
+
+    const { rows } = await ledger.db.query<{ seq: number; kind: string; status: string | null }>(
+      "SELECT seq, kind, status FROM run_event_feed WHERE run_id = $1 ORDER BY seq",
+      [runId],
+    );
+    expect(rows.map((row) => [row.seq, row.kind, row.status])).toEqual([
+      [1, "step_committed", "running"],
+      [2, "step_committed", "running"],
+      [3, "step_committed", "running"],
+      [4, "status_changed", "running"],
+    ]);
+    const { rows: run } = await ledger.db.query<{ event_seq: number; step_count: number }>("SELECT event_seq, step_count FROM runs WHERE id = $1", [runId]);
+    expect(run[0]).toMatchObject({ event_seq: 4, step_count: 3 });
   });
 
   it("keep a foreign key to their run and none to the steps and calls written beside them", async () => {

@@ -143,6 +143,7 @@ export function fencedCommitParams(fence: Fence, settlement: Settlement, change:
     // ceiling may go now. With nothing queued, no worker is woken for an empty claim.
     wakesWorker: settlement.status === "queued",
     freesSlot: !keeps,
+    storesNoEvent: change.events.length === 0 && change.statusKept === true,
   };
 }
 

@@ -3,6 +3,7 @@
 import { LeaseLostError } from "../domain/errors.js";
 import { refusedReply } from "../domain/settlement.js";
 import { sideUsageOf } from "../domain/triage.js";
+import type { RunStatus } from "../domain/run.js";
 import type { Fence, RunControlState, RunStore, Settlement } from "../runner/run-store.js";
 import type { RunEventDraft } from "./ledger-writes.js";
 import type { Sql } from "./sql.js";
@@ -21,6 +22,9 @@ import { DEFAULT_GROUP_COMMIT, groupCommits, type GroupCommitOptions } from "./g
 import { fencedBatchCommitFor, fencedBatchParams } from "./step-commit-batch.sql.js";
 import { createToolSets } from "./tool-sets.js";
 
+/** Runs whose last status this process remembers at most (createStepCommitRepository's lastStatus). */
+const LAST_STATUS_LIMIT = 10_000;
+
 /** How long a batch of commits waits for a row lock before its commits are retried one by one. */
 const BATCH_LOCK_TIMEOUT_MS = 100;
 
@@ -30,6 +34,13 @@ export function createStepCommitRepository(
   grouping: GroupCommitOptions = DEFAULT_GROUP_COMMIT,
 ): Pick<RunStore, "commitStep" | "commitToolOutcome" | "readControl"> {
   const toolSets = createToolSets(sql);
+  /**
+   * The status each run this process holds was left in by its last commit here, so a commit that
+   * keeps it and carries no event can skip the events insert. Only a hint: the statement checks
+   * it. Entries go when a run's lease is given up or a commit fails; the cap bounds what runs
+   * whose leases were lost without a commit here can leave.
+   */
+  const lastStatus = new Map<string, RunStatus>();
   /**
    * Runs' commits that arrive while others are being written go together (group-commit.ts): as
    * one set-oriented statement (step-commit-batch.sql.ts), each commit fenced on its own, in one
@@ -68,8 +79,17 @@ export function createStepCommitRepository(
   const commitFenced = async (fence: Fence, settlement: Settlement, change: FencedChange): Promise<RunControlState> => {
     const request = change.step?.modelCall?.request;
     const requestJson = request === undefined ? undefined : await toolSets.requestJson(request);
-    const params = fencedCommitParams(fence, settlement, { ...change, requestJson }, durability);
-    const [run] = await write(params);
+    const statusKept = lastStatus.get(fence.runId) === settlement.status;
+    lastStatus.delete(fence.runId);
+    const params = fencedCommitParams(fence, settlement, { ...change, requestJson, statusKept }, durability);
+    // A quiet commit (fencedQuietCommit) writes nothing if the status moved after all; it is then
+    // made again with the statement that records the change (or finds the lease gone).
+    let [run] = await write(params);
+    if (run === undefined && params.storesNoEvent) [run] = await write({ ...params, storesNoEvent: false });
+    if (run !== undefined && params.keepsLease) {
+      if (lastStatus.size >= LAST_STATUS_LIMIT) lastStatus.clear();
+      lastStatus.set(fence.runId, settlement.status);
+    }
     if (run !== undefined) {
       sql.notify("keel_run_events", fence.runId);
       if (run.emitted > 0) sql.notify("keel_emissions", run.connector);
