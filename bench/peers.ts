@@ -60,7 +60,7 @@ function parseOptions(args: readonly string[]): Options {
   };
 }
 
-type Outcome = { readonly figures: PeerFigures; readonly rounds: readonly RoundFigures[]; readonly setup: string } | { readonly skipped: string };
+type Outcome = { readonly rounds: readonly RoundFigures[]; readonly setup: string } | { readonly skipped: string };
 
 export default async function peersBench(args: readonly string[]): Promise<void> {
   const options = parseOptions(args);
@@ -117,7 +117,7 @@ async function measureMode(kinds: Record<Name, PeerKind>, mode: Durability, opti
     const rounds = await measureTogether(started, { ...options, warmupRounds: options.warmup }, (line) => progress(`${mode}: ${line}`));
     for (const name of options.peers) {
       const each = rounds.get(name);
-      if (each !== undefined) outcomes.set(name, { figures: overRounds(each, options), rounds: each, setup: kinds[name].describe(mode) });
+      if (each !== undefined) outcomes.set(name, { rounds: each, setup: kinds[name].describe(mode) });
     }
     // The table keeps the order the peers were asked in.
     return new Map(options.peers.map((name) => [name, outcomes.get(name)!]));
@@ -127,15 +127,15 @@ async function measureMode(kinds: Record<Name, PeerKind>, mode: Durability, opti
 }
 
 function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options: Options, settings: string): string[] {
-  const figures = (name: Name): PeerFigures | undefined => {
-    const outcome = outcomes.get(name);
-    return outcome !== undefined && "figures" in outcome ? outcome.figures : undefined;
-  };
-  const rows = [...outcomes].map(([name, outcome]) =>
-    "figures" in outcome
-      ? [name === "raw" ? "raw PostgreSQL, 2-row txn" : name, ms(outcome.figures.single.p50), ms(outcome.figures.single.p99), outcome.figures.perSecond.toFixed(1), outcome.setup]
-      : [name, "-", "-", "-", `skipped: ${outcome.skipped}`],
-  );
+  const measured = new Map<Name, PeerFigures>();
+  for (const [name, outcome] of outcomes) if ("rounds" in outcome) measured.set(name, overRounds(outcome.rounds, options));
+  const figures = (name: Name): PeerFigures | undefined => measured.get(name);
+  const rows = [...outcomes].map(([name, outcome]) => {
+    const of = measured.get(name);
+    return "skipped" in outcome || of === undefined
+      ? [name, "-", "-", "-", `skipped: ${"skipped" in outcome ? outcome.skipped : "not measured"}`]
+      : [name === "raw" ? "raw PostgreSQL, 2-row txn" : name, ms(of.single.p50), ms(of.single.p99), of.perSecond.toFixed(1), outcome.setup];
+  });
   const keel = figures("keel");
   const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? "NA" : (a / b).toFixed(2));
   const value = (n: number | undefined, digits: number) => (n === undefined ? "NA" : n.toFixed(digits));

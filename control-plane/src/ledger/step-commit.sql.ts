@@ -207,13 +207,13 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape, quiet = f
   settled AS (
     UPDATE tool_invocations t SET ${raw(SETTLE_CALL)}, settled_seq = ${firstSeq} + x.event_ord
     FROM fence, jsonb_to_recordset(${p("outcomes")}::jsonb) AS ${raw(OUTCOME_RECORD)}
-    WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE),
-  ${any ? fragment<FencedCommitParams>`new_artifacts AS (
+    WHERE t.id = ANY(${p("outcomeIds")}::uuid[]) AND t.id = x.id AND (t.run_id = fence.id) IS TRUE)${any ? fragment<FencedCommitParams>`,
+  new_artifacts AS (
     ${raw(ARTIFACT_INSERT)}
     SELECT x.id, fence.id, x.tool_invocation_id, x.type, x.schema_version, x.provenance, x.inline_data, x.reference,
       x.subject_artifact_id, x.conclusion
-    FROM fence, jsonb_to_recordset(${p("artifacts")}::jsonb) AS ${raw(ARTIFACT_RECORD)}),` : none}
-  ${quiet ? raw("unused AS (SELECT 1)") : fragment<FencedCommitParams>`new_events AS (
+    FROM fence, jsonb_to_recordset(${p("artifacts")}::jsonb) AS ${raw(ARTIFACT_RECORD)})` : none}${quiet ? none : fragment<FencedCommitParams>`,
+  new_events AS (
     ${raw(EVENT_INSERT)}
     SELECT fence.id, ${firstSeq} + e.ord, e.kind, e.status, e.step_id,
       e.tool_invocation_id, e.summary
