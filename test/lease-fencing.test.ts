@@ -163,8 +163,8 @@ describe("lease fencing across processes", () => {
     expect(leaseWarnings.map((e) => e.msg).join("\n"), `A's output:\n${a.output.slice(-20).join("\n")}`).toMatch(
       new RegExp(`lease on run ${runId} at epoch 1 was taken by another worker|lease lost while working`),
     );
-    // B never saw a conflict.
-    expect(logEntries(b.output).filter((e) => e.level >= 40)).toEqual([]);
+    // B never saw a conflict. (The test PostgreSQL runs with fsync off, which every Keel warns of once.)
+    expect(logEntries(b.output).filter((e) => e.level >= 40 && !/fsync off/.test(e.msg))).toEqual([]);
   });
 
   it("two processes share 200 runs: each claimed exactly once, by workers of both", { timeout: 120_000 }, async () => {

@@ -38,6 +38,7 @@ import { createRunControlRepository } from "./ledger/run-control.repository.js";
 import { createRunForkRepository } from "./ledger/run-fork.repository.js";
 import { createRunRepository } from "./ledger/run.repository.js";
 import { createSqlPool, type SqlPool } from "./ledger/sql.js";
+import { readServerSettings, sessionDurability } from "./ledger/server-durability.js";
 import { createOpenAiModelProvider } from "./models/openai-model-provider.js";
 import { createScriptedModelProvider } from "./models/scripted-model-provider.js";
 import type { RunnerDeps } from "./runner/runner.js";
@@ -88,7 +89,14 @@ export async function openKeelLedger(config: KeelConfig, log: Logger): Promise<L
   }
   // MikroORM migrates and lets go of its connection; every query afterwards goes through the SQL pool.
   await migrateLedger({ url, log: (message) => log.info({ component: "ledger" }, message) });
-  const sql = createSqlPool({ url, max: config.dbPoolMax, onError: (error) => log.warn({ component: "ledger", err: error }, "idle database connection failed") });
+  const durability = sessionDurability(await readServerSettings(url));
+  for (const notice of durability.notices) log[notice.level]({ component: "ledger" }, notice.message);
+  const sql = createSqlPool({
+    url,
+    max: config.dbPoolMax,
+    sessionSettings: durability.sessionSettings,
+    onError: (error) => log.warn({ component: "ledger", err: error }, "idle database connection failed"),
+  });
   return {
     sql,
     url,

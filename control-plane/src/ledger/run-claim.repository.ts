@@ -9,6 +9,7 @@ import { CLAIMABLE_SQL, claimStartLocksSql, EXECUTING_SQL, FACTS_LOCKED, FACTS_S
 import { toInputMessages, triggersSql, type TriggerRow } from "./run-triggers.js";
 import { asDate, optionalDate, raw, statement, type Sql, type SqlTransaction } from "./sql.js";
 import { replayableCommit, type Durability } from "./step-commit-params.js";
+import { durabilityCte } from "./server-durability.js";
 
 interface ClaimRow {
   id: string;
@@ -51,7 +52,7 @@ const LEASE_EXPIRED = `(NOT r.paused AND r.status IN (${EXECUTING_SQL}) AND r.le
 const selectCandidate = statement<CandidateParams & { synchronousCommit: "on" | "off" }, { id: string; status: RunStatus; agent_id: string; root: boolean }>(
   "claim_candidate",
 )`
-  WITH durability AS (SELECT set_config('synchronous_commit', ${(p) => p.synchronousCommit}::text, true) AS setting),
+  WITH ${durabilityCte((p: { synchronousCommit: "on" | "off" }) => p.synchronousCommit)},
   ${raw(FACTS_SET_CTES)},
   candidate AS (
     SELECT r.id, r.status, r.agent_id, r.parent_run_id IS NULL AS root

@@ -87,7 +87,14 @@ const GENERIC_PLANS = { plan_cache_mode: "force_generic_plan", enable_seqscan: "
  * transactions are opened with them, so those transactions send no SET LOCAL (two statements
  * fewer on every step commit, claim and admission).
  */
-export const GENERIC_PLAN_OPTIONS = Object.entries(GENERIC_PLANS).map(([name, value]) => `-c ${name}=${value}`).join(" ");
+export const GENERIC_PLAN_OPTIONS = startupOptions(GENERIC_PLANS);
+
+/** Settings as a connection's startup options (`-c name=value …`). */
+function startupOptions(settings: Readonly<Record<string, string>>): string {
+  return Object.entries(settings)
+    .map(([name, value]) => `-c ${name}=${value}`)
+    .join(" ");
+}
 
 function openingOf(options: TransactionOptions | undefined): string[] {
   const opening = ["BEGIN"];
@@ -115,6 +122,8 @@ export interface SqlPoolOptions {
   readonly max: number;
   /** An idle connection that fails (the server restarted) is reported here, never thrown. */
   readonly onError?: (error: Error) => void;
+  /** Settings every connection starts with (server-durability.ts pins synchronous_commit this way). */
+  readonly sessionSettings?: Readonly<Record<string, string>>;
 }
 
 /** Timestamps arrive as Date (pg's default); intervals and dates stay text. */
@@ -144,8 +153,9 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
     opened.on("error", onPoolError);
     return opened;
   };
-  const pool = fixedPool(options.max);
-  const genericPool = fixedPool(options.max, { options: GENERIC_PLAN_OPTIONS });
+  const session = options.sessionSettings ?? {};
+  const pool = fixedPool(options.max, Object.keys(session).length === 0 ? {} : { options: startupOptions(session) });
+  const genericPool = fixedPool(options.max, { options: startupOptions({ ...GENERIC_PLANS, ...session }) });
   const notifyAll = notifier((config) => pool.query(config));
   const pooled = over((config, plans) => (plans === "generic" ? genericPool : pool).query(config));
   return {

@@ -20,6 +20,7 @@ import {
 } from "./step-commit.sql.js";
 import { EMISSION_INSERT, EMISSION_RECORD, EMISSION_SEQUENCE_LOCK } from "./ledger-writes.js";
 import { fragment, raw, statement } from "./sql.js";
+import { durabilityCte } from "./server-durability.js";
 
 export interface FencedBatchParams {
   readonly synchronousCommit: "on" | "off";
@@ -128,7 +129,7 @@ function fencedBatchStatement(name: string, shape: FencedCommitShape) {
   const any = shape === "any";
   const none = fragment<FencedBatchParams>``;
   return statement<FencedBatchParams, FencedBatchRow>(name)`
-  WITH durability AS (SELECT set_config('synchronous_commit', ${(p) => p.synchronousCommit}::text, true) AS setting),
+  WITH ${durabilityCte<FencedBatchParams>((p) => p.synchronousCommit)},
   c AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(${(p) => p.commits}::jsonb) AS ${raw(COMMIT_RECORD)}),
   previous AS (SELECT id, status FROM runs WHERE id = ANY(${(p) => p.runIds}::uuid[]) ORDER BY id FOR NO KEY UPDATE),
   fence AS (

@@ -7,6 +7,7 @@ import type { ReplyGuard } from "../domain/settlement.js";
 import type { Fence, StepCommit, ToolOutcome } from "../runner/run-store.js";
 import { emissionInsert, type EmissionRowsParams, type RunEventDraft } from "./ledger-writes.js";
 import { fragment, raw, statement } from "./sql.js";
+import { durabilityCte } from "./server-durability.js";
 
 /** What one fenced commit writes besides the run row (a step's model call is on the step's row). */
 export interface FencedChange {
@@ -168,7 +169,7 @@ function fencedCommitStatement(name: string, shape: FencedCommitShape, quiet = f
   // ordinal (a window's sort cost about a tenth).
   const firstSeq = fragment<FencedCommitParams>`(fence.event_seq - ${eventCount}::int - CASE WHEN fence.previous_status <> ${status}::text THEN 1 ELSE 0 END + 1)`;
   return statement<FencedCommitParams, FenceRow>(name)`
-  WITH durability AS (SELECT set_config('synchronous_commit', ${p("synchronousCommit")}::text, true) AS setting),
+  WITH ${durabilityCte<FencedCommitParams>(p("synchronousCommit"))},
   previous AS (SELECT id, status FROM runs WHERE id = ${p("runId")}::uuid FOR NO KEY UPDATE),
   fence AS (
     UPDATE runs r SET status = ${status}::text, usage = ${p("usage")}::jsonb, step_count = r.step_count + CASE WHEN ${p("hasStep")}::boolean THEN 1 ELSE 0 END,

@@ -1,0 +1,51 @@
+// Keel's sessions on servers whose own synchronous_commit would weaken KEEL_DURABILITY: the shared
+// test PostgreSQL runs with synchronous_commit and fsync off (global-setup.ts), so a session that
+// merely inherited the server's setting would skip every flush strict mode promises.
+import pg from "pg";
+import { afterAll, describe, expect, it } from "vitest";
+import { sql } from "../control-plane/src/ledger/sql-text.js";
+import { createTestDatabase, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
+import { logLines } from "./support/log-lines.js";
+
+const started: TestKeel[] = [];
+afterAll(async () => {
+  for (const keel of started.splice(0)) await keel.stop();
+});
+
+/** synchronous_commit as a session of each of Keel's pools sees it: the plain one and the generic-plan one. */
+async function sessionSettings(keel: TestKeel): Promise<{ plain: string; generic: string }> {
+  const show = sql`SELECT current_setting('synchronous_commit') AS value`;
+  const [plain] = await keel.app.ledger.sql.query<{ value: string }>(show);
+  const generic = await keel.app.ledger.sql.transaction((trx) => trx.query<{ value: string }>(show), undefined, { plans: "generic" });
+  return { plain: plain!.value, generic: generic[0]!.value };
+}
+
+describe("server durability settings", () => {
+  it("a server with synchronous_commit off: Keel's sessions turn it on, and the log says so and warns of fsync off", async () => {
+    const { log, lines } = logLines("info");
+    const keel = await startTestKeel({ log, workers: 0 });
+    started.push(keel);
+    const server = new pg.Client({ connectionString: keel.databaseUrl });
+    await server.connect();
+    const { rows } = await server.query<{ value: string }>("SELECT current_setting('synchronous_commit') AS value");
+    await server.end();
+    expect(rows[0]!.value).toBe("off");
+    expect(await sessionSettings(keel)).toEqual({ plain: "on", generic: "on" });
+    const said = lines.map((line) => JSON.parse(line) as { level: number; msg: string });
+    expect(said.filter((line) => line.msg.includes("synchronous_commit is off"))).toHaveLength(1);
+    expect(said.filter((line) => line.msg.includes("fsync off") && line.level === 40)).toHaveLength(1);
+  });
+
+  it("a database whose synchronous_commit is local keeps it: Keel lowers nothing and raises only off", async () => {
+    const url = await createTestDatabase();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    await admin.query(`ALTER DATABASE ${new URL(url).pathname.slice(1)} SET synchronous_commit = 'local'`);
+    await admin.end();
+    const { log, lines } = logLines("info");
+    const keel = await startTestKeel({ databaseUrl: url, log, workers: 0 });
+    started.push(keel);
+    expect(await sessionSettings(keel)).toEqual({ plain: "local", generic: "local" });
+    expect(lines.some((line) => line.includes("synchronous_commit is off"))).toBe(false);
+  });
+});
