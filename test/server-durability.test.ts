@@ -12,9 +12,9 @@ afterAll(async () => {
   for (const keel of started.splice(0)) await keel.stop();
 });
 
-/** synchronous_commit as a session of each of Keel's pools sees it: the plain one and the generic-plan one. */
-async function sessionSettings(keel: TestKeel): Promise<{ plain: string; generic: string }> {
-  const show = sql`SELECT current_setting('synchronous_commit') AS value`;
+/** A setting as a session of each of Keel's pools sees it: the plain one and the generic-plan one. */
+async function sessionSettings(keel: TestKeel, name = "synchronous_commit"): Promise<{ plain: string; generic: string }> {
+  const show = sql`SELECT current_setting(${name}) AS value`;
   const [plain] = await keel.app.ledger.sql.query<{ value: string }>(show);
   const generic = await keel.app.ledger.sql.transaction((trx) => trx.query<{ value: string }>(show), undefined, { plans: "generic" });
   return { plain: plain!.value, generic: generic[0]!.value };
@@ -47,5 +47,15 @@ describe("server durability settings", () => {
     started.push(keel);
     expect(await sessionSettings(keel)).toEqual({ plain: "local", generic: "local" });
     expect(lines.some((line) => line.includes("synchronous_commit is off"))).toBe(false);
+  });
+
+  it("a URL's own startup options are kept, and cannot turn the flush off", async () => {
+    const url = new URL(await createTestDatabase());
+    url.searchParams.set("options", "-c synchronous_commit=off -c statement_timeout=54321");
+    const keel = await startTestKeel({ databaseUrl: url.toString(), workers: 0 });
+    started.push(keel);
+    expect(await sessionSettings(keel)).toEqual({ plain: "on", generic: "on" });
+    expect(await sessionSettings(keel, "statement_timeout")).toEqual({ plain: "54321ms", generic: "54321ms" });
+    expect(await sessionSettings(keel, "plan_cache_mode")).toEqual({ plain: "auto", generic: "force_generic_plan" });
   });
 });

@@ -89,6 +89,20 @@ const GENERIC_PLANS = { plan_cache_mode: "force_generic_plan", enable_seqscan: "
  */
 export const GENERIC_PLAN_OPTIONS = startupOptions(GENERIC_PLANS);
 
+/** A connection URL without its `options` parameter, and that parameter (empty when it has none). */
+function withoutStartupOptions(connectionString: string): { url: string; urlOptions: string } {
+  let parsed: URL;
+  try {
+    parsed = new URL(connectionString);
+  } catch {
+    return { url: connectionString, urlOptions: "" };
+  }
+  const urlOptions = parsed.searchParams.get("options");
+  if (urlOptions === null) return { url: connectionString, urlOptions: "" };
+  parsed.searchParams.delete("options");
+  return { url: parsed.toString(), urlOptions };
+}
+
 /** Settings as a connection's startup options (`-c name=value …`). */
 function startupOptions(settings: Readonly<Record<string, string>>): string {
   return Object.entries(settings)
@@ -148,14 +162,19 @@ export function createSqlPool(options: SqlPoolOptions): SqlPool {
   // A fixed-size pool: a connection opened under load stays open, so the next burst pays
   // neither for connecting nor for planning its statements again (they are planned once per
   // connection). Only a connection that fails is replaced; none is closed for being idle.
-  const fixedPool = (max: number, config: pg.PoolConfig = {}): pg.Pool => {
-    const opened = new pg.Pool({ connectionString: options.url, max, min: max, connectionTimeoutMillis: CONNECT_TIMEOUT_MS, types, ...config });
+  // A URL's own startup options would replace these (pg lets the URL win): they go first, these
+  // after them, and PostgreSQL takes the last value a setting is given.
+  const { url, urlOptions } = withoutStartupOptions(options.url);
+  const fixedPool = (max: number, settings: Readonly<Record<string, string>>): pg.Pool => {
+    const startup = [urlOptions, startupOptions(settings)].filter((part) => part !== "").join(" ");
+    const config = { connectionString: url, max, min: max, connectionTimeoutMillis: CONNECT_TIMEOUT_MS, types };
+    const opened = new pg.Pool(startup === "" ? config : { ...config, options: startup });
     opened.on("error", onPoolError);
     return opened;
   };
   const session = options.sessionSettings ?? {};
-  const pool = fixedPool(options.max, Object.keys(session).length === 0 ? {} : { options: startupOptions(session) });
-  const genericPool = fixedPool(options.max, { options: startupOptions({ ...GENERIC_PLANS, ...session }) });
+  const pool = fixedPool(options.max, session);
+  const genericPool = fixedPool(options.max, { ...GENERIC_PLANS, ...session });
   const notifyAll = notifier((config) => pool.query(config));
   const pooled = over((config, plans) => (plans === "generic" ? genericPool : pool).query(config));
   return {
