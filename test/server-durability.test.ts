@@ -4,12 +4,15 @@
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { sql } from "../control-plane/src/ledger/sql-text.js";
+import { startKeelServe, type ServerProcess } from "./support/child-processes.js";
 import { createTestDatabase, startTestKeel, type TestKeel } from "./support/keel-fixture.js";
 import { logLines } from "./support/log-lines.js";
 
 const started: TestKeel[] = [];
+const processes: ServerProcess[] = [];
 afterAll(async () => {
   for (const keel of started.splice(0)) await keel.stop();
+  for (const child of processes.splice(0)) await child.kill();
 });
 
 /** A setting as a session of each of Keel's pools sees it: the plain one and the generic-plan one. */
@@ -57,5 +60,19 @@ describe("server durability settings", () => {
     expect(await sessionSettings(keel)).toEqual({ plain: "on", generic: "on" });
     expect(await sessionSettings(keel, "statement_timeout")).toEqual({ plain: "54321ms", generic: "54321ms" });
     expect(await sessionSettings(keel, "plan_cache_mode")).toEqual({ plain: "auto", generic: "force_generic_plan" });
+  });
+
+  it("keel serve says its durability mode and that it turned the server's synchronous_commit on", { timeout: 60_000 }, async () => {
+    const serve = await startKeelServe(["--port", "0", "--http1-port", "0"], { DATABASE_URL: await createTestDatabase(), KEEL_LOG_LEVEL: "info", KEEL_WORKERS: "0" });
+    processes.push(serve);
+    const entries = serve.output.flatMap((line) => {
+      try {
+        return [JSON.parse(line) as { msg?: string; durability?: string }];
+      } catch {
+        return [];
+      }
+    });
+    expect(entries.find((entry) => entry.msg?.startsWith("keel is serving"))?.durability).toBe("strict");
+    expect(entries.filter((entry) => entry.msg?.includes("synchronous_commit is off"))).toHaveLength(1);
   });
 });

@@ -50,6 +50,7 @@ export async function serveCommand(config: KeelConfig, env: Readonly<Record<stri
       url,
       http1Url,
       workers: config.workers,
+      durability: config.durability,
       database: config.databaseUrl === undefined ? "embedded" : "external",
       tls: tls === undefined ? "off" : tls.clientCa === undefined ? "on" : "on, sandbox hosts need client certificates",
     },
