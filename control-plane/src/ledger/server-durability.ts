@@ -18,11 +18,11 @@ export interface SessionDurability {
 }
 
 /**
- * The session settings for a server's. synchronous_commit is pinned at start-up, so a later
- * reload of the server's configuration cannot lower it under a running Keel: off becomes on, and
- * any other value (local, remote_write, on, remote_apply: each waits at least for the local
- * flush) is kept, so an operator's choice about standbys is respected. fsync off cannot be
- * mended from a session: it is said once, loudly.
+ * The settings Keel's sessions start with, given the server's. synchronous_commit is pinned at
+ * start-up, so a later reload of the server's configuration cannot lower it under a running Keel:
+ * off becomes on, and any other value (local, remote_write, on, remote_apply: each waits at least
+ * for the local flush) is kept, so an operator's choice about standbys is respected. fsync off
+ * cannot be mended from a session: it is said once, loudly.
  */
 export function sessionDurability(server: ServerSettings): SessionDurability {
   const notices: { level: "info" | "warn"; message: string }[] = [];
