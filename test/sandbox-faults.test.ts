@@ -312,7 +312,9 @@ describe.skipIf(skip)("sandbox faults", () => {
         ] as const) {
           const run = await settled(second.url, admin, runId, 60_000);
           const [call] = await invocations(second.url, admin, runId);
-          expect(run.status).toBe(RunStatus.SUCCEEDED);
+          // What both processes and the host said, should the run not end as it should.
+          const said = [`first:`, ...first.logs, `second:`, ...second.logs, `host:`, ...agent.log.lines].join("\n");
+          expect(run.status, said).toBe(RunStatus.SUCCEEDED);
           expect(run.finalReply).toBe(reply);
           expect(call).toMatchObject({ toolName: "sandbox.exec.v1", status: ToolInvocationStatus.SUCCEEDED, exitCode: 0 });
           expect(call?.resultText).toMatch(new RegExp(`started\\n${last}\\n$`));
