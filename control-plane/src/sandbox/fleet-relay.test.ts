@@ -1,6 +1,7 @@
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createFleetRelay, type FleetRelay } from "./fleet-relay.js";
+import { createRemoteSandboxDispatcher } from "./remote-sandbox-dispatcher.js";
 import type { CommandOutcome, HostCommand, HostRegistration } from "./host-protocol.js";
 import { createSandboxHub, HostUnavailableError, type AttachedHost, type SandboxHub } from "./sandbox-hub.js";
 import type { RelayRecord, SandboxRelayStore, TakenRelay } from "./sandbox-relay-store.js";
@@ -337,5 +338,46 @@ describe("fleet relay between two replicas", () => {
     expect(Date.now() - began).toBeLessThan(2_900);
     expect(asked).toEqual([exec]);
     expect(ledger.rows).toEqual([]);
+  });
+});
+
+describe("re-attaching through the fleet after a restart", () => {
+  const log = pino({ level: "silent" });
+
+  it("waits for the host when the replica that held it dies between the check and the ask", async () => {
+    // This replica (A) restarted. The ledger still names the dead replica Z as the host's holder
+    // for one more look, then nobody; the host attaches here a moment later.
+    const ledger = memoryRelays();
+    const hub = createSandboxHub(emptyStore(), { heartbeatIntervalMs: 10_000, reconnectGraceMs: 50, unclaimedTtlMs: 60_000, maxUnclaimedBytes: 1024 }, log);
+    let looks = 0;
+    const relay = createFleetRelay(hub, ledger.store, { replicaId: "A", route: async () => (++looks === 1 ? "Z" : undefined), subscribe: ledger.subscribe, pollMs: 1_000, environment: {} }, log);
+    const store = {
+      ...emptyStore(),
+      replicaId: "A",
+      liveHosts: async () => [],
+      placeWorkspace: async () => false,
+      hostReplica: async () => undefined,
+      activeWorkspaceOfRun: async (runId: string) => ({ id: WS, hostId: "host-a", runId, image: "keel-sandbox", status: "active" as const }),
+    };
+    const options = { placementWaitMs: 1_000, reattachWaitMs: 5_000, maxOutputBytes: 1024, maxExecTimeoutMs: 10_000, keepMs: 0 };
+    const dispatcher = createRemoteSandboxDispatcher(hub, relay, store, options, log);
+    try {
+      const grant = { runId: "run-1", agentId: "agent-1", image: "keel-sandbox", labels: [], networkAccess: false, secrets: {}, secretSources: {} };
+      const output: string[] = [];
+      const reattached = dispatcher.reattach(grant, "c8", async (_stream, chunk) => void output.push(typeof chunk === "string" ? chunk : text(chunk)), AbortSignal.timeout(10_000));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const host = await hub.attach(registration);
+      const asked = playHost(host, (command) => {
+        host.receive({ kind: "output", commandId: command.commandId, stream: "stdout", chunk: bytes("done\n") });
+        host.receive({ kind: "result", outcome: outcome(command.commandId, { exitCode: 0, outputTail: bytes("done\n"), outputBytes: 5 }) });
+      });
+      await expect(reattached).resolves.toMatchObject({ exitCode: 0 });
+      expect(asked).toEqual([{ commandId: "c8", action: { kind: "reattach", workspaceId: WS } }]);
+      expect(output.join("")).toBe("done\n");
+      expect(looks).toBeGreaterThanOrEqual(2);
+    } finally {
+      relay.close();
+      hub.close();
+    }
   });
 });

@@ -297,13 +297,25 @@ export function createRemoteSandboxDispatcher(
     },
 
     async reattach(grant, commandId, onOutput, signal) {
+      const deadline = Date.now() + options.reattachWaitMs;
       const active = await activeOf(grant, options.reattachWaitMs, signal);
       if (active === undefined || !active.attached) return undefined;
       const lease = active.lease;
       const secrets = grantedSecrets(grant.secrets);
-      const { outcome, result } = await runExec(secrets, onOutput, (watch) =>
-        fleet.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS),
-      );
+      const { outcome, result } = await runExec(secrets, onOutput, async (watch) => {
+        for (;;) {
+          try {
+            return await fleet.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS);
+          } catch (error) {
+            // Nothing was sent. A host looks attached through a replica that has just died until
+            // that replica's record ages out, and may be attached nowhere a moment later: it is
+            // waited for again, within the same wait, as it would have been had it looked gone.
+            if (!(error instanceof HostUnavailableError) || Date.now() >= deadline) throw error;
+            await hub.changed(Math.min(250, deadline - Date.now()), signal);
+            if (!(await waitAttached(lease.hostId, deadline - Date.now(), signal))) throw error;
+          }
+        }
+      });
       if (outcome.unknownCommand) return undefined;
       if (!outcome.ok) throw new Error(failureText(outcome, secrets));
       log.info({ runId: grant.runId, commandId, hostId: lease.hostId }, "re-attached to a command that outlived its worker");
