@@ -129,26 +129,24 @@ async function measureMode(kinds: Record<Name, PeerKind>, mode: Durability, opti
 function report(mode: Durability, outcomes: ReadonlyMap<Name, Outcome>, options: Options, settings: string): string[] {
   const measured = new Map<Name, PeerFigures>();
   for (const [name, outcome] of outcomes) if ("rounds" in outcome) measured.set(name, overRounds(outcome.rounds, options));
-  const figures = (name: Name): PeerFigures | undefined => measured.get(name);
   const rows = [...outcomes].map(([name, outcome]) => {
-    const of = measured.get(name);
-    return "skipped" in outcome || of === undefined
-      ? [name, "-", "-", "-", `skipped: ${"skipped" in outcome ? outcome.skipped : "not measured"}`]
-      : [name === "raw" ? "raw PostgreSQL, 2-row txn" : name, ms(of.single.p50), ms(of.single.p99), of.perSecond.toFixed(1), outcome.setup];
+    if ("skipped" in outcome) return [name, "-", "-", "-", `skipped: ${outcome.skipped}`];
+    const of = measured.get(name)!;
+    return [name === "raw" ? "raw PostgreSQL, 2-row txn" : name, ms(of.single.p50), ms(of.single.p99), of.perSecond.toFixed(1), outcome.setup];
   });
-  const keel = figures("keel");
+  const keel = measured.get("keel");
   const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? "NA" : (a / b).toFixed(2));
   const value = (n: number | undefined, digits: number) => (n === undefined ? "NA" : n.toFixed(digits));
   const verdicts = (["restate", "dbos"] as const).map((peer) => {
-    const other = figures(peer);
+    const other = measured.get(peer);
     if (keel === undefined || other === undefined) return `${peer}: not measured`;
     const p50 = keel.single.p50 / other.single.p50;
     const tput = keel.perSecond / other.perSecond;
     const ok = p50 <= TARGETS[peer].p50 && tput >= TARGETS[peer].tput;
     return `${peer}: p50 ${p50.toFixed(2)}x (<= ${TARGETS[peer].p50}), throughput ${tput.toFixed(2)}x (>= ${TARGETS[peer].tput}) ${verdict(ok)}`;
   });
-  const restate = figures("restate");
-  const dbos = figures("dbos");
+  const restate = measured.get("restate");
+  const dbos = measured.get("dbos");
   return [
     "",
     `peers, mode=${mode}: ${options.iterations} iterations per loop (one instant model turn + one instant read tool), 1 loop alone, then ${options.concurrent} at once; ` +

@@ -79,6 +79,25 @@ export function createRemoteSandboxDispatcher(
     return true;
   };
 
+  /**
+   * Asks the workspace's host for a command's outcome. A host looks attached through a replica
+   * that has just died until that replica's record ages out, and may be attached nowhere a moment
+   * later; the relay then sends nothing (HostUnavailableError), and the host is waited for again
+   * until `deadline`, as it would have been had it looked gone from the start.
+   */
+  const askAgain = async (lease: WorkspaceLease, commandId: string, watch: CommandWatch, signal: AbortSignal, deadline: number): Promise<CommandOutcome> => {
+    for (;;) {
+      try {
+        return await fleet.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS);
+      } catch (error) {
+        if (!(error instanceof HostUnavailableError) || Date.now() >= deadline) throw error;
+        // A pause first: a host that still looks attached is not asked again in a tight loop.
+        await hub.changed(Math.min(250, deadline - Date.now()), signal);
+        if (!(await waitAttached(lease.hostId, deadline - Date.now(), signal))) throw error;
+      }
+    }
+  };
+
   const failureText = (outcome: CommandOutcome, secrets: readonly GrantedSecret[]) =>
     redactSecrets(outcome.error || `failed (${outcome.errorReason || "no reason given"})`, secrets);
 
@@ -302,20 +321,7 @@ export function createRemoteSandboxDispatcher(
       if (active === undefined || !active.attached) return undefined;
       const lease = active.lease;
       const secrets = grantedSecrets(grant.secrets);
-      const { outcome, result } = await runExec(secrets, onOutput, async (watch) => {
-        for (;;) {
-          try {
-            return await fleet.reattach(lease.hostId, lease.id, commandId, watch, signal, options.maxExecTimeoutMs + OUTCOME_SLACK_MS);
-          } catch (error) {
-            // Nothing was sent. A host looks attached through a replica that has just died until
-            // that replica's record ages out, and may be attached nowhere a moment later: it is
-            // waited for again, within the same wait, as it would have been had it looked gone.
-            if (!(error instanceof HostUnavailableError) || Date.now() >= deadline) throw error;
-            await hub.changed(Math.min(250, deadline - Date.now()), signal);
-            if (!(await waitAttached(lease.hostId, deadline - Date.now(), signal))) throw error;
-          }
-        }
-      });
+      const { outcome, result } = await runExec(secrets, onOutput, (watch) => askAgain(lease, commandId, watch, signal, deadline));
       if (outcome.unknownCommand) return undefined;
       if (!outcome.ok) throw new Error(failureText(outcome, secrets));
       log.info({ runId: grant.runId, commandId, hostId: lease.hostId }, "re-attached to a command that outlived its worker");
