@@ -159,7 +159,7 @@ export async function buildApp(
   // A token revoked by any process stops working here too, and ends the streams it opened.
   tokens.listen(hub);
   const clock = options.clock ?? systemClock;
-  const runStore = createRunRepository(ledger.sql, { clock, durability: config.durability });
+  const runStore = createRunRepository(ledger.sql, { clock, durability: config.durability, commitPollMs: config.commitPollMs });
   const runQueries = createRunQueryRepository(ledger.sql, { clock });
   const control = createRunControlRepository(ledger.sql);
   // Admission hands runs it can start at once to this process's idle workers (none until startWorkers).

@@ -1,3 +1,4 @@
+import { availableParallelism } from "node:os";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "./config.js";
 
@@ -29,6 +30,12 @@ describe("loadConfig", () => {
   ])("refuses %s=%s with one line naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^invalid setting ${name}=`));
+  });
+
+  it("polls for a lone step commit's reply for 2 ms by default, never with one CPU, and 100 ms at most", () => {
+    expect(loadConfig({}).commitPollMs).toBe(availableParallelism() > 1 ? 2 : 0);
+    expect(loadConfig({ KEEL_COMMIT_POLL_MS: "0" }).commitPollMs).toBe(0);
+    expect(() => loadConfig({ KEEL_COMMIT_POLL_MS: "101" })).toThrow(/^invalid setting KEEL_COMMIT_POLL_MS=/);
   });
 
   it("has bounded sandbox defaults and refuses an exec timeout above its maximum", () => {

@@ -1,3 +1,4 @@
+import { availableParallelism } from "node:os";
 import path from "node:path";
 import { z } from "zod";
 import { isLoopbackHost } from "../../common/loopback.js";
@@ -41,6 +42,9 @@ const ConfigSchema = z.object({
   KEEL_READ_FLUSH_MS: int(0, 10_000).default(100),
   KEEL_SPECULATIVE_START: flag.default(true),
   KEEL_DURABILITY: z.enum(["strict", "relaxed"]).default("strict"),
+  // A lone step commit's reply is polled for this long before the process sleeps (group-commit.ts).
+  // Off with one CPU, where polling would take the CPU the database needs to answer.
+  KEEL_COMMIT_POLL_MS: int(0, 100).default(() => (availableParallelism() > 1 ? 2 : 0)),
   KEEL_MAX_MESSAGE_BYTES: int(1024, 64 * 1024 * 1024).default(4 * 1024 * 1024),
   KEEL_MAX_TEXT_BYTES: int(16, 16 * 1024 * 1024).default(256 * 1024),
   KEEL_DEFAULT_DEADLINE_MS: int(100, 3_600_000).default(30_000),
@@ -93,6 +97,8 @@ export type KeelConfig = Readonly<{
    * waits for its WAL flush. relaxed: replayable work (read-only steps, read results, claims) does not (README, "Durability").
    */
   durability: "strict" | "relaxed";
+  /** How long the event loop polls for a lone step commit's reply before it sleeps; 0: never. */
+  commitPollMs: number;
   idlePollMs: number;
   /** Open Subscribe streams one token may hold. */
   maxStreamsPerToken: number;
@@ -214,6 +220,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): K
     readFlushMs: c.KEEL_READ_FLUSH_MS,
     speculativeStart: c.KEEL_SPECULATIVE_START,
     durability: c.KEEL_DURABILITY,
+    commitPollMs: c.KEEL_COMMIT_POLL_MS,
     maxMessageBytes: c.KEEL_MAX_MESSAGE_BYTES,
     maxTextBytes: c.KEEL_MAX_TEXT_BYTES,
     defaultDeadlineMs: c.KEEL_DEFAULT_DEADLINE_MS,

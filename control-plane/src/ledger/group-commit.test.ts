@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { describe, expect, it } from "vitest";
 import { groupCommits, rolledBack, type GroupCommitWriter } from "./group-commit.js";
 
@@ -104,6 +105,42 @@ describe("group commit", () => {
     writes[1]!.finish();
     expect(await Promise.all(later)).toEqual([{ error: lost }, { error: lost }]);
     expect(writes).toHaveLength(2);
+  });
+
+  it("polls for the reply of a lone commit that waits for its flush, until it lands or for pollAloneMs at most, and for no other", async () => {
+    const { writer: manual, writes } = manualWriter();
+    const writer: GroupCommitWriter<string, string> = { ...manual, waitsForFlush: (params) => params.startsWith("flush") };
+    /** The share of `ms` the event loop spent working rather than asleep in the kernel. */
+    const busyShare = async (ms: number) => {
+      const before = performance.eventLoopUtilization();
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      return performance.eventLoopUtilization(before).utilization;
+    };
+    const commit = groupCommits(writer, { maxInFlight: 2, maxBatch: 32, pollAloneMs: 1_000 });
+
+    const lone = commit("flush-1");
+    expect(await busyShare(60)).toBeGreaterThan(0.8);
+    // A second commit goes out while the first is in flight: it is not alone, nothing polls for it.
+    const beside = commit("flush-2");
+    writes[0]!.finish();
+    await lone;
+    expect(await busyShare(60)).toBeLessThan(0.5);
+    writes[1]!.finish();
+    await beside;
+
+    // Alone, but it does not wait for a flush: its reply comes too soon to poll for.
+    const quick = commit("async-1");
+    expect(await busyShare(60)).toBeLessThan(0.5);
+    writes[2]!.finish();
+    await quick;
+
+    // Polling gives up after pollAloneMs, though the reply has not come.
+    const capped = groupCommits(writer, { maxInFlight: 2, maxBatch: 32, pollAloneMs: 10 });
+    const slow = capped("flush-3");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(await busyShare(60)).toBeLessThan(0.5);
+    writes[3]!.finish();
+    await slow;
   });
 
   it("tells a rolled-back transaction's errors from the rest", () => {

@@ -16,6 +16,8 @@ export interface GroupCommitOptions {
   readonly maxInFlight: number;
   /** Commits per batch at most. */
   readonly maxBatch: number;
+  /** How long the event loop polls for the reply of a lone commit that waits for its flush, before it sleeps (0: it sleeps at once); see keepTurning. */
+  readonly pollAloneMs?: number;
 }
 
 export const DEFAULT_GROUP_COMMIT: GroupCommitOptions = { maxInFlight: 2, maxBatch: 32 };
@@ -25,6 +27,8 @@ export interface GroupCommitWriter<P, R> {
   together(batch: readonly P[]): Promise<R[][]>;
   /** One commit as its own transaction. */
   alone(params: P): Promise<R[]>;
+  /** Whether a commit waits for its WAL flush: only such a commit, alone, is polled for (keepTurning). */
+  waitsForFlush?(params: P): boolean;
 }
 
 interface Waiting<P, R> {
@@ -48,6 +52,7 @@ export function rolledBack(error: unknown): boolean {
 /** The commit function the step-commit repository calls; batches form behind busy slots. */
 export function groupCommits<P, R>(writer: GroupCommitWriter<P, R>, options: GroupCommitOptions = DEFAULT_GROUP_COMMIT): (params: P) => Promise<R[]> {
   if (options.maxInFlight < 1 || options.maxBatch < 1) throw new Error("group commit: maxInFlight and maxBatch must be at least 1");
+  const pollAloneMs = options.pollAloneMs ?? 0;
   const queue: Waiting<P, R>[] = [];
   let inFlight = 0;
 
@@ -73,8 +78,12 @@ export function groupCommits<P, R>(writer: GroupCommitWriter<P, R>, options: Gro
   const pump = (): void => {
     while (inFlight < options.maxInFlight && queue.length > 0) {
       const batch = queue.splice(0, options.maxBatch);
+      // Alone: nothing else is being written, so nothing else will wake this process for a while.
+      const alone = inFlight === 0 && queue.length === 0;
       inFlight++;
-      void write(batch).finally(() => {
+      const written = write(batch);
+      if (alone && pollAloneMs > 0 && writer.waitsForFlush?.(batch[0]!.params) === true) keepTurning(written, pollAloneMs);
+      void written.finally(() => {
         inFlight--;
         pump();
       });
@@ -86,4 +95,23 @@ export function groupCommits<P, R>(writer: GroupCommitWriter<P, R>, options: Gro
       queue.push({ params, resolve, reject });
       pump();
     });
+}
+
+/**
+ * Keeps the event loop turning (polling its sockets without blocking) until `work` settles or `ms`
+ * have passed, so the reply is read the moment it lands instead of after a wake-up. On a virtual
+ * machine a vCPU that sleeps through a WAL flush wakes slowly: a lone strict step took 0.84 ms with
+ * the loop asleep and 0.65 ms polling, for 0.4 ms more CPU (README, "Sizing"). A commit that does
+ * not wait for a flush answers too soon to gain. Other work still runs between turns.
+ */
+function keepTurning(work: Promise<unknown>, ms: number): void {
+  let settled = false;
+  void work.finally(() => {
+    settled = true;
+  });
+  const until = performance.now() + ms;
+  const turn = (): void => {
+    if (!settled && performance.now() < until) setImmediate(turn);
+  };
+  setImmediate(turn);
 }

@@ -6,6 +6,7 @@ import { createRunClaimRepository, type RunClaimOptions } from "./run-claim.repo
 import { createRunHistoryRepository } from "./run-history.repository.js";
 import { loadTriggers } from "./run-triggers.js";
 import { fragment, raw, statement, type Sql } from "./sql.js";
+import { DEFAULT_GROUP_COMMIT } from "./group-commit.js";
 import { createStepCommitRepository } from "./step-commit.repository.js";
 
 export type RunRepositoryOptions = RunClaimOptions;
@@ -31,7 +32,7 @@ export function createRunRepository(sql: Sql, options: RunRepositoryOptions = {}
   return {
     ...createRunClaimRepository(sql, options),
     ...createRunHistoryRepository(sql),
-    ...createStepCommitRepository(sql, options.durability ?? "strict"),
+    ...createStepCommitRepository(sql, options.durability ?? "strict", { ...DEFAULT_GROUP_COMMIT, pollAloneMs: options.commitPollMs ?? 0 }),
     loadTriggers: loadTriggers(sql),
 
     async renewLease(runId, workerId, epoch, leaseMs) {

@@ -65,6 +65,7 @@ export function createStepCommitRepository(
         });
       },
       alone: (params) => sql.transaction((trx) => trx.runLast(fencedCommitFor(params), params), undefined, { plans: "generic" }),
+      waitsForFlush: (params) => params.synchronousCommit === "on",
     },
     grouping,
   );
