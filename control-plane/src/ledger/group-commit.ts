@@ -78,7 +78,7 @@ export function groupCommits<P, R>(writer: GroupCommitWriter<P, R>, options: Gro
   const pump = (): void => {
     while (inFlight < options.maxInFlight && queue.length > 0) {
       const batch = queue.splice(0, options.maxBatch);
-      // Alone: nothing else is being written, so nothing else will wake this process for a while.
+      // Alone: no other commit is being written or waiting to be.
       const alone = inFlight === 0 && queue.length === 0;
       inFlight++;
       const written = write(batch);
@@ -106,9 +106,10 @@ export function groupCommits<P, R>(writer: GroupCommitWriter<P, R>, options: Gro
  */
 function keepTurning(work: Promise<unknown>, ms: number): void {
   let settled = false;
-  void work.finally(() => {
+  const stop = (): void => {
     settled = true;
-  });
+  };
+  void work.then(stop, stop);
   const until = performance.now() + ms;
   const turn = (): void => {
     if (!settled && performance.now() < until) setImmediate(turn);
