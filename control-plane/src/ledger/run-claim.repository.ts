@@ -116,8 +116,6 @@ export interface RunClaimOptions {
   readonly clock?: Clock;
   /** Whether claims wait for their WAL flush (strict, the default) or not (relaxed). */
   readonly durability?: Durability;
-  /** How long the event loop polls for a lone step commit's reply before it sleeps (group-commit.ts); 0 by default. */
-  readonly commitPollMs?: number;
 }
 
 /** A claim's row as the runner takes it. */

@@ -9,7 +9,10 @@ import { fragment, raw, statement, type Sql } from "./sql.js";
 import { DEFAULT_GROUP_COMMIT } from "./group-commit.js";
 import { createStepCommitRepository } from "./step-commit.repository.js";
 
-export type RunRepositoryOptions = RunClaimOptions;
+export interface RunRepositoryOptions extends RunClaimOptions {
+  /** How long the event loop polls for a lone step commit's reply before it sleeps (group-commit.ts); 0 by default. */
+  readonly commitPollMs?: number;
+}
 
 const runId = (p: { readonly runId: string }) => p.runId;
 const epoch = (p: { readonly epoch: number }) => p.epoch;
